@@ -1,0 +1,38 @@
+"""The ivm materialization's model configs, validated before any SQL runs."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from dbt_common.exceptions import CompilationError
+
+from dbt.adapters.spark_ivm.refresh import FALLBACK_VALUES
+
+# config name -> what it accepts (documented in README.md, "Configuration").
+IVM_CONFIGS: dict[str, str] = {
+    "ivm_fallback": "one of: " + ", ".join(repr(v) for v in FALLBACK_VALUES) + ", or unset",
+}
+
+
+def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
+    """Refuse unknown `ivm_*` configs and bad values, naming the model and the fix."""
+    for key in config:
+        if key.startswith("ivm_") and key not in IVM_CONFIGS:
+            close = [known for known in IVM_CONFIGS if _similar(key, known)]
+            suggestion = f"did you mean {close[0]!r}? " if close else ""
+            raise CompilationError(
+                f"Model '{model}': unknown config {key!r}. {suggestion}"
+                f"Known ivm configs: {', '.join(sorted(IVM_CONFIGS))}."
+            )
+    fallback = config.get("ivm_fallback")
+    if fallback is not None and fallback not in FALLBACK_VALUES:
+        raise CompilationError(
+            f"Model '{model}': ivm_fallback={fallback!r} is not valid; it must be "
+            f"{IVM_CONFIGS['ivm_fallback']}."
+        )
+
+
+def _similar(a: str, b: str) -> bool:
+    import difflib
+
+    return difflib.SequenceMatcher(None, a, b).ratio() >= 0.75

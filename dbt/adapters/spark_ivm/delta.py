@@ -1,0 +1,137 @@
+"""Delta Lake facts the refresh needs, read through SQL so both connection modes work.
+
+Statements here are Delta commands that sqlglot does not model (DESCRIBE
+DETAIL/HISTORY, SET of a session conf); identifiers in them are always rendered
+quoted by sqlglot through TableName.sql(), never pasted from user input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from ivm_compiler import TableName
+
+# Delta writes this session conf into the commitInfo of every commit made while
+# it is set: the refresh uses it to record, in the same commit as its data, the
+# source versions a state table reflects.
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+METADATA_MARKER = "spark_ivm"
+
+Rows = Sequence[Sequence[Any]]
+Query = Callable[[str], tuple[list[str], Rows]]
+
+
+@dataclass(frozen=True)
+class SourceSnapshot:
+    """A source table pinned at the start of a refresh."""
+
+    table: TableName
+    table_id: str
+    version: int
+    change_data_feed: bool
+
+
+@dataclass(frozen=True)
+class RecordedState:
+    """What a state table's newest refresh commit says it reflects."""
+
+    state_version: int
+    fingerprint: str
+    # str(TableName) -> {"version": int, "table_id": str}
+    sources: dict[str, dict[str, Any]]
+
+
+def describe_detail(table: TableName) -> str:
+    return f"DESCRIBE DETAIL {table.sql()}"
+
+
+def describe_history(table: TableName, limit: Optional[int] = None) -> str:
+    return f"DESCRIBE HISTORY {table.sql()}" + (f" LIMIT {int(limit)}" if limit else "")
+
+
+def set_commit_metadata(metadata: dict[str, Any]) -> str:
+    # SET takes the rest of the statement as the value; JSON escapes keep a ';'
+    # from a table name from ending the statement early in any client.
+    value = json.dumps(metadata, sort_keys=True, ensure_ascii=True).replace(";", "\\u003b")
+    return f"SET {USER_METADATA_CONF}={value}"
+
+
+def reset_commit_metadata() -> str:
+    return f"RESET {USER_METADATA_CONF}"
+
+
+def commit_metadata(
+    refresh_id: str, state: TableName, fingerprint: str, sources: Sequence[SourceSnapshot]
+) -> dict[str, Any]:
+    return {
+        METADATA_MARKER: 1,
+        "refresh_id": refresh_id,
+        "state": str(state),
+        "fingerprint": fingerprint,
+        "sources": {
+            str(s.table): {"version": s.version, "table_id": s.table_id} for s in sources
+        },
+    }
+
+
+def parse_recorded(
+    state: TableName, columns: list[str], rows: Rows
+) -> Optional[RecordedState]:
+    """The newest commit in DESCRIBE HISTORY rows that a refresh of this state table made."""
+    version_at = columns.index("version")
+    metadata_at = columns.index("userMetadata")
+    for row in sorted(rows, key=lambda r: int(r[version_at]), reverse=True):
+        metadata = _load(row[metadata_at])
+        if metadata is None or metadata.get("state") != str(state):
+            continue
+        return RecordedState(
+            state_version=int(row[version_at]),
+            fingerprint=str(metadata.get("fingerprint")),
+            sources=dict(metadata.get("sources") or {}),
+        )
+    return None
+
+
+def newest_commit_refresh_id(columns: list[str], rows: Rows) -> Optional[str]:
+    if not rows:
+        return None
+    version_at = columns.index("version")
+    newest = max(rows, key=lambda r: int(r[version_at]))
+    metadata = _load(newest[columns.index("userMetadata")])
+    return None if metadata is None else metadata.get("refresh_id")
+
+
+def _load(value: Any) -> Optional[dict[str, Any]]:
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        loaded = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(loaded, dict) or loaded.get(METADATA_MARKER) != 1:
+        return None
+    return loaded
+
+
+# Messages of Spark/Delta errors that mean "the change feed for that window is
+# gone": the only safe answer is a full rebuild at the pinned version.
+CHANGE_HISTORY_UNAVAILABLE = (
+    "DELTA_MISSING_CHANGE_DATA",
+    "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
+    "DELTA_CHANGE_TABLE_FEED_DISABLED",
+    "DELTA_VERSION_NOT_CONTIGUOUS",
+    "DELTA_CANNOT_TIME_TRAVEL",
+    "VersionNotFoundException",
+    "cannot time travel",
+    "Error getting change data",
+    "change data was not recorded",
+    "FileNotFoundException",
+    "is not available for version",
+)
+
+
+def is_change_history_unavailable(error: BaseException) -> bool:
+    text = str(error)
+    return any(marker.lower() in text.lower() for marker in CHANGE_HISTORY_UNAVAILABLE)

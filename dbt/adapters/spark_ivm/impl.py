@@ -1,0 +1,147 @@
+"""SparkIvmAdapter: dbt-spark plus the few methods the ivm materialization calls.
+
+Everything dbt-spark does is inherited unchanged. The ivm materialization
+reaches Python through `ivm_refresh`, which runs a whole refresh (refresh.py)
+and returns what it did; refusals become dbt CompilationErrors here, at the
+adapter boundary, before any SQL has changed data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+from dbt.adapters.base import available
+from dbt.adapters.base.relation import BaseRelation
+from dbt.adapters.contracts.relation import RelationConfig
+from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.spark.impl import SparkAdapter
+from dbt_common.exceptions import CompilationError, DbtRuntimeError
+
+from dbt.adapters.spark_ivm import __version__
+from dbt.adapters.spark_ivm.config import validate_model_config
+from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
+from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult
+from ivm_compiler import InvalidSource, NotMaintainable, TableName
+from ivm_compiler.emit import QUERY_PROPERTY
+
+logger = AdapterLogger("SparkIvm")
+
+STATE_SUFFIX = "__ivm_state"
+
+
+class SparkIvmAdapter(SparkAdapter):
+    ConnectionManager = SparkIvmConnectionManager
+
+    @classmethod
+    def type(cls) -> str:
+        return "spark_ivm"
+
+    @classmethod
+    def get_adapter_run_info(cls, config: RelationConfig) -> Any:
+        # The base derives the module from the class name (dbt.adapters.sparkivm);
+        # report dbt-spark's tracking info under our own name and version.
+        from importlib import import_module
+
+        from dbt.adapters.base.impl import AdapterTrackingRelationInfo
+
+        return AdapterTrackingRelationInfo(
+            adapter_name="spark_ivm",
+            base_adapter_version=import_module("dbt.adapters.__about__").version,
+            adapter_version=__version__.version,
+            model_adapter_details=cls._get_adapter_specific_run_info(config),
+        )
+
+    @available
+    def ivm_state_relation(self, relation: BaseRelation) -> BaseRelation:
+        """The Delta table holding the model's rows and bookkeeping columns."""
+        return relation.incorporate(
+            path={"identifier": f"{relation.identifier}{STATE_SUFFIX}"}, type="table"
+        )
+
+    @available
+    def ivm_refresh(
+        self,
+        relation: BaseRelation,
+        sql: str,
+        model_id: str,
+        config: Dict[str, Any],
+        full_refresh: bool,
+    ) -> RefreshResult:
+        """Bring the ivm model up to date with its sources; see refresh.py for the protocol."""
+        validate_model_config(model_id, config)
+        state = self.ivm_state_relation(relation)
+        refresh = Refresh(
+            runner=_AdapterRunner(self),
+            log=logger,
+            model=model_id,
+            sql=sql,
+            target=_table_name(relation),
+            state=_table_name(state),
+            full_refresh=full_refresh,
+            fallback=config.get("ivm_fallback"),
+            relation_exists=lambda table: self._relation_type(relation, table),
+            drop_relation=lambda table, kind: self._drop(relation, table, kind),
+            catalog_columns=lambda table: self._source_columns(relation, table),
+        )
+        try:
+            result = refresh.run()
+        except NotMaintainable as refusal:
+            raise CompilationError(str(refusal)) from refusal
+        except InvalidSource as invalid:
+            raise DbtRuntimeError(str(invalid)) from invalid
+        if result.action != "fallback":
+            self.cache_added(state)
+        logger.info(f"{model_id}: {result.message} in {result.seconds:.2f}s")
+        return result
+
+    @available
+    def ivm_model_query(self, relation: BaseRelation) -> str:
+        """The compiled SQL an ivm model's view was last built from (for ivm_matches_query)."""
+        name = _table_name(relation)
+        _, table = self.execute(
+            f"SHOW TBLPROPERTIES {name.sql()} ('{QUERY_PROPERTY}')", fetch=True
+        )
+        values = [str(row[1]) for row in table.rows if str(row[0]) == QUERY_PROPERTY]
+        if not values:
+            raise CompilationError(
+                f"ivm_matches_query: {relation} has no recorded query (property "
+                f"{QUERY_PROPERTY}); the test applies to models materialized as 'ivm' "
+                "that have been built at least once."
+            )
+        return values[0]
+
+    def _relation_type(self, anchor: BaseRelation, table: TableName) -> Optional[str]:
+        found = self.get_relation(database=None, schema=table.db or anchor.schema, identifier=table.name)
+        if found is None:
+            return None
+        return str(found.type) if found.type else "table"
+
+    def _drop(self, anchor: BaseRelation, table: TableName, kind: str) -> None:
+        relation = anchor.incorporate(
+            path={"schema": table.db or anchor.schema, "identifier": table.name}, type=kind
+        )
+        self.drop_relation(relation)
+
+    def _source_columns(self, anchor: BaseRelation, table: TableName) -> List[tuple[str, str]]:
+        relation = anchor.incorporate(
+            path={"schema": table.db or anchor.schema, "identifier": table.name}, type="table"
+        )
+        return [(column.column, column.dtype) for column in self.get_columns_in_relation(relation)]
+
+
+class _AdapterRunner:
+    """Runs the refresh's SQL through dbt's connection, so every statement is logged by dbt."""
+
+    def __init__(self, adapter: SparkIvmAdapter) -> None:
+        self._adapter = adapter
+
+    def query(self, sql: str) -> tuple[list[str], Sequence[Sequence[Any]]]:
+        _, table = self._adapter.execute(sql, fetch=True)
+        return list(table.column_names), [list(row.values()) for row in table.rows]
+
+    def execute(self, sql: str) -> None:
+        self._adapter.execute(sql, fetch=False)
+
+
+def _table_name(relation: BaseRelation) -> TableName:
+    return TableName(db=relation.schema or None, name=str(relation.identifier))

@@ -1,0 +1,319 @@
+"""One refresh of one ivm model: pin, decide, apply, record, publish.
+
+The recipe (DESIGN.md, "Flow of one refresh"):
+1. compile the model (refusals happen here, before any SQL changes data);
+2. pin the source at its latest Delta version and check it can feed changes;
+3. read what the state table last recorded, in the commit of its own data;
+4. decide: first build, full rebuild (and why), nothing to do, or incremental;
+5. apply with one statement that commits data and recorded versions together;
+6. make sure the relation users query exists and matches the state.
+
+Exactly once: the only statements that change the state are single Delta
+commits (CREATE OR REPLACE TABLE ... AS SELECT, MERGE) carrying the source
+versions they reflect in their commit metadata. A refresh stopped between any
+two statements leaves the state at its last commit; the next run reads the
+versions from that commit and applies exactly the window after it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
+
+from dbt.adapters.spark_ivm import delta
+
+# In the embedded runtime every dbt thread shares one SparkSession, so the
+# commit-metadata conf set for one model's commit would be seen by another
+# thread's commit. Commits that carry metadata are therefore serialised.
+_COMMIT_LOCK = threading.Lock()
+
+FALLBACK_FULL_REFRESH = "full_refresh"
+FALLBACK_VALUES = (FALLBACK_FULL_REFRESH,)
+
+
+class Runner(Protocol):
+    """Runs SQL on the model's connection."""
+
+    def query(self, sql: str) -> tuple[list[str], Sequence[Sequence[Any]]]: ...
+
+    def execute(self, sql: str) -> None: ...
+
+
+class Log(Protocol):
+    def info(self, message: str) -> None: ...
+
+    def warning(self, message: str) -> None: ...
+
+
+@dataclass
+class RefreshResult:
+    """What a refresh did; the materialization stores it as the node's adapter response."""
+
+    action: str  # build | rebuild | incremental | no_change | fallback
+    reason: str
+    source_versions: dict[str, int] = field(default_factory=dict)
+    previous_versions: dict[str, int] = field(default_factory=dict)
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rows_affected(self) -> int:
+        return self.rows_inserted + self.rows_updated + self.rows_deleted
+
+    @property
+    def message(self) -> str:
+        versions = ", ".join(
+            f"{name}@{self.previous_versions[name]}->{version}"
+            if name in self.previous_versions
+            else f"{name}@{version}"
+            for name, version in self.source_versions.items()
+        )
+        if self.action == "incremental":
+            counts = f"+{self.rows_inserted} ~{self.rows_updated} -{self.rows_deleted} state rows"
+            return f"IVM incremental {counts} ({versions})"
+        if self.action == "no_change":
+            return f"IVM no changes ({versions})"
+        return f"IVM {self.action}: {self.reason} ({versions})"
+
+
+@dataclass
+class Refresh:
+    runner: Runner
+    log: Log
+    model: str
+    sql: str
+    target: TableName
+    state: TableName
+    full_refresh: bool = False
+    fallback: Optional[str] = None
+    # Read the relations' existence from the adapter (cached by dbt).
+    # The relation's type ('table', 'view') if it exists, from dbt's relation cache.
+    relation_exists: Callable[[TableName], Optional[str]] = lambda table: None
+    drop_relation: Callable[[TableName, str], None] = lambda table, kind: None
+    catalog_columns: Callable[[TableName], list[tuple[str, str]]] = lambda table: []
+
+    def run(self) -> RefreshResult:
+        started = time.monotonic()
+        try:
+            plan = compile_model(self.model, self.sql, _SparkCatalog(self))
+        except NotMaintainable as refusal:
+            if self.fallback != FALLBACK_FULL_REFRESH:
+                raise
+            result = self._recompute(str(refusal))
+        else:
+            result = self._maintain(plan)
+        result.seconds = time.monotonic() - started
+        return result
+
+    # -- the ivm path -------------------------------------------------------
+
+    def _maintain(self, plan: ViewPlan) -> RefreshResult:
+        source = self._pin(plan.source)
+        target_type = self.relation_exists(self.target)
+        if target_type not in (None, "view"):
+            # The model was materialized as something else before (e.g. 'table').
+            self.log.info(f"{self.model}: replacing the {target_type} {self.target} with the ivm view")
+            self.drop_relation(self.target, target_type)
+            target_type = None
+
+        recorded = self._recorded() if self.relation_exists(self.state) else None
+        reason = self._rebuild_reason(plan, source, recorded)
+        if reason is not None:
+            action = "build" if recorded is None and reason == FIRST_BUILD else "rebuild"
+            if action == "rebuild" and not self.full_refresh:
+                self.log.warning(f"{self.model}: rebuilding fully: {reason}")
+            return self._build(plan, source, action, reason, recorded, target_type)
+
+        assert recorded is not None
+        previous = recorded.sources[str(plan.source)]
+        result = RefreshResult(
+            action="no_change",
+            reason="no source commits since the last refresh",
+            source_versions={str(plan.source): source.version},
+            previous_versions={str(plan.source): int(previous["version"])},
+        )
+        if source.version > int(previous["version"]):
+            try:
+                self._apply_changes(plan, source, int(previous["version"]) + 1, result)
+            except Exception as error:  # noqa: BLE001 - classified just below
+                if not delta.is_change_history_unavailable(error):
+                    raise
+                reason = (
+                    f"the change feed of {plan.source} between versions "
+                    f"{int(previous['version']) + 1} and {source.version} can no longer be "
+                    f"read ({_first_line(error)})"
+                )
+                self.log.warning(f"{self.model}: rebuilding fully: {reason}")
+                return self._build(plan, source, "rebuild", reason, recorded, target_type)
+        if target_type is None:
+            self.runner.execute(emit.create_view(plan, self.state, self.target))
+        return result
+
+    def _rebuild_reason(
+        self, plan: ViewPlan, source: delta.SourceSnapshot, recorded: Optional[delta.RecordedState]
+    ) -> Optional[str]:
+        if self.full_refresh:
+            return "--full-refresh"
+        if not self.relation_exists(self.state):
+            return FIRST_BUILD
+        if recorded is None:
+            return (
+                f"the state table {self.state} has no refresh commit in its history "
+                "(created or rewritten outside dbt, or its history expired)"
+            )
+        if recorded.fingerprint != plan.fingerprint:
+            return "the model's SQL or its columns changed since the state was built"
+        previous = recorded.sources.get(str(plan.source))
+        if previous is None:
+            return f"the model now reads {plan.source}, which its state does not reflect"
+        if previous.get("table_id") != source.table_id:
+            return f"{plan.source} was dropped and recreated since the last refresh"
+        if int(previous["version"]) > source.version:
+            return f"{plan.source} is at version {source.version}, older than the recorded one"
+        return None
+
+    def _pin(self, table: TableName) -> delta.SourceSnapshot:
+        try:
+            columns, rows = self.runner.query(delta.describe_detail(table))
+        except Exception as error:  # noqa: BLE001 - reworded for the user
+            raise InvalidSource(
+                self.model,
+                str(table),
+                f"cannot be described as a Delta table ({_first_line(error)})",
+                "read a Delta table (a view or a non-Delta table has no change data feed)",
+            ) from error
+        detail = dict(zip(columns, rows[0]))
+        if str(detail.get("format", "")).lower() != "delta":
+            raise InvalidSource(
+                self.model,
+                str(table),
+                f"is a {detail.get('format')} table, not a Delta table",
+                "convert it with CONVERT TO DELTA, or read a Delta copy of it",
+            )
+        properties = detail.get("properties") or {}
+        if isinstance(properties, str):  # agate hands maps over as JSON text
+            properties = json.loads(properties)
+        if str(properties.get("delta.enableChangeDataFeed", "false")).lower() != "true":
+            raise InvalidSource(
+                self.model,
+                str(table),
+                "does not have the Delta change data feed enabled",
+                f"run ALTER TABLE {table.sql()} SET TBLPROPERTIES "
+                "(delta.enableChangeDataFeed = true), then build again",
+            )
+        history_columns, history = self.runner.query(delta.describe_history(table, limit=1))
+        version = int(history[0][history_columns.index("version")])
+        return delta.SourceSnapshot(
+            table=table, table_id=str(detail.get("id")), version=version, change_data_feed=True
+        )
+
+    def _recorded(self) -> Optional[delta.RecordedState]:
+        # The newest refresh commit is nearly always the newest commit; only
+        # maintenance commits (OPTIMIZE, VACUUM) by hand push it further back.
+        for limit in (20, None):
+            columns, rows = self.runner.query(delta.describe_history(self.state, limit=limit))
+            recorded = delta.parse_recorded(self.state, columns, rows)
+            if recorded is not None or limit is None or len(rows) < limit:
+                return recorded
+        return None
+
+    def _build(
+        self,
+        plan: ViewPlan,
+        source: delta.SourceSnapshot,
+        action: str,
+        reason: str,
+        recorded: Optional[delta.RecordedState],
+        target_type: Optional[str],
+    ) -> RefreshResult:
+        if recorded is not None and recorded.fingerprint != plan.fingerprint and target_type:
+            # The view's columns are about to mean something else: drop it first so
+            # a crash between the two statements leaves no view reading the new
+            # state with the old column mapping.
+            self.drop_relation(self.target, "view")
+        refresh_id = uuid.uuid4().hex
+        self._commit(
+            emit.create_state(plan, self.state, source.version),
+            delta.commit_metadata(refresh_id, self.state, plan.fingerprint, [source]),
+        )
+        self.runner.execute(emit.create_view(plan, self.state, self.target))
+        return RefreshResult(
+            action=action,
+            reason=reason,
+            source_versions={str(plan.source): source.version},
+        )
+
+    def _apply_changes(
+        self, plan: ViewPlan, source: delta.SourceSnapshot, first: int, result: RefreshResult
+    ) -> None:
+        refresh_id = uuid.uuid4().hex
+        metadata = delta.commit_metadata(refresh_id, self.state, plan.fingerprint, [source])
+        self._commit(emit.merge_changes(plan, self.state, first, source.version), metadata)
+        columns, rows = self.runner.query(delta.describe_history(self.state, limit=1))
+        if delta.newest_commit_refresh_id(columns, rows) == refresh_id:
+            metrics = rows[0][columns.index("operationMetrics")] or {}
+            if isinstance(metrics, str):
+                metrics = json.loads(metrics)
+            result.action = "incremental"
+            result.rows_inserted = int(metrics.get("numTargetRowsInserted", 0))
+            result.rows_updated = int(metrics.get("numTargetRowsUpdated", 0))
+            result.rows_deleted = int(metrics.get("numTargetRowsDeleted", 0))
+            return
+        # The changes cancelled out, so MERGE had nothing to write and made no
+        # commit. Record the new versions with a commit that changes no data,
+        # so the next refresh does not read this window again.
+        self._commit(emit.record_refresh(self.state, refresh_id), metadata)
+        result.action = "incremental"
+        result.reason = "source changes cancelled out"
+
+    def _commit(self, statement: str, metadata: dict[str, Any]) -> None:
+        with _COMMIT_LOCK:
+            self.runner.execute(delta.set_commit_metadata(metadata))
+            try:
+                self.runner.execute(statement)
+            finally:
+                self.runner.execute(delta.reset_commit_metadata())
+
+    # -- the fallback path --------------------------------------------------
+
+    def _recompute(self, refusal: str) -> RefreshResult:
+        """Clear the ivm relations; the materialization then builds the model as a table."""
+        self.log.warning(
+            f"{self.model}: recomputing fully because ivm_fallback='full_refresh': {refusal}"
+        )
+        if self.relation_exists(self.target) == "view":
+            self.drop_relation(self.target, "view")
+        if self.relation_exists(self.state):
+            self.drop_relation(self.state, "table")
+        return RefreshResult(action="fallback", reason=refusal)
+
+
+FIRST_BUILD = "first build"
+
+
+class _SparkCatalog:
+    """The compiler's Catalog, answered by Spark through the refresh's runner."""
+
+    def __init__(self, refresh: Refresh) -> None:
+        self._refresh = refresh
+
+    def columns(self, table: TableName) -> list[tuple[str, str]]:
+        return self._refresh.catalog_columns(table)
+
+    def describe_query(self, sql: str) -> list[tuple[str, str]]:
+        columns, rows = self._refresh.runner.query(f"DESCRIBE QUERY {sql}")
+        name_at, type_at = columns.index("col_name"), columns.index("data_type")
+        return [(str(row[name_at]), str(row[type_at])) for row in rows]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__

@@ -1,0 +1,22 @@
+"""The ivm compiler: a model's SQL -> maintenance plan -> Spark SQL delta statements.
+
+Pure Python over sqlglot; it never talks to Spark. Facts it needs from the
+catalog (source columns, output types) come through the Catalog protocol.
+"""
+
+from ivm_compiler.compile import STATE_FORMAT_VERSION, Catalog, compile_model
+from ivm_compiler.errors import InvalidSource, NotMaintainable
+from ivm_compiler.parse import TableName, parse_model
+from ivm_compiler.plan import ViewClass, ViewPlan
+
+__all__ = [
+    "STATE_FORMAT_VERSION",
+    "Catalog",
+    "InvalidSource",
+    "NotMaintainable",
+    "TableName",
+    "ViewClass",
+    "ViewPlan",
+    "compile_model",
+    "parse_model",
+]

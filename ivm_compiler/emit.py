@@ -1,0 +1,266 @@
+"""ViewPlan -> Spark SQL statements, built as sqlglot trees (never by string formatting).
+
+Statements:
+- create_state: the state table computed at pinned source versions (first build, full refresh);
+- merge_changes: the signed delta of a change window, applied with one MERGE;
+- create_view: the relation users query, exposing only the model's columns;
+- model_query: the model's own query at pinned versions (the correctness oracle).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from ivm_compiler import names
+from ivm_compiler.parse import DIALECT, TableName
+from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
+
+# Change-feed rows that add a row to the source; the other two types remove one.
+ADDING_CHANGE_TYPES = ("insert", "update_postimage")
+
+STATE_TABLE_PROPERTIES = {
+    # Downstream consumers (later: ivm models over ivm models) read the state's changes.
+    "delta.enableChangeDataFeed": "true",
+    # MERGE then marks changed rows instead of rewriting whole files.
+    "delta.enableDeletionVectors": "true",
+}
+
+
+def _sql(expression: exp.Expression) -> str:
+    return expression.sql(dialect=DIALECT)
+
+
+def _ident(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def _aliased(table: exp.Table, alias: str) -> exp.Table:
+    table.set("alias", exp.TableAlias(this=_ident(alias)))
+    return table
+
+
+def source_at_version(plan: ViewPlan, version: int) -> exp.Table:
+    """The source as of a pinned version, under the alias the model's query uses."""
+    table = plan.source.to_table()
+    table.set(
+        "version",
+        exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
+    )
+    return _aliased(table, plan.source_alias)
+
+
+def signed_changes(plan: ViewPlan, first_version: int, last_version: int) -> exp.Subquery:
+    """Change-feed rows of versions first..last (both inclusive), each with a +1/-1 sign."""
+    changes = exp.Table(
+        this=exp.Anonymous(
+            this="table_changes",
+            expressions=[
+                exp.Literal.string(plan.source.sql()),
+                exp.Literal.number(first_version),
+                exp.Literal.number(last_version),
+            ],
+        )
+    )
+    sign = exp.If(
+        this=exp.In(
+            this=exp.column("_change_type"),
+            expressions=[exp.Literal.string(t) for t in ADDING_CHANGE_TYPES],
+        ),
+        true=exp.Literal.number(1),
+        false=exp.Literal.number(-1),
+    )
+    rows = exp.select(exp.Star(), exp.alias_(sign, names.SIGN, quoted=True)).from_(changes)
+    return rows.subquery(_ident(plan.source_alias))
+
+
+def _state_select(plan: ViewPlan, source: exp.Expression, use_delta: bool) -> exp.Select:
+    columns = [
+        exp.alias_((c.delta if use_delta else c.build).copy(), c.name, quoted=True)
+        for c in plan.state_columns
+    ]
+    select = exp.select(*columns).from_(source)
+    if plan.where is not None:
+        select = select.where(plan.where.copy())
+    if plan.keys:
+        select = select.group_by(*[key.copy() for key in plan.keys])
+    return select
+
+
+def build_query(plan: ViewPlan, version: int) -> exp.Select:
+    return _state_select(plan, source_at_version(plan, version), use_delta=False)
+
+
+def delta_query(plan: ViewPlan, first_version: int, last_version: int) -> exp.Select:
+    """Per state row, the net change of every value column over the window.
+
+    Rows whose changes cancel out (a row inserted then deleted, an update that
+    moved nothing the model reads) are dropped here, so they cost no MERGE work.
+    """
+    select = _state_select(plan, signed_changes(plan, first_version, last_version), use_delta=True)
+    nonzero = [
+        exp.NEQ(
+            this=exp.Coalesce(this=c.delta.copy(), expressions=[exp.Literal.number(0)]),
+            expression=exp.Literal.number(0),
+        )
+        for c in plan.value_columns
+    ]
+    return select.having(exp.or_(*nonzero))
+
+
+def create_state(plan: ViewPlan, state: TableName, version: int) -> str:
+    properties = [exp.FileFormatProperty(this=exp.Var(this="DELTA"))] + [
+        exp.Property(this=exp.Literal.string(key), value=exp.Literal.string(value))
+        for key, value in STATE_TABLE_PROPERTIES.items()
+    ]
+    create = exp.Create(
+        this=state.to_table(),
+        kind="TABLE",
+        replace=True,
+        properties=exp.Properties(expressions=properties),
+        expression=build_query(plan, version),
+    )
+    return _sql(create)
+
+
+def merge_changes(plan: ViewPlan, state: TableName, first_version: int, last_version: int) -> str:
+    target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
+
+    def t(name: str) -> exp.Column:
+        return exp.column(name, table=_ident(target), quoted=True)
+
+    def d(name: str) -> exp.Column:
+        return exp.column(name, table=_ident(delta), quoted=True)
+
+    keys = plan.key_columns
+    on: exp.Expression = (
+        exp.and_(*[exp.NullSafeEQ(this=t(k.name), expression=d(k.name)) for k in keys])
+        if keys
+        else exp.true()
+    )
+    updates = []
+    for column in plan.value_columns:
+        stored, change = t(column.name), d(column.name)
+        if column.rule is MergeRule.ADD_NULLABLE:
+            stored = exp.Coalesce(this=stored, expressions=[exp.Literal.number(0)])
+            change = exp.Coalesce(this=change, expressions=[exp.Literal.number(0)])
+        updates.append(exp.EQ(this=t(column.name), expression=exp.Add(this=stored, expression=change)))
+
+    whens = []
+    if plan.view_class is not ViewClass.GLOBAL_AGGREGATE:
+        # The global aggregate keeps its one row even when the source is empty.
+        emptied = exp.EQ(
+            this=exp.Add(this=t(names.COUNT), expression=d(names.COUNT)),
+            expression=exp.Literal.number(0),
+        )
+        whens.append(exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE")))
+    whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=updates)))
+    all_columns = [c.name for c in plan.state_columns]
+    whens.append(
+        exp.When(
+            matched=False,
+            source=False,
+            then=exp.Insert(
+                this=exp.Tuple(expressions=[exp.column(n, quoted=True) for n in all_columns]),
+                expression=exp.Tuple(expressions=[d(n) for n in all_columns]),
+            ),
+        )
+    )
+    merge = exp.Merge(
+        this=_aliased(state.to_table(), target),
+        using=delta_query(plan, first_version, last_version).subquery(_ident(delta)),
+        on=on,
+        whens=exp.Whens(expressions=whens),
+    )
+    return _sql(merge)
+
+
+def view_query(plan: ViewPlan, state: TableName) -> exp.Select:
+    """The model's rows from the state table: bookkeeping columns stay hidden."""
+    outputs = []
+    for output in plan.outputs:
+        expression = output.expression.copy()
+        try:
+            expression = exp.cast(expression, exp.DataType.build(output.data_type, dialect=DIALECT))
+        except Exception:  # a type sqlglot cannot spell: the expression already has it
+            pass
+        outputs.append(exp.alias_(expression, output.name, quoted=True))
+    select = exp.select(*outputs).from_(state.to_table())
+    populated = exp.GT(
+        this=exp.column(names.COUNT, quoted=True), expression=exp.Literal.number(0)
+    )
+    if plan.view_class is not ViewClass.GLOBAL_AGGREGATE:
+        select = select.where(populated)
+    if plan.having is not None:
+        select = select.where(plan.having.copy())
+    if plan.view_class is ViewClass.PROJECTION:
+        # A row with multiplicity n is shown n times: the view is the query's bag.
+        copies = exp.Lateral(
+            this=exp.Explode(
+                this=exp.GenerateSeries(
+                    start=exp.Literal.number(1), end=exp.column(names.COUNT, quoted=True)
+                )
+            ),
+            view=True,
+            alias=exp.TableAlias(this=_ident(names.COPIES_ALIAS), columns=[_ident(names.COPY)]),
+        )
+        select.append("laterals", copies)
+    return select
+
+
+# View properties that let dbt tests and people find a model's query and state.
+QUERY_PROPERTY = "spark_ivm.query"
+STATE_PROPERTY = "spark_ivm.state"
+
+
+def create_view(plan: ViewPlan, state: TableName, target: TableName) -> str:
+    properties = exp.Properties(
+        expressions=[
+            exp.Property(
+                this=exp.Literal.string(QUERY_PROPERTY),
+                value=exp.Literal.string(plan.sql.strip()),
+            ),
+            exp.Property(
+                this=exp.Literal.string(STATE_PROPERTY), value=exp.Literal.string(str(state))
+            ),
+        ]
+    )
+    create = exp.Create(
+        this=target.to_table(),
+        kind="VIEW",
+        replace=True,
+        properties=properties,
+        expression=view_query(plan, state),
+    )
+    return _sql(create)
+
+
+def model_query(plan: ViewPlan, version: int) -> str:
+    """The model's query evaluated at a pinned source version."""
+    query = plan.query.copy()
+    table = query.find(exp.Table)
+    table.replace(source_at_version(plan, version))
+    return _sql(query)
+
+
+def record_refresh(state: TableName, refresh_id: str) -> str:
+    """A commit that changes no data, to carry a refresh's metadata when its MERGE wrote nothing."""
+    return _sql(
+        exp.Alter(
+            this=state.to_table(),
+            kind="TABLE",
+            actions=[
+                exp.AlterSet(
+                    expressions=[
+                        exp.Properties(
+                            expressions=[
+                                exp.Property(
+                                    this=exp.Literal.string("spark_ivm.last_refresh"),
+                                    value=exp.Literal.string(refresh_id),
+                                )
+                            ]
+                        )
+                    ]
+                )
+            ],
+        )
+    )

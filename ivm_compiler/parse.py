@@ -1,0 +1,218 @@
+"""Parse a model's compiled SQL and refuse, before any SQL runs, what cannot be maintained.
+
+The checks walk sqlglot's tree (Spark dialect); nothing here inspects SQL text.
+Each refusal names the construct as a user would write it and, where one
+exists, a rewrite that the ivm materialization does support.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
+from ivm_compiler.names import is_reserved
+
+DIALECT = "spark"
+
+# Functions whose result changes between evaluations of the same input: a
+# maintained row computed with one could never be deleted again exactly.
+NON_DETERMINISTIC_FUNCTIONS = frozenset(
+    {
+        "rand",
+        "randn",
+        "random",
+        "uuid",
+        "shuffle",
+        "now",
+        "current_timestamp",
+        "current_date",
+        "current_time",
+        "localtimestamp",
+        "curdate",
+        "monotonically_increasing_id",
+        "spark_partition_id",
+        "input_file_name",
+        "input_file_block_start",
+        "input_file_block_length",
+    }
+)
+NON_DETERMINISTIC_NODES: tuple[type[exp.Expression], ...] = (
+    exp.Rand,
+    exp.Randn,
+    exp.Uuid,
+    exp.CurrentTimestamp,
+    exp.CurrentDate,
+    exp.CurrentTime,
+)
+
+# Aggregates the walking skeleton maintains; the rest are refused by name.
+SUPPORTED_AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Count, exp.Sum, exp.Avg)
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A source table as the model names it (dbt renders `schema.identifier`)."""
+
+    db: str | None
+    name: str
+    catalog: str | None = None
+
+    @classmethod
+    def of(cls, table: exp.Table) -> TableName:
+        return cls(db=table.db or None, name=table.name, catalog=table.catalog or None)
+
+    def parts(self) -> list[str]:
+        return [part for part in (self.catalog, self.db, self.name) if part]
+
+    def to_table(self) -> exp.Table:
+        return exp.table_(
+            exp.to_identifier(self.name, quoted=True),
+            db=exp.to_identifier(self.db, quoted=True) if self.db else None,
+            catalog=exp.to_identifier(self.catalog, quoted=True) if self.catalog else None,
+        )
+
+    def sql(self) -> str:
+        """The quoted multi-part identifier, as Spark parses it (also inside table_changes)."""
+        return self.to_table().sql(dialect=DIALECT)
+
+    def __str__(self) -> str:
+        return ".".join(self.parts())
+
+
+def parse_model(model: str, sql: str) -> exp.Select:
+    """Parse the model's SQL into a single SELECT, or raise NotMaintainable."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+    except ParseError as error:
+        raise NotMaintainable(
+            model,
+            f"SQL that the compiler's Spark parser rejects ({_first_line(error)})",
+            "check the model compiles and runs as a plain SELECT on Spark",
+        ) from error
+    if len(statements) != 1:
+        raise NotMaintainable(
+            model, f"{len(statements)} SQL statements", "a model must be exactly one SELECT"
+        )
+    tree = statements[0]
+    check_supported(model, tree)
+    assert isinstance(tree, exp.Select)
+    return tree
+
+
+def check_supported(model: str, tree: exp.Expression) -> None:
+    """Raise NotMaintainable naming the first construct outside the supported view classes."""
+    if isinstance(tree, exp.SetOperation):
+        kind = type(tree).__name__.upper()
+        if isinstance(tree, exp.Union) and not tree.args.get("distinct"):
+            kind = "UNION ALL"
+        raise NotMaintainable(model, f"the set operation {kind}")
+    if not isinstance(tree, exp.Select):
+        raise NotMaintainable(
+            model, f"a {type(tree).__name__} statement", "a model must be one SELECT"
+        )
+    if tree.args.get("with_") or tree.args.get("with"):
+        raise NotMaintainable(
+            model, "a common table expression (WITH)", "inline the CTE or split it into its own model"
+        )
+
+    for node in tree.walk():
+        _check_node(model, tree, node)
+
+    tables = list(tree.find_all(exp.Table))
+    if len(tables) != 1:
+        raise NotMaintainable(
+            model,
+            "a query without exactly one source table" if tables else "a query without a FROM table",
+            "read exactly one Delta table through source() or ref()",
+        )
+    table = tables[0]
+    if not isinstance(table.this, exp.Identifier):
+        raise NotMaintainable(
+            model,
+            f"the table function {table.this.sql(dialect=DIALECT)}",
+            "read a Delta table through source() or ref()",
+        )
+    if table.args.get("version"):
+        raise NotMaintainable(
+            model,
+            "time travel (VERSION/TIMESTAMP AS OF) in the model",
+            "reference the current table: the materialization pins versions itself",
+        )
+
+
+def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
+    if node is not root and isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation)):
+        raise NotMaintainable(model, "a subquery", "move the subquery into its own model")
+    if isinstance(node, exp.Join):
+        raise NotMaintainable(model, "JOIN")
+    if isinstance(node, exp.Window):
+        raise NotMaintainable(model, f"the window function {node.sql(dialect=DIALECT)}")
+    if isinstance(node, exp.Qualify):
+        raise NotMaintainable(model, "QUALIFY")
+    if isinstance(node, exp.Limit) or isinstance(node, exp.Offset):
+        raise NotMaintainable(model, "LIMIT/OFFSET")
+    if isinstance(node, exp.Order) and node.parent is root:
+        raise NotMaintainable(
+            model,
+            "ORDER BY",
+            "remove the ORDER BY (a maintained table has no row order; order when you read it)",
+        )
+    if isinstance(node, exp.Distinct) and node.args.get("on"):
+        raise NotMaintainable(model, "DISTINCT ON")
+    if isinstance(node, exp.Lateral):
+        raise NotMaintainable(model, "LATERAL VIEW")
+    if isinstance(node, exp.TableSample):
+        raise NotMaintainable(model, "TABLESAMPLE")
+    if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets)):
+        raise NotMaintainable(model, f"GROUP BY {type(node).__name__.upper()}")
+    if isinstance(node, exp.Filter):
+        raise NotMaintainable(
+            model,
+            "an aggregate FILTER clause",
+            "write the condition inside the aggregate, e.g. SUM(CASE WHEN cond THEN x END)",
+        )
+    if isinstance(node, NON_DETERMINISTIC_NODES) or (
+        isinstance(node, exp.Func) and _function_name(node) in NON_DETERMINISTIC_FUNCTIONS
+    ):
+        raise NotMaintainable(
+            model,
+            f"the non-deterministic function {_function_name(node).upper()}()",
+            "compute the value in the source table, or " + FALLBACK_HINT,
+        )
+    if isinstance(node, exp.AggFunc):
+        _check_aggregate(model, node)
+    if isinstance(node, (exp.Alias, exp.Column)) and is_reserved(node.alias_or_name):
+        raise NotMaintainable(
+            model,
+            f"the column name {node.alias_or_name!r} (the prefix __ivm_ is reserved for bookkeeping)",
+            "rename the column",
+        )
+
+
+def _check_aggregate(model: str, node: exp.AggFunc) -> None:
+    if not isinstance(node, SUPPORTED_AGGREGATES):
+        raise NotMaintainable(
+            model,
+            f"the aggregate {_function_name(node).upper()}",
+            "use COUNT, SUM or AVG, or " + FALLBACK_HINT,
+        )
+    if isinstance(node.this, exp.Distinct):
+        raise NotMaintainable(model, f"{_function_name(node).upper()}(DISTINCT ...)")
+    if any(isinstance(inner, exp.AggFunc) for inner in node.this.find_all(exp.AggFunc) if inner is not node):
+        raise NotMaintainable(model, "a nested aggregate")
+
+
+def _function_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).lower()
+    if isinstance(node, exp.Func):
+        return node.sql_name().lower()
+    return type(node).__name__.lower()
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -1,0 +1,111 @@
+"""COUNT(x), SUM(x) and AVG(x): additive state with Spark's NULL semantics.
+
+For each distinct argument x the state keeps
+- names.non_null_count_of(i): how many rows in the group have x NOT NULL, and
+- names.sum_of(i): the sum of those x (only when SUM or AVG needs it).
+COUNT(x) reads the non-NULL count; SUM(x) is NULL when that count is zero
+(Spark's SUM over only NULLs); AVG(x) is the sum over the count, computed the
+way Spark's Average computes it, so the view equals the query exactly for
+integral and decimal inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from ivm_compiler import names
+from ivm_compiler.plan import MergeRule, StateColumn
+from ivm_compiler.rules.counting import sign
+
+# Spark's Average divides a decimal sum by the count cast to this type.
+LONG_DECIMAL = exp.DataType.build("DECIMAL(20, 0)")
+
+
+@dataclass(frozen=True)
+class ArgumentState:
+    """The state kept for one distinct aggregate argument."""
+
+    index: int
+    argument: exp.Expression
+    needs_sum: bool
+
+    def columns(self, source_alias: str) -> list[StateColumn]:
+        non_null = exp.Not(this=exp.Is(this=self.argument.copy(), expression=exp.Null()))
+        columns = [
+            StateColumn(
+                name=names.non_null_count_of(self.index),
+                rule=MergeRule.ADD,
+                build=exp.Count(this=self.argument.copy(), big_int=True),
+                delta=exp.Sum(
+                    this=exp.If(
+                        this=non_null, true=sign(source_alias), false=exp.Literal.number(0)
+                    )
+                ),
+            )
+        ]
+        if self.needs_sum:
+            # -x rather than x * sign: negation keeps x's type, so the delta's
+            # SUM has exactly the type of the build's SUM.
+            signed_argument = exp.If(
+                this=exp.GT(this=sign(source_alias), expression=exp.Literal.number(0)),
+                true=self.argument.copy(),
+                false=exp.Neg(this=exp.Paren(this=self.argument.copy())),
+            )
+            columns.append(
+                StateColumn(
+                    name=names.sum_of(self.index),
+                    rule=MergeRule.ADD_NULLABLE,
+                    build=exp.Sum(this=self.argument.copy()),
+                    delta=exp.Sum(this=signed_argument),
+                )
+            )
+        return columns
+
+
+def state_column(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
+
+
+def _null_unless_rows(non_null_count: str, value: exp.Expression) -> exp.Expression:
+    return exp.Case(
+        ifs=[
+            exp.If(
+                this=exp.EQ(this=state_column(non_null_count), expression=exp.Literal.number(0)),
+                true=exp.Null(),
+            )
+        ],
+        default=value,
+    )
+
+
+def finalize_count_star() -> exp.Expression:
+    return state_column(names.COUNT)
+
+
+def finalize_count(argument_index: int) -> exp.Expression:
+    return state_column(names.non_null_count_of(argument_index))
+
+
+def finalize_sum(argument_index: int) -> exp.Expression:
+    return _null_unless_rows(
+        names.non_null_count_of(argument_index), state_column(names.sum_of(argument_index))
+    )
+
+
+def finalize_avg(argument_index: int, avg_type: exp.DataType) -> exp.Expression:
+    """AVG as Spark's Average evaluates it, from the stored sum and non-NULL count.
+
+    >>> finalize_avg(0, exp.DataType.build("DOUBLE")).sql(dialect="spark")
+    'CASE WHEN `__ivm_nn_a0` = 0 THEN NULL ELSE CAST(`__ivm_sum_a0` AS DOUBLE) / CAST(`__ivm_nn_a0` AS DOUBLE) END'
+    """
+    total = state_column(names.sum_of(argument_index))
+    rows = state_column(names.non_null_count_of(argument_index))
+    if avg_type.is_type(*exp.DataType.REAL_TYPES) and avg_type.this == exp.DataType.Type.DECIMAL:
+        quotient: exp.Expression = exp.cast(
+            exp.Div(this=total, expression=exp.cast(rows, LONG_DECIMAL)), avg_type
+        )
+    else:
+        quotient = exp.Div(this=exp.cast(total, avg_type), expression=exp.cast(rows, avg_type))
+    return _null_unless_rows(names.non_null_count_of(argument_index), quotient)

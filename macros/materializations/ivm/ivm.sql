@@ -1,0 +1,41 @@
+{#-
+  The ivm materialization: incremental view maintenance over Delta change data feeds.
+
+  A recipe, as dbt's own materializations are: hooks, one call into Python that
+  runs the whole refresh (compile, pin, decide, apply; see
+  dbt/adapters/spark_ivm/refresh.py), grants, docs, hooks. The model's relation is
+  a view over the Delta table `<model>__ivm_state`, which keeps the model's rows
+  with their bookkeeping columns.
+-#}
+{% materialization ivm, adapter='spark_ivm' %}
+  {%- set target_relation = this.incorporate(type='view') -%}
+  {%- set existing_relation = load_cached_relation(this) -%}
+  {%- set grant_config = config.get('grants') -%}
+
+  {{ run_hooks(pre_hooks) }}
+
+  {%- set result = adapter.ivm_refresh(
+        relation=target_relation,
+        sql=sql,
+        model_id=model['unique_id'],
+        config=config.model.config,
+        full_refresh=should_full_refresh()) -%}
+
+  {%- if result.action == 'fallback' -%}
+    {#- The query cannot be maintained and the model asked to be recomputed instead. -#}
+    {%- set target_relation = this.incorporate(type='table') -%}
+    {% call statement('main') -%}
+      {{ create_table_as(False, target_relation, sql) }}
+    {%- endcall %}
+  {%- else -%}
+    {{ store_raw_result(name='main', message=result.message, code=result.action | upper, rows_affected=result.rows_affected) }}
+  {%- endif -%}
+
+  {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=(result.action in ('build', 'rebuild', 'fallback'))) -%}
+  {% do apply_grants(target_relation, grant_config, should_revoke=should_revoke) %}
+  {% do persist_docs(target_relation, model) %}
+
+  {{ run_hooks(post_hooks) }}
+
+  {{ return({'relations': [target_relation]}) }}
+{% endmaterialization %}
