@@ -1,0 +1,66 @@
+"""Checks shared by the integration tests: the correctness oracle and state inspection.
+
+The oracle is the project's one definition of correct: an ivm model equals its
+query recomputed at the source versions the model records, as a bag (EXCEPT
+ALL both ways, so duplicates count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from dbt.adapters.spark_ivm import delta
+from ivm_compiler import TableName
+
+
+@dataclass(frozen=True)
+class BagDifference:
+    missing_from_model: int
+    extra_in_model: int
+    model_rows: int
+    query_rows: int
+
+    @property
+    def equal(self) -> bool:
+        return self.missing_from_model == 0 and self.extra_in_model == 0
+
+
+def bag_difference(spark: SparkSession, model_sql: str, query_sql: str) -> BagDifference:
+    missing = spark.sql(f"({query_sql}) EXCEPT ALL ({model_sql})").count()
+    extra = spark.sql(f"({model_sql}) EXCEPT ALL ({query_sql})").count()
+    return BagDifference(
+        missing_from_model=missing,
+        extra_in_model=extra,
+        model_rows=spark.sql(model_sql).count(),
+        query_rows=spark.sql(query_sql).count(),
+    )
+
+
+def recorded_state(spark: SparkSession, schema: str, model: str) -> delta.RecordedState:
+    state = TableName(db=schema, name=f"{model}__ivm_state")
+    history = spark.sql(delta.describe_history(state))
+    recorded = delta.parse_recorded(state, history.columns, [list(r) for r in history.collect()])
+    assert recorded is not None, f"{state} has no refresh commit"
+    return recorded
+
+
+def recorded_version(spark: SparkSession, schema: str, model: str, source: str) -> int:
+    sources = recorded_state(spark, schema, model).sources
+    return int(sources[f"{schema}.{source}"]["version"])
+
+
+def latest_version(spark: SparkSession, table: str) -> int:
+    return int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").collect()[0]["version"])
+
+
+def assert_model_matches_query(
+    spark: SparkSession, schema: str, model: str, query_template: str, source: str
+) -> int:
+    """Assert the model equals its query at the recorded source version; return that version."""
+    version = recorded_version(spark, schema, model, source)
+    query = query_template.format(src=f"{schema}.{source} VERSION AS OF {version}")
+    difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
+    assert difference.equal, f"{model} differs from its query at version {version}: {difference}"
+    return version
