@@ -23,6 +23,7 @@ DELTA_ARTIFACTS = (
 )
 
 RUNTIME_DIR_NAME = ".spark_ivm"
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def local_maven_repository() -> Path:
@@ -64,7 +65,9 @@ def session_configs(runtime_dir: str | os.PathLike[str]) -> dict[str, str]:
             f"jdbc:derby:;databaseName={root / 'metastore_db'};create=true"
         ),
         # Derby writes derby.log into its system home, which is the cwd by default.
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={root}",
+        "spark.driver.extraJavaOptions": (
+            f"-Dderby.system.home={root} -Dlog4j2.configurationFile={LOG_CONFIG}"
+        ),
         # Local runs shuffle small data: Spark's default of 200 partitions makes
         # every aggregation pay for 200 tiny tasks.
         "spark.sql.shuffle.partitions": "4",
