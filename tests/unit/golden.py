@@ -1,0 +1,256 @@
+"""Golden SQL fixtures for the compiler, in the style of sqlglot's tests/fixtures.
+
+A fixture file holds the sources every case may read, then one case per title::
+
+    # source shop.orders: id int, customer string, amount decimal(10,2)
+
+    # title: projection keeping the key
+    # class: projection
+    # describe: id int, customer string
+    SELECT id, customer FROM shop.orders;
+    -- create_state
+    CREATE OR REPLACE TABLE ...;
+    -- merge_changes
+    MERGE INTO ...;
+    -- create_view
+    CREATE OR REPLACE VIEW ...;
+    -- model_query
+    SELECT ...;
+
+Header lines of a case:
+- ``# class:`` the ViewClass the compiler must choose;
+- ``# describe:`` what Spark's DESCRIBE QUERY answers for the model's SQL;
+- ``# describe avg:`` what it answers for the compiler's AVG type probe (only
+  for models that average something): ``avg_<argument index> <type>, ...``;
+- ``# xfail:`` the model is compiled wrongly today; the sections then hold the
+  statements it should compile to (written by hand), and the case is an
+  xfail(strict=True) so fixing the bug makes the suite ask for the marker's removal.
+
+Expected statements are stored pretty-printed; a case passes only if the emitted
+statement, character for character, equals the expected one re-rendered on one
+line by sqlglot (and the pretty forms match, which gives readable diffs).
+
+UPDATE_GOLDEN=1 rewrites the expected sections of every case that is not xfail
+from what the compiler emits now. Read the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlglot
+from sqlglot import exp
+
+from ivm_compiler import TableName
+from ivm_compiler.parse import DIALECT
+
+STATEMENTS = ("create_state", "merge_changes", "create_view", "model_query")
+
+# The names and versions every golden case is emitted with.
+MODEL = "my_model"
+STATE = TableName(db="analytics", name="my_model__ivm_state")
+TARGET = TableName(db="analytics", name="my_model")
+BUILD_VERSION = 7
+FIRST_CHANGE, LAST_CHANGE = 8, 10
+
+_SOURCE = re.compile(r"^# source (?P<table>\S+):\s*(?P<columns>.*)$")
+_HEADER = re.compile(r"^# (?P<key>[a-z][a-z ]*):\s*(?P<value>.*)$")
+_SECTION = re.compile(r"^-- (?P<name>[a-z_]+)\s*$")
+
+
+def split_columns(text: str) -> list[tuple[str, str]]:
+    """`a int, b decimal(10,2), c map<string,int>` -> [(name, type), ...].
+
+    >>> split_columns("a int, b decimal(10,2), c struct<x:int,y:string>")
+    [('a', 'int'), ('b', 'decimal(10,2)'), ('c', 'struct<x:int,y:string>')]
+    """
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char in "(<":
+            depth += 1
+        elif char in ")>":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    if current.strip():
+        parts.append(current)
+    columns = []
+    for part in parts:
+        name, _, data_type = part.strip().partition(" ")
+        columns.append((name.strip("`"), data_type.strip()))
+    return columns
+
+
+@dataclass
+class Case:
+    title: str
+    headers: dict[str, str]
+    sql: str
+    expected: dict[str, str]
+    # Where the case's expected sections start and end in the file's lines.
+    body_start: int = 0
+    body_end: int = 0
+    header_lines: list[str] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "_", self.title.lower()).strip("_")
+
+    @property
+    def xfail(self) -> str | None:
+        return self.headers.get("xfail")
+
+
+@dataclass
+class FixtureFile:
+    path: Path
+    sources: dict[str, list[tuple[str, str]]]
+    cases: list[Case]
+    lines: list[str]
+
+
+def load(path: Path) -> FixtureFile:
+    lines = path.read_text().splitlines()
+    sources: dict[str, list[tuple[str, str]]] = {}
+    cases: list[Case] = []
+    blocks: list[tuple[int, int]] = []
+    start = None
+    for number, line in enumerate(lines):
+        if line.startswith("# title:"):
+            if start is not None:
+                blocks.append((start, number))
+            start = number
+        elif start is None:
+            match = _SOURCE.match(line)
+            if match:
+                sources[match["table"]] = split_columns(match["columns"])
+    if start is not None:
+        blocks.append((start, len(lines)))
+    for begin, end in blocks:
+        cases.append(_parse_case(lines, begin, end))
+    titles = [case.id for case in cases]
+    duplicates = {t for t in titles if titles.count(t) > 1}
+    assert not duplicates, f"{path}: duplicate titles {duplicates}"
+    return FixtureFile(path=path, sources=sources, cases=cases, lines=lines)
+
+
+def _parse_case(lines: list[str], begin: int, end: int) -> Case:
+    headers: dict[str, str] = {}
+    number = begin
+    while number < end and lines[number].startswith("#"):
+        match = _HEADER.match(lines[number])
+        assert match, f"line {number + 1}: not a header: {lines[number]!r}"
+        headers[match["key"]] = match["value"].strip()
+        number += 1
+    header_lines = lines[begin:number]
+    sections: dict[str, list[str]] = {"sql": []}
+    current = "sql"
+    body_start = None
+    for index in range(number, end):
+        match = _SECTION.match(lines[index])
+        if match:
+            current = match["name"]
+            assert current in STATEMENTS, f"line {index + 1}: unknown section {current!r}"
+            assert current not in sections, f"line {index + 1}: section {current!r} repeated"
+            sections[current] = []
+            if body_start is None:
+                body_start = index
+        else:
+            sections[current].append(lines[index])
+    text = {name: "\n".join(body).strip() for name, body in sections.items()}
+    sql = text.pop("sql")
+    assert sql.endswith(";"), f"case {headers.get('title')!r}: end the model SQL with ';'"
+    expected = {name: body.removesuffix(";").rstrip() for name, body in text.items()}
+    return Case(
+        title=headers["title"],
+        headers=headers,
+        sql=sql.removesuffix(";").strip(),
+        expected=expected,
+        body_start=body_start if body_start is not None else end,
+        body_end=end,
+        header_lines=header_lines,
+    )
+
+
+def pretty(statement: str) -> str:
+    return sqlglot.transpile(statement, read=DIALECT, write=DIALECT, pretty=True)[0]
+
+
+def one_line(statement: str) -> str:
+    return sqlglot.transpile(statement, read=DIALECT, write=DIALECT)[0]
+
+
+def render(statement: str) -> str:
+    """How an emitted statement is stored: pretty, unless sqlglot cannot read it back exactly."""
+    formatted = pretty(statement)
+    return formatted if one_line(formatted) == statement else statement
+
+
+def rewrite(fixture: FixtureFile, emitted: dict[str, dict[str, str]]) -> None:
+    """Replace the expected sections of the cases in `emitted` (by case id), keep the rest."""
+    out: list[str] = []
+    position = 0
+    for case in fixture.cases:
+        if case.id not in emitted:
+            continue
+        out.extend(fixture.lines[position : case.body_start])
+        while out and not out[-1].strip():
+            out.pop()
+        for name in STATEMENTS:
+            out.append(f"-- {name}")
+            out.append(render(emitted[case.id][name]) + ";")
+        out.append("")
+        position = case.body_end
+    out.extend(fixture.lines[position:])
+    while out and not out[-1].strip():
+        out.pop()
+    fixture.path.write_text("\n".join(out) + "\n")
+
+
+class FakeCatalog:
+    """The compiler's Catalog, answered from the fixture; records every question asked."""
+
+    def __init__(
+        self,
+        sources: dict[str, list[tuple[str, str]]],
+        model_sql: str,
+        describe: list[tuple[str, str]],
+        describe_avg: list[tuple[str, str]] | None = None,
+    ) -> None:
+        self.sources = sources
+        self.model_sql = model_sql
+        self.describe = describe
+        self.describe_avg = describe_avg
+        self.asked: list[str] = []
+
+    def columns(self, table: TableName) -> list[tuple[str, str]]:
+        self.asked.append(f"columns {table}")
+        if str(table) not in self.sources:
+            raise AssertionError(f"the fixture declares no source {table}")
+        return list(self.sources[str(table)])
+
+    def describe_query(self, sql: str) -> list[tuple[str, str]]:
+        if sql == self.model_sql:
+            self.asked.append("describe model")
+            return list(self.describe)
+        probe = sqlglot.parse_one(sql, read=DIALECT)
+        is_avg_probe = isinstance(probe, exp.Select) and all(
+            isinstance(p, exp.Alias) and isinstance(p.this, exp.Avg) for p in probe.expressions
+        )
+        if not is_avg_probe:
+            raise AssertionError(f"unexpected DESCRIBE QUERY {sql}")
+        self.asked.append("describe avg")
+        if self.describe_avg is None:
+            raise AssertionError(f"the case needs a '# describe avg:' header for {sql}")
+        asked = [p.alias for p in probe.expressions]
+        declared = [name for name, _ in self.describe_avg]
+        if asked != declared:
+            raise AssertionError(
+                f"'# describe avg:' answers {declared}, the probe asks for {asked}: {sql}"
+            )
+        return list(self.describe_avg)

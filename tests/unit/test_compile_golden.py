@@ -1,0 +1,210 @@
+"""The compiler's emitted SQL, compared with the golden fixtures in fixtures/compile.sql.
+
+Regenerate after an intended change with
+    UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_compile_golden.py
+and review the diff of the fixture file: a golden file only helps if someone
+has read it. The structural tests below state, independently of the text, the
+properties every golden output must have, so a regeneration cannot quietly
+bake a broken statement in.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
+from ivm_compiler.names import COUNT, SIGN, is_reserved
+from ivm_compiler.parse import DIALECT
+from tests.unit import golden
+
+FIXTURE = Path(__file__).parent / "fixtures" / "compile.sql"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+
+def compile_case(
+    fixture: golden.FixtureFile, case: golden.Case
+) -> tuple[ViewPlan, golden.FakeCatalog]:
+    describe_avg = case.headers.get("describe avg")
+    catalog = golden.FakeCatalog(
+        fixture.sources,
+        case.sql,
+        golden.split_columns(case.headers["describe"]),
+        golden.split_columns(describe_avg) if describe_avg else None,
+    )
+    return compile_model(golden.MODEL, case.sql, catalog), catalog
+
+
+def emit_all(plan: ViewPlan) -> dict[str, str]:
+    return {
+        "create_state": emit.create_state(plan, golden.STATE, golden.BUILD_VERSION),
+        "merge_changes": emit.merge_changes(
+            plan, golden.STATE, golden.FIRST_CHANGE, golden.LAST_CHANGE
+        ),
+        "create_view": emit.create_view(plan, golden.STATE, golden.TARGET),
+        "model_query": emit.model_query(plan, golden.BUILD_VERSION),
+    }
+
+
+def _load() -> golden.FixtureFile:
+    fixture = golden.load(FIXTURE)
+    if UPDATE:
+        golden.rewrite(
+            fixture,
+            {
+                case.id: emit_all(compile_case(fixture, case)[0])
+                for case in fixture.cases
+                if not case.xfail
+            },
+        )
+        fixture = golden.load(FIXTURE)
+    return fixture
+
+
+FIXTURES = _load()
+
+
+def _params(cases: list[golden.Case]) -> list:
+    return [
+        pytest.param(
+            case,
+            id=case.id,
+            # A wrong statement fails an assertion; any other error is a broken case.
+            marks=[pytest.mark.xfail(raises=AssertionError, strict=True, reason=case.xfail)]
+            if case.xfail
+            else [],
+        )
+        for case in cases
+    ]
+
+
+CASES = _params(FIXTURES.cases)
+# The structural tests hold for what the compiler emits today; a case marked
+# xfail is wrong today, so it is left out of them.
+CORRECT_CASES = [case for case in FIXTURES.cases if not case.xfail]
+
+
+@functools.cache
+def compiled(case_id: str) -> tuple[ViewPlan, golden.FakeCatalog, dict[str, str]]:
+    """Each case compiled once per run; the tests below only read the results."""
+    case = next(c for c in FIXTURES.cases if c.id == case_id)
+    plan, catalog = compile_case(FIXTURES, case)
+    return plan, catalog, emit_all(plan)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case: golden.Case) -> None:
+    plan, catalog, emitted = compiled(case.id)
+    assert plan.view_class is ViewClass(case.headers["class"])
+    # A '# describe avg:' header that the compiler never asks for is stale.
+    assert ("describe avg" in catalog.asked) == ("describe avg" in case.headers)
+    assert set(case.expected) == set(golden.STATEMENTS), "every case lists all statements"
+    for name in golden.STATEMENTS:
+        # Pretty forms first, for a readable diff; then the exact text.
+        assert golden.pretty(emitted[name]) == case.expected[name], name
+        assert emitted[name] == golden.one_line(case.expected[name]), name
+
+
+def test_fixture_covers_every_view_class() -> None:
+    covered = {ViewClass(case.headers["class"]) for case in CORRECT_CASES}
+    assert covered == set(ViewClass)
+
+
+# -- properties every golden statement must have ------------------------------
+
+
+@functools.cache
+def _parsed(case_id: str) -> dict[str, exp.Expression]:
+    return {
+        name: sqlglot.parse_one(sql, read=DIALECT) for name, sql in compiled(case_id)[2].items()
+    }
+
+
+def _statements(case: golden.Case) -> tuple[ViewPlan, dict[str, exp.Expression]]:
+    # Copies, so no test can change what the next one reads.
+    return compiled(case.id)[0], {name: tree.copy() for name, tree in _parsed(case.id).items()}
+
+
+def _ids(cases: list[golden.Case]) -> list[str]:
+    return [case.id for case in cases]
+
+
+@pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
+def test_view_exposes_exactly_the_model_columns(case: golden.Case) -> None:
+    _, statements = _statements(case)
+    view = statements["create_view"].expression
+    assert isinstance(view, exp.Select)
+    described = golden.split_columns(case.headers["describe"])
+    assert [p.alias for p in view.expressions] == [name for name, _ in described]
+    # Bookkeeping is read, never shown.
+    assert not any(is_reserved(p.alias) for p in view.expressions)
+    # Each output is cast to the type Spark reports for the model's query.
+    for projection, (_, data_type) in zip(view.expressions, described):
+        assert isinstance(projection.this, exp.Cast)
+        assert projection.this.to == exp.DataType.build(data_type, dialect=DIALECT)
+
+
+@pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
+def test_merge_matches_state_rows_null_safely(case: golden.Case) -> None:
+    plan, statements = _statements(case)
+    merge = statements["merge_changes"]
+    assert isinstance(merge, exp.Merge)
+    on = merge.args["on"]
+    if not plan.key_columns:
+        assert plan.view_class is ViewClass.GLOBAL_AGGREGATE
+        assert on == exp.true()
+        return
+    conditions = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    # NULL is a group (GROUP BY) and a projected value like any other: '=' would
+    # never match it, and every change to a NULL key would insert a new row.
+    assert all(isinstance(c, exp.NullSafeEQ) for c in conditions)
+    assert sorted(c.this.name for c in conditions) == sorted(k.name for k in plan.key_columns)
+
+
+@pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
+def test_merge_deletes_emptied_rows_except_the_global_row(case: golden.Case) -> None:
+    plan, statements = _statements(case)
+    whens = statements["merge_changes"].args["whens"].expressions
+    deletes = [w for w in whens if w.args.get("then") == exp.var("DELETE")]
+    view = statements["create_view"].expression
+    populated_filter = f"`{COUNT}` > 0" in (
+        view.args["where"].sql(DIALECT) if view.args.get("where") else ""
+    )
+    if plan.view_class is ViewClass.GLOBAL_AGGREGATE:
+        # SELECT COUNT(*) FROM empty answers one row with 0: the row stays.
+        assert deletes == []
+        assert not populated_filter
+    else:
+        assert len(deletes) == 1
+        assert deletes[0].args["condition"].sql(DIALECT) == (
+            f"`__ivm_t`.`{COUNT}` + `__ivm_d`.`{COUNT}` = 0"
+        )
+        assert populated_filter
+
+
+@pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
+def test_changes_are_signed_by_change_type(case: golden.Case) -> None:
+    _, statements = _statements(case)
+    sign = next(a for a in statements["merge_changes"].find_all(exp.Alias) if a.alias == SIGN)
+    assert sign.this.sql(DIALECT) == ("IF(_change_type IN ('insert', 'update_postimage'), 1, -1)")
+    changes = statements["merge_changes"].find(exp.Anonymous)
+    assert changes.name.lower() == "table_changes"
+    assert [e.sql(DIALECT) for e in changes.expressions[1:]] == [
+        str(golden.FIRST_CHANGE),
+        str(golden.LAST_CHANGE),
+    ]
+
+
+@pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
+def test_build_and_model_query_read_the_pinned_version(case: golden.Case) -> None:
+    _, statements = _statements(case)
+    for name in ("create_state", "model_query"):
+        tables = list(statements[name].find_all(exp.Table))
+        sources = [t for t in tables if t.args.get("version")]
+        assert len(sources) == 1, name
+        assert sources[0].args["version"].expression == exp.Literal.number(golden.BUILD_VERSION)

@@ -1,0 +1,75 @@
+"""config.py: ivm_* model configs are checked before any SQL runs."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from dbt_common.exceptions import CompilationError
+
+from dbt.adapters.spark_ivm.config import IVM_CONFIGS, validate_model_config
+
+MODEL = "model.shop.orders_by_customer"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param({}, id="no_config"),
+        pytest.param(
+            {"materialized": "ivm", "schema": "analytics", "tags": ["x"]}, id="dbt_configs"
+        ),
+        pytest.param({"ivm_fallback": None}, id="fallback_unset"),
+        pytest.param({"ivm_fallback": "full_refresh"}, id="fallback_full_refresh"),
+        # Only the ivm_ prefix is ours; other adapters' configs pass through.
+        pytest.param({"fallback": "anything", "file_format": "delta"}, id="foreign_configs"),
+    ],
+)
+def test_valid_configs(config: dict[str, Any]) -> None:
+    validate_model_config(MODEL, config)
+
+
+@pytest.mark.parametrize(
+    ("key", "suggestion"),
+    [
+        ("ivm_fallbak", "ivm_fallback"),
+        ("ivm_falback", "ivm_fallback"),
+        ("ivm_fallbacks", "ivm_fallback"),
+        ("ivm_full_back", "ivm_fallback"),
+    ],
+)
+def test_unknown_config_with_a_close_match_suggests_it(key: str, suggestion: str) -> None:
+    with pytest.raises(CompilationError) as raised:
+        validate_model_config(MODEL, {"materialized": "ivm", key: "full_refresh"})
+    message = str(raised.value)
+    assert f"Model '{MODEL}'" in message
+    assert f"unknown config {key!r}" in message
+    assert f"did you mean {suggestion!r}?" in message
+    assert "Known ivm configs: ivm_fallback." in message
+
+
+@pytest.mark.parametrize("key", ["ivm_refresh_interval", "ivm_x"])
+def test_unknown_config_without_a_close_match_lists_the_known_ones(key: str) -> None:
+    with pytest.raises(CompilationError) as raised:
+        validate_model_config(MODEL, {key: True})
+    message = str(raised.value)
+    assert f"unknown config {key!r}" in message
+    assert "did you mean" not in message
+    assert "Known ivm configs: " + ", ".join(sorted(IVM_CONFIGS)) + "." in message
+
+
+@pytest.mark.parametrize("value", ["full", "FULL_REFRESH", "table", "", True, 1, ["full_refresh"]])
+def test_bad_fallback_value(value: object) -> None:
+    with pytest.raises(CompilationError) as raised:
+        validate_model_config(MODEL, {"ivm_fallback": value})
+    message = str(raised.value)
+    assert f"Model '{MODEL}'" in message
+    # Names what was given and what is accepted.
+    assert f"ivm_fallback={value!r} is not valid" in message
+    assert re.search(r"it must be one of: 'full_refresh', or unset\.", message)
+
+
+def test_unknown_key_is_reported_before_a_bad_value() -> None:
+    with pytest.raises(CompilationError, match="unknown config 'ivm_fallbak'"):
+        validate_model_config(MODEL, {"ivm_fallback": "nope", "ivm_fallbak": "full_refresh"})

@@ -1,0 +1,306 @@
+"""delta.py: commit metadata, history parsing and error classification, without Spark."""
+
+from __future__ import annotations
+
+import json
+import random
+from decimal import Decimal
+
+import pytest
+
+from dbt.adapters.spark_ivm import delta
+from ivm_compiler import TableName
+
+STATE = TableName(db="analytics", name="orders_by_customer__ivm_state")
+OTHER_STATE = TableName(db="analytics", name="revenue__ivm_state")
+SOURCE = TableName(db="shop", name="orders")
+# DESCRIBE HISTORY's columns, in Delta's order (trimmed of the ones the refresh never reads).
+HISTORY_COLUMNS = [
+    "version",
+    "timestamp",
+    "userName",
+    "operation",
+    "operationMetrics",
+    "userMetadata",
+]
+
+
+def refresh_metadata(state: TableName, refresh_id: str, fingerprint: str, version: int) -> str:
+    """userMetadata as Delta stores it after the refresh's SET statement."""
+    snapshot = delta.SourceSnapshot(
+        table=SOURCE, table_id="tid-1", version=version, change_data_feed=True
+    )
+    metadata = delta.commit_metadata(refresh_id, state, fingerprint, [snapshot])
+    return json.dumps(metadata, sort_keys=True)
+
+
+def history_row(version: object, operation: str, user_metadata: object) -> list[object]:
+    return [version, "2024-05-01 10:00:00", "dbt", operation, "{}", user_metadata]
+
+
+# -- parse_recorded -------------------------------------------------------------
+
+
+def mixed_history() -> list[list[object]]:
+    return [
+        # Newest first, as DESCRIBE HISTORY answers; the test shuffles them anyway.
+        history_row(12, "MERGE", refresh_metadata(OTHER_STATE, "r-foreign", "fp-other", 40)),
+        history_row(11, "SET TBLPROPERTIES", "not json at all"),
+        history_row(10, "WRITE", json.dumps({"team": "finance", "state": str(STATE)})),
+        history_row(
+            9, "MERGE", json.dumps({"spark_ivm": 2, "state": str(STATE), "fingerprint": "future"})
+        ),
+        history_row(8, "WRITE", json.dumps(["spark_ivm", 1])),
+        history_row(7, "OPTIMIZE", None),
+        history_row(6, "VACUUM END", ""),
+        history_row(5, "MERGE", refresh_metadata(STATE, "r-new", "fp-current", 31)),
+        history_row(4, "MERGE", refresh_metadata(STATE, "r-old", "fp-current", 30)),
+        history_row(
+            0, "CREATE OR REPLACE TABLE AS SELECT", refresh_metadata(STATE, "r-first", "fp-old", 1)
+        ),
+    ]
+
+
+def test_parse_recorded_takes_the_newest_refresh_commit_of_this_state() -> None:
+    rows = mixed_history()
+    random.Random(7).shuffle(rows)
+    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, rows)
+    assert recorded == delta.RecordedState(
+        state_version=5,
+        fingerprint="fp-current",
+        sources={"shop.orders": {"version": 31, "table_id": "tid-1"}},
+    )
+
+
+def test_parse_recorded_sorts_versions_as_numbers() -> None:
+    # Versions may arrive as text or Decimal (agate); "10" sorts before "9" as text.
+    rows = [
+        history_row("9", "MERGE", refresh_metadata(STATE, "r9", "fp-9", 90)),
+        history_row(Decimal(10), "MERGE", refresh_metadata(STATE, "r10", "fp-10", 100)),
+    ]
+    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, rows)
+    assert recorded is not None
+    assert (recorded.state_version, recorded.fingerprint) == (10, "fp-10")
+
+
+def test_parse_recorded_finds_columns_by_name() -> None:
+    columns = ["userMetadata", "operation", "version"]
+    rows = [[refresh_metadata(STATE, "r", "fp", 3), "MERGE", 2]]
+    recorded = delta.parse_recorded(STATE, columns, rows)
+    assert recorded is not None and recorded.state_version == 2
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        pytest.param([], id="empty_history"),
+        pytest.param(
+            [row for row in mixed_history() if row[0] in (6, 7, 8, 9, 10, 11, 12)],
+            id="only_foreign_and_garbage",
+        ),
+    ],
+)
+def test_parse_recorded_without_a_refresh_commit(rows: list[list[object]]) -> None:
+    assert delta.parse_recorded(STATE, HISTORY_COLUMNS, rows) is None
+
+
+def test_parse_recorded_ignores_the_same_table_name_in_another_schema() -> None:
+    elsewhere = TableName(db="staging", name=STATE.name)
+    rows = [history_row(3, "MERGE", refresh_metadata(elsewhere, "r", "fp", 1))]
+    assert delta.parse_recorded(STATE, HISTORY_COLUMNS, rows) is None
+
+
+# -- newest_commit_refresh_id ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        pytest.param([], None, id="no_history"),
+        pytest.param(
+            [
+                history_row(4, "MERGE", refresh_metadata(STATE, "r-old", "fp", 1)),
+                history_row(5, "MERGE", refresh_metadata(STATE, "r-new", "fp", 2)),
+            ],
+            "r-new",
+            id="newest_is_ours",
+        ),
+        pytest.param(
+            [
+                history_row(5, "MERGE", refresh_metadata(STATE, "r-ours", "fp", 2)),
+                history_row(6, "OPTIMIZE", None),
+            ],
+            None,
+            id="newest_is_not_a_refresh",
+        ),
+        pytest.param([history_row(6, "WRITE", "{broken")], None, id="newest_is_garbage"),
+    ],
+)
+def test_newest_commit_refresh_id(rows: list[list[object]], expected: str | None) -> None:
+    assert delta.newest_commit_refresh_id(HISTORY_COLUMNS, rows) == expected
+
+
+# -- statements -----------------------------------------------------------------
+
+
+def test_set_commit_metadata_escapes_semicolons() -> None:
+    # SET takes its value up to the first ';' (Spark's SET parser); a table name
+    # with a ';' in it must not end the statement.
+    odd = TableName(db="analytics", name="a;b")
+    snapshot = delta.SourceSnapshot(
+        table=TableName(db="shop", name="x;y"), table_id="t;1", version=3, change_data_feed=True
+    )
+    metadata = delta.commit_metadata("r-1", odd, "fp", [snapshot])
+    statement = delta.set_commit_metadata(metadata)
+    prefix = f"SET {delta.USER_METADATA_CONF}="
+    assert statement.startswith(prefix)
+    assert ";" not in statement
+    value = statement[len(prefix) :]
+    assert json.loads(value) == metadata
+    # And what Delta records is read back by parse_recorded.
+    recorded = delta.parse_recorded(odd, HISTORY_COLUMNS, [history_row(1, "MERGE", value)])
+    assert recorded == delta.RecordedState(
+        state_version=1, fingerprint="fp", sources={"shop.x;y": {"version": 3, "table_id": "t;1"}}
+    )
+
+
+def test_set_commit_metadata_is_ascii_and_one_line() -> None:
+    statement = delta.set_commit_metadata({"spark_ivm": 1, "state": "analytics.café\nbar"})
+    assert statement.isascii()
+    assert "\n" not in statement
+
+
+def test_commit_metadata_shape() -> None:
+    snapshot = delta.SourceSnapshot(
+        table=SOURCE, table_id="tid-9", version=12, change_data_feed=True
+    )
+    assert delta.commit_metadata("r-7", STATE, "fp-7", [snapshot]) == {
+        "spark_ivm": 1,
+        "refresh_id": "r-7",
+        "state": "analytics.orders_by_customer__ivm_state",
+        "fingerprint": "fp-7",
+        "sources": {"shop.orders": {"version": 12, "table_id": "tid-9"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        (delta.describe_detail(SOURCE), "DESCRIBE DETAIL `shop`.`orders`"),
+        (
+            delta.describe_history(STATE),
+            "DESCRIBE HISTORY `analytics`.`orders_by_customer__ivm_state`",
+        ),
+        (delta.describe_history(SOURCE, limit=1), "DESCRIBE HISTORY `shop`.`orders` LIMIT 1"),
+        (
+            delta.describe_detail(TableName(db="we`ird", name="t", catalog="spark_catalog")),
+            "DESCRIBE DETAIL `spark_catalog`.`we``ird`.`t`",
+        ),
+        (delta.reset_commit_metadata(), "RESET spark.databricks.delta.commitInfo.userMetadata"),
+    ],
+)
+def test_statements(statement: str, expected: str) -> None:
+    assert statement == expected
+
+
+# -- is_change_history_unavailable ------------------------------------------------
+
+# Texts of the errors Spark 4.0.1 + Delta 4.0.1 raised for each situation, as str() of
+# the Python exception in the embedded session (wrapped lines and Java frames trimmed).
+HISTORY_GONE = [
+    pytest.param(
+        "[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [0 , 4] as change data "
+        "was not\nrecorded for version [0]. If you've enabled change data feed on this table,\n"
+        "use `DESCRIBE HISTORY` to see when it was first enabled.\nOtherwise, to start recording "
+        "change data, use `ALTER TABLE table_name SET TBLPROPERTIES\n"
+        "(delta.enableChangeDataFeed=true)`.",
+        id="cdf_not_recorded_for_the_window",
+    ),
+    pytest.param(
+        "Cannot time travel Delta table to version 1. Available versions: [2, 6].",
+        id="version_expired",
+    ),
+    pytest.param(
+        "An error occurred while calling o229.collectToPython.\n: org.apache.spark.SparkException: "
+        "[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file "
+        "file:/warehouse/s.db/h/_change_data/cdc-00000-75c3e431.c000.snappy.parquet. File does not "
+        "exist. It is possible the underlying files have been updated. SQLSTATE: KD001\n"
+        "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.fileNotExistError(...)\n"
+        "Caused by: java.io.FileNotFoundException: File file:/warehouse/s.db/h/_change_data/"
+        "cdc-00000-75c3e431.c000.snappy.parquet does not exist",
+        id="vacuumed_change_file_with_java_cause",
+    ),
+    pytest.param(
+        "An error occurred while calling o50.sql.\n: org.apache.spark.sql.delta."
+        "DeltaFileNotFoundException: [DELTA_EMPTY_DIRECTORY] No file found in the directory: "
+        "file:/warehouse/s.db/h/_delta_log.",
+        id="log_files_removed",
+    ),
+    pytest.param(
+        "Error running query: [FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading "
+        "file file:/warehouse/s.db/h/_change_data/cdc-00000-75c3e431.c000.snappy.parquet. File "
+        "does not exist. It is possible the underlying files have been updated. SQLSTATE: KD001",
+        id="vacuumed_change_file_top_message_only",
+        marks=pytest.mark.xfail(
+            raises=AssertionError,
+            strict=True,
+            reason="delta.py gap: without the Java cause chain (as the Thrift server reports "
+            "errors) a vacuumed change file is only FAILED_READ_FILE.FILE_NOT_EXIST, which no "
+            "marker matches",
+        ),
+    ),
+    pytest.param(
+        "[DELTA_VERSIONS_NOT_CONTIGUOUS] Versions ([0, 1, 3]) are not contiguous.  A gap in the "
+        "delta log between versions 1 and 3 was detected while trying to load version 3.",
+        id="versions_not_contiguous",
+        marks=pytest.mark.xfail(
+            raises=AssertionError,
+            strict=True,
+            reason="delta.py typo: the marker is DELTA_VERSION_NOT_CONTIGUOUS, Delta's error "
+            "class is DELTA_VERSIONS_NOT_CONTIGUOUS",
+        ),
+    ),
+]
+
+NOT_HISTORY = [
+    pytest.param(
+        "[TABLE_OR_VIEW_NOT_FOUND] The table or view `shop`.`orders` cannot be found. "
+        "SQLSTATE: 42P01",
+        id="table_not_found",
+    ),
+    pytest.param(
+        "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function parameter with name "
+        "`qty` cannot be resolved. SQLSTATE: 42703",
+        id="unresolved_column",
+    ),
+    pytest.param("[DIVIDE_BY_ZERO] Division by zero. SQLSTATE: 22012", id="divide_by_zero"),
+    pytest.param(
+        "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] ConcurrentAppendException: Files were added to the "
+        "root of the table by a concurrent update. Please try the operation again.",
+        id="concurrent_append",
+    ),
+    pytest.param(
+        "[DELTA_INVALID_CDC_RANGE] CDC range from start 9 to end 3 was invalid. End cannot be "
+        "before start.",
+        id="invalid_cdc_range",
+    ),
+    pytest.param(
+        "Provided Start version(50) for reading change data is invalid. Start version cannot be "
+        "greater than the latest version of the table(6).",
+        id="start_beyond_latest",
+    ),
+]
+
+
+@pytest.mark.parametrize("text", HISTORY_GONE)
+def test_change_history_unavailable(text: str) -> None:
+    assert delta.is_change_history_unavailable(RuntimeError(text))
+
+
+@pytest.mark.parametrize("text", NOT_HISTORY)
+def test_other_errors_are_not_change_history(text: str) -> None:
+    assert not delta.is_change_history_unavailable(RuntimeError(text))
+
+
+def test_classification_ignores_case() -> None:
+    assert delta.is_change_history_unavailable(Exception("CANNOT TIME TRAVEL delta table"))
