@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
 from ivm_compiler import names
-from ivm_compiler.errors import NotMaintainable
+from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import DIALECT, TableName, parse_model
 from ivm_compiler.plan import OutputColumn, StateColumn, ViewClass, ViewPlan
 from ivm_compiler.rules import aggregates, counting
@@ -39,6 +40,7 @@ def compile_model(model: str, sql: str, catalog: Catalog) -> ViewPlan:
     tree = parse_model(model, sql)
     source = TableName.of(tree.find(exp.Table))  # parse_model guarantees exactly one
     source_columns = catalog.columns(source)
+    _refuse_reserved_source_columns(model, source, source_columns)
     qualified = _qualify(model, tree, source, source_columns)
     table = qualified.find(exp.Table)
     alias = table.alias_or_name
@@ -51,6 +53,7 @@ def compile_model(model: str, sql: str, catalog: Catalog) -> ViewPlan:
             f"{len(described)} Spark reports",
             "give every output column an alias",
         )
+    _refuse_untyped_outputs(model, described)
     where = qualified.args.get("where")
     group = qualified.args.get("group")
     having = qualified.args.get("having")
@@ -62,7 +65,7 @@ def compile_model(model: str, sql: str, catalog: Catalog) -> ViewPlan:
         if having:
             raise NotMaintainable(model, "HAVING without aggregates")
         view_class = ViewClass.DISTINCT if qualified.args.get("distinct") else ViewClass.PROJECTION
-        _refuse_map_keys(model, described)
+        _refuse_incomparable_keys(model, described, "column")
         keys = _distinct_expressions(projections)
         key_columns = [counting.key_column(i, key) for i, key in enumerate(keys)]
         key_names = {key.sql(dialect=DIALECT): col.name for key, col in zip(keys, key_columns)}
@@ -72,12 +75,13 @@ def compile_model(model: str, sql: str, catalog: Catalog) -> ViewPlan:
     else:
         if qualified.args.get("distinct"):
             raise NotMaintainable(model, "SELECT DISTINCT together with aggregates")
-        view_class = ViewClass.GROUPED_AGGREGATE if group else ViewClass.GLOBAL_AGGREGATE
-        keys = _distinct_expressions(list(group.expressions) if group else [])
+        keys = _distinct_expressions(_group_keys(group, projections))
+        # GROUP BY ALL over aggregates only is, for Spark, an aggregate without GROUP BY.
+        view_class = ViewClass.GROUPED_AGGREGATE if keys else ViewClass.GLOBAL_AGGREGATE
         key_columns = [counting.key_column(i, key) for i, key in enumerate(keys)]
         aggregated = projections + ([having.this] if having else [])
         arguments = _aggregate_arguments(aggregated)
-        avg_types = _avg_types(catalog, table, aggregated, arguments)
+        avg_types = _probe_types(model, catalog, table, keys, aggregated, arguments)
         rewrite = _finalizer(model, keys, key_columns, arguments, avg_types)
         finals = [rewrite(p) for p in projections]
         having_final = rewrite(having.this) if having else None
@@ -136,15 +140,83 @@ def _distinct_expressions(expressions: list[exp.Expression]) -> list[exp.Express
     return list(seen.values())
 
 
-def _refuse_map_keys(model: str, described: list[tuple[str, str]]) -> None:
-    for name, data_type in described:
-        if data_type.lower().startswith("map<"):
+def _refuse_reserved_source_columns(
+    model: str, source: TableName, columns: list[tuple[str, str]]
+) -> None:
+    for name, _ in columns:
+        if names.is_reserved(name):
             raise NotMaintainable(
                 model,
-                f"the MAP column {name!r} in a projection (rows are identified by all "
-                "their columns, and Spark cannot compare MAP values)",
-                "leave the MAP column out, or turn it into an ARRAY of entries with map_entries()",
+                f"the source column {name!r} of {source} (the prefix __ivm_ is reserved "
+                "for bookkeeping, and change rows would carry it twice)",
+                "rename the column in the source",
             )
+
+
+def _type_names(data_type: str) -> set[str]:
+    """The type names in a Spark type string, nested ones included, struct field names excluded.
+
+    sqlglot drops a VOID nested in ARRAY/STRUCT when it builds a DataType, so the
+    string Spark reports is scanned instead.
+
+    >>> sorted(_type_names("struct<variant:string,m:array<map<string,void>>>"))
+    ['array', 'map', 'string', 'struct', 'void']
+    """
+    names_found: set[str] = set()
+    token = ""
+    for char in data_type.lower() + ",":
+        if char.isalnum() or char == "_":
+            token += char
+            continue
+        if token and char != ":" and not token.isdigit():
+            names_found.add(token)
+        token = ""
+    return names_found
+
+
+def _refuse_untyped_outputs(model: str, described: list[tuple[str, str]]) -> None:
+    for name, data_type in described:
+        if _type_names(data_type) & {"void", "null"}:
+            raise NotMaintainable(
+                model,
+                f"the untyped NULL in column {name!r} of type {data_type} (Delta cannot "
+                "store a column of type VOID)",
+                f"give it a type, e.g. CAST(NULL AS STRING) AS {name}",
+            )
+
+
+# Types Spark cannot compare for equality: a state row keyed by one could never
+# be matched again by MERGE.
+INCOMPARABLE_TYPES = ("map", "variant")
+
+
+def _refuse_incomparable_keys(model: str, typed_keys: list[tuple[str, str]], role: str) -> None:
+    for name, data_type in typed_keys:
+        found = _type_names(data_type)
+        if found & {"void", "null"}:
+            raise NotMaintainable(
+                model,
+                f"the untyped NULL {role} {name!r} (Delta cannot store a column of type VOID)",
+                "give it a type, e.g. CAST(NULL AS STRING)",
+            )
+        kind = next((t.upper() for t in INCOMPARABLE_TYPES if t in found), None)
+        if kind is not None:
+            raise NotMaintainable(
+                model,
+                f"the {kind} {role} {name!r} of type {data_type} (rows are identified by their "
+                f"key values, and Spark cannot compare {kind} values)",
+                "leave it out, or turn a MAP into an ARRAY of entries with map_entries() "
+                "and a VARIANT into a STRING with to_json()",
+            )
+
+
+def _group_keys(group: exp.Group | None, projections: list[exp.Expression]) -> list[exp.Expression]:
+    if group is None:
+        return []
+    if group.args.get("all"):
+        # GROUP BY ALL groups by every output that is not an aggregate.
+        return [p for p in projections if not p.find(exp.AggFunc)]
+    return list(group.expressions)
 
 
 def _aggregate_arguments(
@@ -167,31 +239,57 @@ def _aggregate_arguments(
     return found
 
 
-def _avg_types(
+def _probe_types(
+    model: str,
     catalog: Catalog,
     table: exp.Table,
+    keys: list[exp.Expression],
     expressions: list[exp.Expression],
     arguments: dict[str, aggregates.ArgumentState],
 ) -> dict[str, exp.DataType]:
-    """Spark's result type of AVG(x) for each argument x that is averaged anywhere."""
-    averaged = {
-        call.this.sql(dialect=DIALECT)
-        for expression in expressions
-        for call in expression.find_all(exp.Avg)
-    }
-    arguments = {key: argument for key, argument in arguments.items() if key in averaged}
-    if not arguments:
+    """Ask Spark the types that decide what can be maintained; return AVG's result types.
+
+    One DESCRIBE QUERY over the source gives the type of every group key (which
+    must be comparable), of SUM(x) for every summed x (a DOUBLE sum means x is
+    floating point), and of AVG(x) for every averaged x.
+    """
+    averaged = {call.this.sql(dialect=DIALECT) for e in expressions for call in e.find_all(exp.Avg)}
+    summed = [a for a in arguments.values() if a.needs_sum]
+    probe_columns: list[exp.Expression] = [
+        exp.alias_(key.copy(), f"key_{i}") for i, key in enumerate(keys)
+    ]
+    probe_columns += [exp.alias_(exp.Sum(this=a.argument.copy()), f"sum_{a.index}") for a in summed]
+    probe_columns += [
+        exp.alias_(exp.Avg(this=a.argument.copy()), f"avg_{a.index}")
+        for key, a in arguments.items()
+        if key in averaged
+    ]
+    if not probe_columns:
         return {}
-    probe = exp.select(
-        *[
-            exp.alias_(exp.Avg(this=argument.argument.copy()), f"avg_{argument.index}")
-            for argument in arguments.values()
-        ]
-    ).from_(table.copy())
-    types = [data_type for _, data_type in catalog.describe_query(probe.sql(dialect=DIALECT))]
+    probe = exp.select(*probe_columns).from_(table.copy())
+    if keys:
+        probe = probe.group_by(*[key.copy() for key in keys])
+    types = dict(catalog.describe_query(probe.sql(dialect=DIALECT)))
+
+    _refuse_incomparable_keys(
+        model,
+        [(key.sql(dialect=DIALECT), types[f"key_{i}"]) for i, key in enumerate(keys)],
+        "GROUP BY key",
+    )
+    for argument in summed:
+        if types[f"sum_{argument.index}"].lower() == "double":
+            shown = argument.argument.sql(dialect=DIALECT)
+            raise NotMaintainable(
+                model,
+                f"SUM/AVG over the floating-point expression {shown} (adding and subtracting "
+                "floating-point values drifts from a recomputation, for good)",
+                f"cast it to a DECIMAL, e.g. SUM(CAST({shown} AS DECIMAL(38, 6))), or "
+                + FALLBACK_HINT,
+            )
     return {
-        key: exp.DataType.build(data_type, dialect=DIALECT)
-        for key, data_type in zip(arguments, types)
+        key: exp.DataType.build(types[f"avg_{a.index}"], dialect=DIALECT)
+        for key, a in arguments.items()
+        if key in averaged
     }
 
 

@@ -9,7 +9,11 @@ Statements:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from ivm_compiler import names
 from ivm_compiler.parse import DIALECT, TableName
@@ -144,7 +148,9 @@ def merge_changes(plan: ViewPlan, state: TableName, first_version: int, last_ver
         if column.rule is MergeRule.ADD_NULLABLE:
             stored = exp.Coalesce(this=stored, expressions=[exp.Literal.number(0)])
             change = exp.Coalesce(this=change, expressions=[exp.Literal.number(0)])
-        updates.append(exp.EQ(this=t(column.name), expression=exp.Add(this=stored, expression=change)))
+        updates.append(
+            exp.EQ(this=t(column.name), expression=exp.Add(this=stored, expression=change))
+        )
 
     whens = []
     if plan.view_class is not ViewClass.GLOBAL_AGGREGATE:
@@ -153,7 +159,9 @@ def merge_changes(plan: ViewPlan, state: TableName, first_version: int, last_ver
             this=exp.Add(this=t(names.COUNT), expression=d(names.COUNT)),
             expression=exp.Literal.number(0),
         )
-        whens.append(exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE")))
+        whens.append(
+            exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
+        )
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=updates)))
     all_columns = [c.name for c in plan.state_columns]
     whens.append(
@@ -181,14 +189,14 @@ def view_query(plan: ViewPlan, state: TableName) -> exp.Select:
     for output in plan.outputs:
         expression = output.expression.copy()
         try:
-            expression = exp.cast(expression, exp.DataType.build(output.data_type, dialect=DIALECT))
-        except Exception:  # a type sqlglot cannot spell: the expression already has it
-            pass
+            data_type = exp.DataType.build(output.data_type, dialect=DIALECT)
+        except (ParseError, ValueError):
+            data_type = None  # a type sqlglot cannot spell: the expression already has it
+        if data_type is not None:
+            expression = exp.cast(expression, data_type)
         outputs.append(exp.alias_(expression, output.name, quoted=True))
     select = exp.select(*outputs).from_(state.to_table())
-    populated = exp.GT(
-        this=exp.column(names.COUNT, quoted=True), expression=exp.Literal.number(0)
-    )
+    populated = exp.GT(this=exp.column(names.COUNT, quoted=True), expression=exp.Literal.number(0))
     if plan.view_class is not ViewClass.GLOBAL_AGGREGATE:
         select = select.where(populated)
     if plan.having is not None:
@@ -213,9 +221,26 @@ QUERY_PROPERTY = "spark_ivm.query"
 STATE_PROPERTY = "spark_ivm.state"
 
 
-def create_view(plan: ViewPlan, state: TableName, target: TableName) -> str:
+@dataclass(frozen=True)
+class ViewDocs:
+    """dbt's persist_docs for the view: its description and its columns' descriptions."""
+
+    description: str | None = None
+    columns: Mapping[str, str] = field(default_factory=dict)
+
+
+def create_view(
+    plan: ViewPlan, state: TableName, target: TableName, docs: ViewDocs | None = None
+) -> str:
+    docs = docs or ViewDocs()
+    comment = (
+        [exp.SchemaCommentProperty(this=exp.Literal.string(docs.description))]
+        if docs.description
+        else []
+    )
     properties = exp.Properties(
         expressions=[
+            *comment,
             exp.Property(
                 this=exp.Literal.string(QUERY_PROPERTY),
                 value=exp.Literal.string(plan.sql.strip()),
@@ -225,14 +250,36 @@ def create_view(plan: ViewPlan, state: TableName, target: TableName) -> str:
             ),
         ]
     )
+    described = {name.lower(): text for name, text in docs.columns.items() if text}
+    name: exp.Expression = target.to_table()
+    if described:
+        # Spark takes column comments only in the view's column list, which must
+        # then name every column, in order.
+        name = exp.Schema(
+            this=name,
+            expressions=[
+                _commented_column(o.name, described.get(o.name.lower())) for o in plan.outputs
+            ],
+        )
     create = exp.Create(
-        this=target.to_table(),
+        this=name,
         kind="VIEW",
         replace=True,
         properties=properties,
         expression=view_query(plan, state),
     )
     return _sql(create)
+
+
+def _commented_column(name: str, comment: str | None) -> exp.Expression:
+    if comment is None:
+        return _ident(name)
+    return exp.ColumnDef(
+        this=_ident(name),
+        constraints=[
+            exp.ColumnConstraint(kind=exp.CommentColumnConstraint(this=exp.Literal.string(comment)))
+        ],
+    )
 
 
 def model_query(plan: ViewPlan, version: int) -> str:

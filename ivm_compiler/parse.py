@@ -38,6 +38,11 @@ NON_DETERMINISTIC_FUNCTIONS = frozenset(
         "input_file_name",
         "input_file_block_start",
         "input_file_block_length",
+        "uniform",
+        "randstr",
+        "reflect",
+        "java_method",
+        "try_reflect",
     }
 )
 NON_DETERMINISTIC_NODES: tuple[type[exp.Expression], ...] = (
@@ -47,6 +52,58 @@ NON_DETERMINISTIC_NODES: tuple[type[exp.Expression], ...] = (
     exp.CurrentTimestamp,
     exp.CurrentDate,
     exp.CurrentTime,
+    exp.Uniform,
+)
+
+# Table-generating functions: one input row becomes several output rows.
+GENERATOR_NODES: tuple[type[exp.Expression], ...] = (
+    exp.Explode,
+    exp.Inline,
+    exp.Stack,
+    exp.Unnest,
+)
+GENERATOR_FUNCTIONS = frozenset(
+    {"json_tuple", "inline_outer", "posexplode_outer", "explode_outer", "stack"}
+)
+
+# Spark aggregates sqlglot parses as anonymous functions: refused by name like
+# every other aggregate outside SUPPORTED_AGGREGATES.
+ANONYMOUS_AGGREGATES = frozenset(
+    {
+        "try_sum",
+        "try_avg",
+        "std",
+        "every",
+        "some",
+        "any",
+        "bool_and",
+        "bool_or",
+        "histogram_numeric",
+        "count_min_sketch",
+        "hll_sketch_agg",
+        "hll_union_agg",
+        "kurtosis",
+        "skewness",
+        "mode",
+        "median",
+        "percentile",
+        "percentile_approx",
+        "approx_percentile",
+        "regr_count",
+        "regr_sxx",
+        "regr_syy",
+        "regr_sxy",
+        "regr_avgx",
+        "regr_avgy",
+        "regr_slope",
+        "regr_intercept",
+        "regr_r2",
+        "bit_and",
+        "bit_or",
+        "bit_xor",
+        "bitmap_construct_agg",
+        "bitmap_or_agg",
+    }
 )
 
 # Aggregates the walking skeleton maintains; the rest are refused by name.
@@ -116,7 +173,9 @@ def check_supported(model: str, tree: exp.Expression) -> None:
         )
     if tree.args.get("with_") or tree.args.get("with"):
         raise NotMaintainable(
-            model, "a common table expression (WITH)", "inline the CTE or split it into its own model"
+            model,
+            "a common table expression (WITH)",
+            "inline the CTE or split it into its own model",
         )
 
     for node in tree.walk():
@@ -126,7 +185,9 @@ def check_supported(model: str, tree: exp.Expression) -> None:
     if len(tables) != 1:
         raise NotMaintainable(
             model,
-            "a query without exactly one source table" if tables else "a query without a FROM table",
+            "a query without exactly one source table"
+            if tables
+            else "a query without a FROM table",
             "read exactly one Delta table through source() or ref()",
         )
     table = tables[0]
@@ -149,12 +210,26 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
         raise NotMaintainable(model, "a subquery", "move the subquery into its own model")
     if isinstance(node, exp.Join):
         raise NotMaintainable(model, "JOIN")
+    if isinstance(node, exp.Pivot):
+        raise NotMaintainable(model, "UNPIVOT" if node.args.get("unpivot") else "PIVOT")
     if isinstance(node, exp.Window):
         raise NotMaintainable(model, f"the window function {node.sql(dialect=DIALECT)}")
     if isinstance(node, exp.Qualify):
         raise NotMaintainable(model, "QUALIFY")
-    if isinstance(node, exp.Limit) or isinstance(node, exp.Offset):
+    if isinstance(node, (exp.Limit, exp.Offset)):
         raise NotMaintainable(model, "LIMIT/OFFSET")
+    for clause, written in (
+        (exp.Distribute, "DISTRIBUTE BY"),
+        (exp.Sort, "SORT BY"),
+        (exp.Cluster, "CLUSTER BY"),
+    ):
+        if isinstance(node, clause):
+            raise NotMaintainable(
+                model,
+                written,
+                f"remove {written} (it only arranges rows while the query runs; a "
+                "maintained table is not rewritten as a whole)",
+            )
     if isinstance(node, exp.Order) and node.parent is root:
         raise NotMaintainable(
             model,
@@ -165,6 +240,14 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
         raise NotMaintainable(model, "DISTINCT ON")
     if isinstance(node, exp.Lateral):
         raise NotMaintainable(model, "LATERAL VIEW")
+    if isinstance(node, GENERATOR_NODES) or (
+        isinstance(node, exp.Anonymous) and _function_name(node) in GENERATOR_FUNCTIONS
+    ):
+        raise NotMaintainable(
+            model,
+            f"the generator {_written(node)}() in the SELECT list",
+            "explode the values into a Delta table of their own and read that table",
+        )
     if isinstance(node, exp.TableSample):
         raise NotMaintainable(model, "TABLESAMPLE")
     if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets)):
@@ -178,13 +261,21 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
     if isinstance(node, NON_DETERMINISTIC_NODES) or (
         isinstance(node, exp.Func) and _function_name(node) in NON_DETERMINISTIC_FUNCTIONS
     ):
+        # unix_timestamp() is parsed as a conversion of CURRENT_TIMESTAMP: name the call written.
+        shown = node.parent if isinstance(node.parent, exp.StrToUnix) else node
         raise NotMaintainable(
             model,
-            f"the non-deterministic function {_function_name(node).upper()}()",
+            f"the non-deterministic function {_written(shown)}()",
             "compute the value in the source table, or " + FALLBACK_HINT,
         )
     if isinstance(node, exp.AggFunc):
         _check_aggregate(model, node)
+    if isinstance(node, exp.Anonymous) and _function_name(node) in ANONYMOUS_AGGREGATES:
+        raise NotMaintainable(
+            model,
+            f"the aggregate {_written(node)}",
+            "use COUNT, SUM or AVG, or " + FALLBACK_HINT,
+        )
     if isinstance(node, (exp.Alias, exp.Column)) and is_reserved(node.alias_or_name):
         raise NotMaintainable(
             model,
@@ -197,13 +288,29 @@ def _check_aggregate(model: str, node: exp.AggFunc) -> None:
     if not isinstance(node, SUPPORTED_AGGREGATES):
         raise NotMaintainable(
             model,
-            f"the aggregate {_function_name(node).upper()}",
+            f"the aggregate {_written(node)}",
             "use COUNT, SUM or AVG, or " + FALLBACK_HINT,
         )
     if isinstance(node.this, exp.Distinct):
-        raise NotMaintainable(model, f"{_function_name(node).upper()}(DISTINCT ...)")
-    if any(isinstance(inner, exp.AggFunc) for inner in node.this.find_all(exp.AggFunc) if inner is not node):
+        raise NotMaintainable(model, f"{_written(node)}(DISTINCT ...)")
+    if isinstance(node, exp.Count) and node.expressions:
+        raise NotMaintainable(
+            model,
+            "COUNT with several arguments",
+            "count rows where all are non-NULL with "
+            "COUNT(CASE WHEN a IS NOT NULL AND b IS NOT NULL THEN 1 END)",
+        )
+    if any(
+        isinstance(inner, exp.AggFunc)
+        for inner in node.this.find_all(exp.AggFunc)
+        if inner is not node
+    ):
         raise NotMaintainable(model, "a nested aggregate")
+
+
+def _written(node: exp.Expression) -> str:
+    """The function's name as Spark SQL spells it (sqlglot's node names can differ)."""
+    return node.sql(dialect=DIALECT).split("(", 1)[0].strip().upper()
 
 
 def _function_name(node: exp.Expression) -> str:

@@ -89,7 +89,10 @@ def main() -> int:
     rng = random.Random(7)
     spark = start_spark()
     create_sources(spark, rng)
-    report("First build (--full-refresh): state computed at pinned versions", dbt_build("--full-refresh"))
+    report(
+        "First build (--full-refresh): state computed at pinned versions",
+        dbt_build("--full-refresh"),
+    )
     apply_batch(spark, rng)
     report("Incremental refresh: only the change feed is read", dbt_build())
     report("Refresh with no new source commits", dbt_build())

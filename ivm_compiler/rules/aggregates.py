@@ -39,9 +39,7 @@ class ArgumentState:
                 rule=MergeRule.ADD,
                 build=exp.Count(this=self.argument.copy(), big_int=True),
                 delta=exp.Sum(
-                    this=exp.If(
-                        this=non_null, true=sign(source_alias), false=exp.Literal.number(0)
-                    )
+                    this=exp.If(this=non_null, true=sign(source_alias), false=exp.Literal.number(0))
                 ),
             )
         ]

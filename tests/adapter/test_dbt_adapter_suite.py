@@ -14,7 +14,6 @@ snapshot and UPDATE the seeds, which plain parquet tables cannot do).
 from __future__ import annotations
 
 import pytest
-
 from dbt.tests.adapter.basic import expected_catalog
 from dbt.tests.adapter.basic.test_adapter_methods import BaseAdapterMethod
 from dbt.tests.adapter.basic.test_base import BaseSimpleMaterializations
@@ -92,22 +91,27 @@ class TestValidateConnectionSparkIvm(BaseValidateConnection):
 # the Spark user as owner and 0-based column indexes; these expectations are the
 # base suite's with those values, nothing else changed.
 
-SPARK_TYPES = dict(
-    id_type="long",
-    text_type="string",
-    time_type="timestamp",
-    view_type="view",
-    table_type="table",
-    model_stats=expected_catalog.no_stats(),
-)
+SPARK_TYPES = {
+    "id_type": "long",
+    "text_type": "string",
+    "time_type": "timestamp",
+    "view_type": "view",
+    "table_type": "table",
+    "model_stats": expected_catalog.no_stats(),
+}
 
 
 def _spark_stats() -> dict:
     """Stats dbt-spark reads from a table's 'Statistics: N bytes, M rows' line (a CTAS table)."""
 
     def stat(name: str) -> dict:
-        return {"id": name, "label": name, "value": AnyInteger(), "include": True,
-                "description": None}
+        return {
+            "id": name,
+            "label": name,
+            "value": AnyInteger(),
+            "include": True,
+            "description": None,
+        }
 
     has_stats = expected_catalog.no_stats()["has_stats"]
     return {"bytes": stat("bytes"), "rows": stat("rows"), "has_stats": {**has_stats, "value": True}}

@@ -8,8 +8,8 @@ which the oracle checks at the version the model records.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 from dbt.tests.util import run_dbt
@@ -66,15 +66,21 @@ class TestInterruptedRefresh:
     def source_table(self, project):
         table = f"{project.test_schema}.src"
         project.run_sql(SOURCE_DDL.format(table=table))
-        project.run_sql(f"INSERT INTO {table} VALUES (1, 'a', 1, 1.50), (1, 'a', 1, 1.50), (2, NULL, NULL, NULL)")
+        project.run_sql(
+            f"INSERT INTO {table} VALUES (1, 'a', 1, 1.50), (1, 'a', 1, 1.50), (2, NULL, NULL, NULL)"
+        )
         return table
 
     def _write_batch(self, spark, table: str, round_: int) -> None:
-        spark.sql(f"INSERT INTO {table} VALUES ({round_ % 4}, 'b', {round_}, 2.25), (NULL, NULL, 1, NULL)")
+        spark.sql(
+            f"INSERT INTO {table} VALUES ({round_ % 4}, 'b', {round_}, 2.25), (NULL, NULL, 1, NULL)"
+        )
         spark.sql(f"UPDATE {table} SET v = v + 1, g = 'c' WHERE k = {round_ % 3}")
         spark.sql(f"DELETE FROM {table} WHERE k = {(round_ + 1) % 4} AND g = 'b'")
 
-    def _interrupted_then_rerun(self, project, spark, table: str, model: str, args: list[str], after: int) -> bool:
+    def _interrupted_then_rerun(
+        self, project, spark, table: str, model: str, args: list[str], after: int
+    ) -> bool:
         """Returns whether the crash point was reached (False once the refresh has fewer statements)."""
         with crash_after(after) as ran:
             results = run_dbt([*args, "--select", model], expect_pass=False)
@@ -83,7 +89,9 @@ class TestInterruptedRefresh:
         # commit-metadata conf the dead refresh may have left set.
         spark.sql(delta.reset_commit_metadata())
         run_dbt(["run", "--select", model])
-        version = assert_model_matches_query(spark, project.test_schema, model, QUERIES[model], "src")
+        version = assert_model_matches_query(
+            spark, project.test_schema, model, QUERIES[model], "src"
+        )
         assert version == latest_version(spark, table)
         assert crashed or len(ran) == after
         return crashed

@@ -13,7 +13,6 @@ from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 from tests.functional.ivm_checks import (
     assert_model_matches_query,
     latest_version,
-    recorded_version,
 )
 from tests.functional.ivm_project import QUERIES, SOURCE_DDL, SOURCES_YML
 
@@ -108,10 +107,15 @@ class TestIvmMaterialization:
     def test_changed_model_sql_is_rebuilt_not_patched(self, project, spark, source_table):
         run_dbt(["run"])
         changed = QUERIES["drops_key"].replace("select g, v", "select v, g")
-        write_file(changed.format(src="{{ source('raw', 'src') }}"), project.project_root, "models", "drops_key.sql")
+        write_file(
+            changed.format(src="{{ source('raw', 'src') }}"),
+            project.project_root,
+            "models",
+            "drops_key.sql",
+        )
         try:
             spark.sql(f"INSERT INTO {source_table} VALUES (4, 'd', 4, NULL)")
-            results, log = run_dbt_and_capture(["run", "--select", "drops_key"])
+            _, log = run_dbt_and_capture(["run", "--select", "drops_key"])
             assert "SQL or its columns changed" in log
             assert_model_matches_query(spark, project.test_schema, "drops_key", changed, "src")
         finally:
@@ -122,12 +126,34 @@ class TestIvmMaterialization:
         run_dbt(["run", "--select", "grouped"])
         # Versions written while the feed is off have no change data: the next
         # refresh cannot read the window and must rebuild, never skip it.
-        spark.sql(f"ALTER TABLE {source_table} SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
+        spark.sql(
+            f"ALTER TABLE {source_table} SET TBLPROPERTIES (delta.enableChangeDataFeed = false)"
+        )
         spark.sql(f"INSERT INTO {source_table} VALUES (5, 'a', 50, NULL)")
-        spark.sql(f"ALTER TABLE {source_table} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
-        results, log = run_dbt_and_capture(["run", "--select", "grouped"])
+        spark.sql(
+            f"ALTER TABLE {source_table} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        )
+        _, log = run_dbt_and_capture(["run", "--select", "grouped"])
         assert "rebuilding fully" in log and "can no longer be read" in log
-        version = assert_model_matches_query(spark, project.test_schema, "grouped", QUERIES["grouped"], "src")
+        version = assert_model_matches_query(
+            spark, project.test_schema, "grouped", QUERIES["grouped"], "src"
+        )
+        assert version == latest_version(spark, source_table)
+
+    def test_vacuumed_change_files_rebuild_with_a_warning(self, project, spark, source_table):
+        run_dbt(["run", "--select", "grouped"])
+        spark.sql(f"UPDATE {source_table} SET v = v + 10 WHERE k = 1")
+        spark.sql(f"DELETE FROM {source_table} WHERE k = 2")
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        try:
+            spark.sql(f"VACUUM {source_table} RETAIN 0 HOURS")
+        finally:
+            spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+        _, log = run_dbt_and_capture(["run", "--select", "grouped"])
+        assert "rebuilding fully" in log and "can no longer be read" in log
+        version = assert_model_matches_query(
+            spark, project.test_schema, "grouped", QUERIES["grouped"], "src"
+        )
         assert version == latest_version(spark, source_table)
 
     def test_recreated_source_is_detected(self, project, spark, source_table):
@@ -135,14 +161,16 @@ class TestIvmMaterialization:
         spark.sql(f"DROP TABLE {source_table}")
         spark.sql(SOURCE_DDL.format(table=source_table))
         spark.sql(f"INSERT INTO {source_table} VALUES (9, 'z', 9, 9.00)")
-        results, log = run_dbt_and_capture(["run", "--select", "grouped"])
+        _, log = run_dbt_and_capture(["run", "--select", "grouped"])
         assert "dropped and recreated" in log
         assert_model_matches_query(spark, project.test_schema, "grouped", QUERIES["grouped"], "src")
 
     def test_ivm_matches_query_fails_on_a_wrong_model(self, project, spark, source_table):
         run_dbt(["run"])
         # Tamper with the state by hand: the generic test must catch it.
-        spark.sql(f"UPDATE {project.test_schema}.drops_key__ivm_state SET __ivm_count = __ivm_count + 1")
+        spark.sql(
+            f"UPDATE {project.test_schema}.drops_key__ivm_state SET __ivm_count = __ivm_count + 1"
+        )
         results = run_dbt(["test", "--select", "drops_key"], expect_pass=False)
         failed = [r for r in results if str(r.status) == "fail"]
         assert len(failed) == 1 and failed[0].failures == 1
@@ -182,7 +210,7 @@ class TestRefusalsAndFallbacks:
         assert not {"joined", "joined__ivm_state"} & tables
 
     def test_fallback_recomputes_with_a_warning(self, project, spark, source_table):
-        results, log = run_dbt_and_capture(["run", "--select", "ranked"])
+        _, log = run_dbt_and_capture(["run", "--select", "ranked"])
         assert "recomputing fully because ivm_fallback='full_refresh'" in log
         assert "window function" in log
         rows = spark.sql(f"SELECT * FROM {project.test_schema}.ranked").count()
@@ -196,7 +224,9 @@ class TestRefusalsAndFallbacks:
     def test_source_without_change_feed_shows_the_fix(self, project, spark, source_table):
         model = "select k from {{ source('raw', 'src') }}"
         write_file(model, project.project_root, "models", "plain_ivm.sql")
-        spark.sql(f"ALTER TABLE {source_table} SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
+        spark.sql(
+            f"ALTER TABLE {source_table} SET TBLPROPERTIES (delta.enableChangeDataFeed = false)"
+        )
         try:
             results = run_dbt(["run", "--select", "plain_ivm"], expect_pass=False)
             message = str(results[0].message)
@@ -204,10 +234,59 @@ class TestRefusalsAndFallbacks:
             assert "does not have the Delta change data feed enabled" in message
             assert "SET TBLPROPERTIES (delta.enableChangeDataFeed = true)" in message
         finally:
-            spark.sql(f"ALTER TABLE {source_table} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+            spark.sql(
+                f"ALTER TABLE {source_table} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+            )
 
     def test_source_that_is_a_view_is_refused(self, project, source_table):
         run_dbt(["run", "--select", "plain_view"])
         results = run_dbt(["run", "--select", "from_view"], expect_pass=False)
         message = str(results[0].message)
         assert "model.test.from_view" in message and "Delta table" in message
+
+
+models__documented_yml = """
+version: 2
+models:
+  - name: documented
+    description: Rows per group, kept incrementally
+    config:
+      persist_docs: {relation: true, columns: true}
+    columns:
+      - name: g
+        description: The group's name
+"""
+
+
+class TestPersistDocs:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "sources.yml": SOURCES_YML,
+            "documented.sql": "select g, count(*) as n from {{ source('raw', 'src') }} group by g",
+            "documented.yml": models__documented_yml,
+        }
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"models": {"+materialized": "ivm"}}
+
+    def test_descriptions_reach_the_view(self, project, spark):
+        table = f"{project.test_schema}.src"
+        project.run_sql(SOURCE_DDL.format(table=table))
+        project.run_sql(f"INSERT INTO {table} VALUES (1, 'a', 1, 1.50)")
+        run_dbt(["run"])
+        view = f"{project.test_schema}.documented"
+        described = {r.col_name: r for r in spark.sql(f"DESCRIBE TABLE EXTENDED {view}").collect()}
+        assert described["g"].comment == "The group's name"
+        assert described["Comment"].data_type == "Rows per group, kept incrementally"
+        # The view is recreated on every run, so an edited description shows up.
+        write_file(
+            models__documented_yml.replace("The group's name", "Group name, edited"),
+            project.project_root,
+            "models",
+            "documented.yml",
+        )
+        run_dbt(["run"])
+        described = {r.col_name: r for r in spark.sql(f"DESCRIBE TABLE EXTENDED {view}").collect()}
+        assert described["g"].comment == "Group name, edited"

@@ -45,19 +45,27 @@ def _key_predicate(key: int | None) -> str:
 
 
 inserts = st.lists(rows, min_size=1, max_size=6).map(
-    lambda batch: "INSERT INTO {table} VALUES "
-    + ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in batch)
+    lambda batch: (
+        "INSERT INTO {table} VALUES "
+        + ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in batch)
+    )
 )
 updates = st.tuples(keys, st.sampled_from(["v", "g", "d"]), values, groups, decimals).map(
-    lambda u: "UPDATE {table} SET "
-    + {"v": f"v = {_literal(u[2])}", "g": f"g = {_literal(u[3])}", "d": f"d = {_literal(u[4])}"}[
-        u[1]
-    ]
-    + f" WHERE {_key_predicate(u[0])}"
+    lambda u: (
+        "UPDATE {table} SET "
+        + {
+            "v": f"v = {_literal(u[2])}",
+            "g": f"g = {_literal(u[3])}",
+            "d": f"d = {_literal(u[4])}",
+        }[u[1]]
+        + f" WHERE {_key_predicate(u[0])}"
+    )
 )
 deletes = st.one_of(
     keys.map(lambda k: "DELETE FROM {table} WHERE " + _key_predicate(k)),
-    groups.map(lambda g: "DELETE FROM {table} WHERE " + ("g IS NULL" if g is None else f"g = '{g}'")),
+    groups.map(
+        lambda g: "DELETE FROM {table} WHERE " + ("g IS NULL" if g is None else f"g = '{g}'")
+    ),
 )
 statements = st.one_of(inserts, inserts, updates, deletes)
 # A step is the statements written before one refresh (possibly none).
@@ -98,7 +106,9 @@ class TestRandomChangeSequences:
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
     @given(steps=steps)
-    def test_models_equal_their_query_after_every_refresh(self, project, spark, source_table, steps):
+    def test_models_equal_their_query_after_every_refresh(
+        self, project, spark, source_table, steps
+    ):
         spark.sql(f"DELETE FROM {source_table}")
         self._refresh_and_check(project, spark, source_table)
         for statements_before_refresh in steps:

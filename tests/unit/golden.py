@@ -20,8 +20,12 @@ A fixture file holds the sources every case may read, then one case per title::
 Header lines of a case:
 - ``# class:`` the ViewClass the compiler must choose;
 - ``# describe:`` what Spark's DESCRIBE QUERY answers for the model's SQL;
-- ``# describe avg:`` what it answers for the compiler's AVG type probe (only
-  for models that average something): ``avg_<argument index> <type>, ...``;
+- ``# describe probe:`` what it answers for the compiler's type probe, asked
+  once for an aggregate model that has group keys, sums or averages:
+  ``key_<key index> <type>`` for each group key, then ``sum_<argument index>
+  <type>`` for each summed argument, then ``avg_<argument index> <type>`` for
+  each averaged one, in the order the probe asks them; the answers are what
+  Spark 4.0.1 reports for the probe's DESCRIBE QUERY, not guesses;
 - ``# xfail:`` the model is compiled wrongly today; the sections then hold the
   statements it should compile to (written by hand), and the case is an
   xfail(strict=True) so fixing the bug makes the suite ask for the marker's removal.
@@ -212,6 +216,40 @@ def rewrite(fixture: FixtureFile, emitted: dict[str, dict[str, str]]) -> None:
     fixture.path.write_text("\n".join(out) + "\n")
 
 
+# The compiler's type probe names its columns key_<i>, sum_<i> and avg_<i>.
+_PROBE_COLUMN = re.compile(r"^(?P<kind>key|sum|avg)_\d+$")
+
+
+def probe_columns(sql: str) -> list[str] | None:
+    """The columns a type probe asks for, or None if `sql` is not a probe.
+
+    >>> probe_columns("SELECT a AS key_0, SUM(b) AS sum_1, AVG(b) AS avg_1 FROM t GROUP BY a")
+    ['key_0', 'sum_1', 'avg_1']
+    >>> probe_columns("SELECT a AS key_0, SUM(b) AS avg_1 FROM t GROUP BY a") is None
+    True
+    """
+    probe = sqlglot.parse_one(sql, read=DIALECT)
+    if not isinstance(probe, exp.Select) or probe.args.get("where") or probe.args.get("having"):
+        return None
+    names = []
+    for projection in probe.expressions:
+        match = _PROBE_COLUMN.match(projection.alias) if isinstance(projection, exp.Alias) else None
+        if match is None:
+            return None
+        wanted = {"key": None, "sum": exp.Sum, "avg": exp.Avg}[match["kind"]]
+        if wanted is None and projection.this.find(exp.AggFunc):
+            return None
+        if wanted is not None and type(projection.this) is not wanted:
+            return None
+        names.append(projection.alias)
+    # Each key is asked for the groups it makes: the probe groups by exactly its keys.
+    keys = [p.this for p in probe.expressions if p.alias.startswith("key_")]
+    group = probe.args.get("group")
+    if (group.expressions if group else []) != keys:
+        return None
+    return names
+
+
 class FakeCatalog:
     """The compiler's Catalog, answered from the fixture; records every question asked."""
 
@@ -220,13 +258,14 @@ class FakeCatalog:
         sources: dict[str, list[tuple[str, str]]],
         model_sql: str,
         describe: list[tuple[str, str]],
-        describe_avg: list[tuple[str, str]] | None = None,
+        describe_probe: list[tuple[str, str]] | None = None,
     ) -> None:
         self.sources = sources
         self.model_sql = model_sql
         self.describe = describe
-        self.describe_avg = describe_avg
+        self.describe_probe = describe_probe
         self.asked: list[str] = []
+        self.probes: list[str] = []
 
     def columns(self, table: TableName) -> list[tuple[str, str]]:
         self.asked.append(f"columns {table}")
@@ -238,19 +277,16 @@ class FakeCatalog:
         if sql == self.model_sql:
             self.asked.append("describe model")
             return list(self.describe)
-        probe = sqlglot.parse_one(sql, read=DIALECT)
-        is_avg_probe = isinstance(probe, exp.Select) and all(
-            isinstance(p, exp.Alias) and isinstance(p.this, exp.Avg) for p in probe.expressions
-        )
-        if not is_avg_probe:
+        asked = probe_columns(sql)
+        if asked is None:
             raise AssertionError(f"unexpected DESCRIBE QUERY {sql}")
-        self.asked.append("describe avg")
-        if self.describe_avg is None:
-            raise AssertionError(f"the case needs a '# describe avg:' header for {sql}")
-        asked = [p.alias for p in probe.expressions]
-        declared = [name for name, _ in self.describe_avg]
+        self.asked.append("describe probe")
+        self.probes.append(sql)
+        if self.describe_probe is None:
+            raise AssertionError(f"the case needs a '# describe probe:' header for {sql}")
+        declared = [name for name, _ in self.describe_probe]
         if asked != declared:
             raise AssertionError(
-                f"'# describe avg:' answers {declared}, the probe asks for {asked}: {sql}"
+                f"'# describe probe:' answers {declared}, the probe asks for {asked}: {sql}"
             )
-        return list(self.describe_avg)
+        return list(self.describe_probe)

@@ -30,12 +30,12 @@ UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 def compile_case(
     fixture: golden.FixtureFile, case: golden.Case
 ) -> tuple[ViewPlan, golden.FakeCatalog]:
-    describe_avg = case.headers.get("describe avg")
+    describe_probe = case.headers.get("describe probe")
     catalog = golden.FakeCatalog(
         fixture.sources,
         case.sql,
         golden.split_columns(case.headers["describe"]),
-        golden.split_columns(describe_avg) if describe_avg else None,
+        golden.split_columns(describe_probe) if describe_probe else None,
     )
     return compile_model(golden.MODEL, case.sql, catalog), catalog
 
@@ -101,8 +101,10 @@ def compiled(case_id: str) -> tuple[ViewPlan, golden.FakeCatalog, dict[str, str]
 def test_golden(case: golden.Case) -> None:
     plan, catalog, emitted = compiled(case.id)
     assert plan.view_class is ViewClass(case.headers["class"])
-    # A '# describe avg:' header that the compiler never asks for is stale.
-    assert ("describe avg" in catalog.asked) == ("describe avg" in case.headers)
+    # A '# describe probe:' header that the compiler never asks for is stale.
+    assert ("describe probe" in catalog.asked) == ("describe probe" in case.headers)
+    # One probe per model at most: every type the compiler needs comes from it.
+    assert catalog.asked.count("describe probe") <= 1
     assert set(case.expected) == set(golden.STATEMENTS), "every case lists all statements"
     for name in golden.STATEMENTS:
         # Pretty forms first, for a readable diff; then the exact text.

@@ -110,36 +110,6 @@ def test_parse_recorded_ignores_the_same_table_name_in_another_schema() -> None:
     assert delta.parse_recorded(STATE, HISTORY_COLUMNS, rows) is None
 
 
-# -- newest_commit_refresh_id ----------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("rows", "expected"),
-    [
-        pytest.param([], None, id="no_history"),
-        pytest.param(
-            [
-                history_row(4, "MERGE", refresh_metadata(STATE, "r-old", "fp", 1)),
-                history_row(5, "MERGE", refresh_metadata(STATE, "r-new", "fp", 2)),
-            ],
-            "r-new",
-            id="newest_is_ours",
-        ),
-        pytest.param(
-            [
-                history_row(5, "MERGE", refresh_metadata(STATE, "r-ours", "fp", 2)),
-                history_row(6, "OPTIMIZE", None),
-            ],
-            None,
-            id="newest_is_not_a_refresh",
-        ),
-        pytest.param([history_row(6, "WRITE", "{broken")], None, id="newest_is_garbage"),
-    ],
-)
-def test_newest_commit_refresh_id(rows: list[list[object]], expected: str | None) -> None:
-    assert delta.newest_commit_refresh_id(HISTORY_COLUMNS, rows) == expected
-
-
 # -- statements -----------------------------------------------------------------
 
 
@@ -240,25 +210,13 @@ HISTORY_GONE = [
         "Error running query: [FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading "
         "file file:/warehouse/s.db/h/_change_data/cdc-00000-75c3e431.c000.snappy.parquet. File "
         "does not exist. It is possible the underlying files have been updated. SQLSTATE: KD001",
+        # Without the Java cause chain, as the Thrift server reports errors.
         id="vacuumed_change_file_top_message_only",
-        marks=pytest.mark.xfail(
-            raises=AssertionError,
-            strict=True,
-            reason="delta.py gap: without the Java cause chain (as the Thrift server reports "
-            "errors) a vacuumed change file is only FAILED_READ_FILE.FILE_NOT_EXIST, which no "
-            "marker matches",
-        ),
     ),
     pytest.param(
         "[DELTA_VERSIONS_NOT_CONTIGUOUS] Versions ([0, 1, 3]) are not contiguous.  A gap in the "
         "delta log between versions 1 and 3 was detected while trying to load version 3.",
         id="versions_not_contiguous",
-        marks=pytest.mark.xfail(
-            raises=AssertionError,
-            strict=True,
-            reason="delta.py typo: the marker is DELTA_VERSION_NOT_CONTIGUOUS, Delta's error "
-            "class is DELTA_VERSIONS_NOT_CONTIGUOUS",
-        ),
     ),
 ]
 

@@ -1,7 +1,9 @@
 from dbt.adapters.base import AdapterPlugin
 
-from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager  # noqa: F401
-from dbt.adapters.spark_ivm.connections import SparkIvmCredentials
+from dbt.adapters.spark_ivm.connections import (
+    SparkIvmConnectionManager,  # noqa: F401
+    SparkIvmCredentials,
+)
 from dbt.adapters.spark_ivm.impl import SparkIvmAdapter
 from dbt.include import spark_ivm
 

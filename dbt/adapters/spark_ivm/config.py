@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import difflib
+from collections.abc import Mapping
+from typing import Any
 
 from dbt_common.exceptions import CompilationError
 
@@ -33,6 +35,4 @@ def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
 
 
 def _similar(a: str, b: str) -> bool:
-    import difflib
-
     return difflib.SequenceMatcher(None, a, b).ratio() >= 0.75

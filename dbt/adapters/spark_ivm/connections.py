@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 from dbt.adapters.spark.connections import (
     SparkConnectionManager,
@@ -27,7 +26,7 @@ def _dbt_project_dir() -> str:
         from dbt.flags import get_flags
 
         project_dir = getattr(get_flags(), "PROJECT_DIR", None)
-    except Exception:  # flags are not set when credentials are built outside a dbt run
+    except Exception:  # noqa: BLE001 - flags are unset when credentials are built outside a dbt run
         project_dir = None
     return os.path.abspath(project_dir or os.getcwd())
 
@@ -36,7 +35,7 @@ def _dbt_project_dir() -> str:
 class SparkIvmCredentials(SparkCredentials):
     # Folder for the embedded runtime's warehouse and metastore (session method
     # only). Default: `.spark_ivm/` inside the dbt project directory.
-    runtime_dir: Optional[str] = None
+    runtime_dir: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -50,7 +49,7 @@ class SparkIvmCredentials(SparkCredentials):
     def type(self) -> str:
         return "spark_ivm"
 
-    def _connection_keys(self) -> Tuple[str, ...]:
+    def _connection_keys(self) -> tuple[str, ...]:
         return (*super()._connection_keys(), "runtime_dir")
 
 

@@ -8,8 +8,9 @@ quoted by sqlglot through TableName.sql(), never pasted from user input.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 from ivm_compiler import TableName
 
@@ -47,7 +48,7 @@ def describe_detail(table: TableName) -> str:
     return f"DESCRIBE DETAIL {table.sql()}"
 
 
-def describe_history(table: TableName, limit: Optional[int] = None) -> str:
+def describe_history(table: TableName, limit: int | None = None) -> str:
     return f"DESCRIBE HISTORY {table.sql()}" + (f" LIMIT {int(limit)}" if limit else "")
 
 
@@ -70,15 +71,11 @@ def commit_metadata(
         "refresh_id": refresh_id,
         "state": str(state),
         "fingerprint": fingerprint,
-        "sources": {
-            str(s.table): {"version": s.version, "table_id": s.table_id} for s in sources
-        },
+        "sources": {str(s.table): {"version": s.version, "table_id": s.table_id} for s in sources},
     }
 
 
-def parse_recorded(
-    state: TableName, columns: list[str], rows: Rows
-) -> Optional[RecordedState]:
+def parse_recorded(state: TableName, columns: list[str], rows: Rows) -> RecordedState | None:
     """The newest commit in DESCRIBE HISTORY rows that a refresh of this state table made."""
     version_at = columns.index("version")
     metadata_at = columns.index("userMetadata")
@@ -94,16 +91,7 @@ def parse_recorded(
     return None
 
 
-def newest_commit_refresh_id(columns: list[str], rows: Rows) -> Optional[str]:
-    if not rows:
-        return None
-    version_at = columns.index("version")
-    newest = max(rows, key=lambda r: int(r[version_at]))
-    metadata = _load(newest[columns.index("userMetadata")])
-    return None if metadata is None else metadata.get("refresh_id")
-
-
-def _load(value: Any) -> Optional[dict[str, Any]]:
+def _load(value: Any) -> dict[str, Any] | None:
     if not value or not isinstance(value, str):
         return None
     try:
@@ -119,10 +107,10 @@ def _load(value: Any) -> Optional[dict[str, Any]]:
 # gone": the only safe answer is a full rebuild at the pinned version.
 CHANGE_HISTORY_UNAVAILABLE = (
     "DELTA_MISSING_CHANGE_DATA",
-    "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
     "DELTA_CHANGE_TABLE_FEED_DISABLED",
-    "DELTA_VERSION_NOT_CONTIGUOUS",
-    "DELTA_CANNOT_TIME_TRAVEL",
+    "DELTA_VERSIONS_NOT_CONTIGUOUS",
+    # A vacuumed change file, as the Thrift server reports it (no Java cause chain).
+    "FAILED_READ_FILE.FILE_NOT_EXIST",
     "VersionNotFoundException",
     "cannot time travel",
     "Error getting change data",

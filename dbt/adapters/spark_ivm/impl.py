@@ -8,10 +8,12 @@ adapter boundary, before any SQL has changed data.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from importlib import import_module
+from typing import Any
 
 from dbt.adapters.base import available
-from dbt.adapters.base.relation import BaseRelation
+from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
 from dbt.adapters.contracts.relation import RelationConfig
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.impl import SparkAdapter
@@ -22,7 +24,7 @@ from dbt.adapters.spark_ivm.config import validate_model_config
 from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
 from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult
 from ivm_compiler import InvalidSource, NotMaintainable, TableName
-from ivm_compiler.emit import QUERY_PROPERTY
+from ivm_compiler.emit import QUERY_PROPERTY, ViewDocs
 
 logger = AdapterLogger("SparkIvm")
 
@@ -37,13 +39,9 @@ class SparkIvmAdapter(SparkAdapter):
         return "spark_ivm"
 
     @classmethod
-    def get_adapter_run_info(cls, config: RelationConfig) -> Any:
+    def get_adapter_run_info(cls, config: RelationConfig) -> AdapterTrackingRelationInfo:
         # The base derives the module from the class name (dbt.adapters.sparkivm);
         # report dbt-spark's tracking info under our own name and version.
-        from importlib import import_module
-
-        from dbt.adapters.base.impl import AdapterTrackingRelationInfo
-
         return AdapterTrackingRelationInfo(
             adapter_name="spark_ivm",
             base_adapter_version=import_module("dbt.adapters.__about__").version,
@@ -64,8 +62,9 @@ class SparkIvmAdapter(SparkAdapter):
         relation: BaseRelation,
         sql: str,
         model_id: str,
-        config: Dict[str, Any],
+        config: dict[str, Any],
         full_refresh: bool,
+        docs: dict[str, Any] | None = None,
     ) -> RefreshResult:
         """Bring the ivm model up to date with its sources; see refresh.py for the protocol."""
         validate_model_config(model_id, config)
@@ -82,6 +81,7 @@ class SparkIvmAdapter(SparkAdapter):
             relation_exists=lambda table: self._relation_type(relation, table),
             drop_relation=lambda table, kind: self._drop(relation, table, kind),
             catalog_columns=lambda table: self._source_columns(relation, table),
+            docs=_view_docs(docs),
         )
         try:
             result = refresh.run()
@@ -98,9 +98,7 @@ class SparkIvmAdapter(SparkAdapter):
     def ivm_model_query(self, relation: BaseRelation) -> str:
         """The compiled SQL an ivm model's view was last built from (for ivm_matches_query)."""
         name = _table_name(relation)
-        _, table = self.execute(
-            f"SHOW TBLPROPERTIES {name.sql()} ('{QUERY_PROPERTY}')", fetch=True
-        )
+        _, table = self.execute(f"SHOW TBLPROPERTIES {name.sql()} ('{QUERY_PROPERTY}')", fetch=True)
         values = [str(row[1]) for row in table.rows if str(row[0]) == QUERY_PROPERTY]
         if not values:
             raise CompilationError(
@@ -110,8 +108,10 @@ class SparkIvmAdapter(SparkAdapter):
             )
         return values[0]
 
-    def _relation_type(self, anchor: BaseRelation, table: TableName) -> Optional[str]:
-        found = self.get_relation(database=None, schema=table.db or anchor.schema, identifier=table.name)
+    def _relation_type(self, anchor: BaseRelation, table: TableName) -> str | None:
+        found = self.get_relation(
+            database=None, schema=table.db or anchor.schema, identifier=table.name
+        )
         if found is None:
             return None
         return str(found.type) if found.type else "table"
@@ -122,7 +122,7 @@ class SparkIvmAdapter(SparkAdapter):
         )
         self.drop_relation(relation)
 
-    def _source_columns(self, anchor: BaseRelation, table: TableName) -> List[tuple[str, str]]:
+    def _source_columns(self, anchor: BaseRelation, table: TableName) -> list[tuple[str, str]]:
         relation = anchor.incorporate(
             path={"schema": table.db or anchor.schema, "identifier": table.name}, type="table"
         )
@@ -141,6 +141,20 @@ class _AdapterRunner:
 
     def execute(self, sql: str) -> None:
         self._adapter.execute(sql, fetch=False)
+
+
+def _view_docs(docs: dict[str, Any] | None) -> ViewDocs | None:
+    """persist_docs settings from the materialization -> what the view carries (None: nothing)."""
+    if not docs:
+        return None
+    columns = {
+        str(name): str(column.get("description") or "")
+        for name, column in (docs.get("columns") or {}).items()
+    }
+    description = docs.get("relation") or None
+    if description is None and not any(columns.values()):
+        return None
+    return ViewDocs(description=description, columns=columns)
 
 
 def _table_name(relation: BaseRelation) -> TableName:

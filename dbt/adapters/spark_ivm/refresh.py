@@ -21,12 +21,12 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence
-
-from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
+from typing import Any, Protocol
 
 from dbt.adapters.spark_ivm import delta
+from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
 
 # In the embedded runtime every dbt thread shares one SparkSession, so the
 # commit-metadata conf set for one model's commit would be seen by another
@@ -93,12 +93,15 @@ class Refresh:
     target: TableName
     state: TableName
     full_refresh: bool = False
-    fallback: Optional[str] = None
+    fallback: str | None = None
     # Read the relations' existence from the adapter (cached by dbt).
     # The relation's type ('table', 'view') if it exists, from dbt's relation cache.
-    relation_exists: Callable[[TableName], Optional[str]] = lambda table: None
+    relation_exists: Callable[[TableName], str | None] = lambda table: None
     drop_relation: Callable[[TableName, str], None] = lambda table, kind: None
     catalog_columns: Callable[[TableName], list[tuple[str, str]]] = lambda table: []
+    # persist_docs: the view carries the model's descriptions; it is then recreated
+    # on every run, so edited descriptions show up without a rebuild.
+    docs: emit.ViewDocs | None = None
 
     def run(self) -> RefreshResult:
         started = time.monotonic()
@@ -120,7 +123,9 @@ class Refresh:
         target_type = self.relation_exists(self.target)
         if target_type not in (None, "view"):
             # The model was materialized as something else before (e.g. 'table').
-            self.log.info(f"{self.model}: replacing the {target_type} {self.target} with the ivm view")
+            self.log.info(
+                f"{self.model}: replacing the {target_type} {self.target} with the ivm view"
+            )
             self.drop_relation(self.target, target_type)
             target_type = None
 
@@ -143,7 +148,7 @@ class Refresh:
         if source.version > int(previous["version"]):
             try:
                 self._apply_changes(plan, source, int(previous["version"]) + 1, result)
-            except Exception as error:  # noqa: BLE001 - classified just below
+            except Exception as error:
                 if not delta.is_change_history_unavailable(error):
                     raise
                 reason = (
@@ -153,17 +158,17 @@ class Refresh:
                 )
                 self.log.warning(f"{self.model}: rebuilding fully: {reason}")
                 return self._build(plan, source, "rebuild", reason, recorded, target_type)
-        if target_type is None:
-            self.runner.execute(emit.create_view(plan, self.state, self.target))
+        if target_type is None or self.docs is not None:
+            self.runner.execute(emit.create_view(plan, self.state, self.target, self.docs))
         return result
 
     def _rebuild_reason(
-        self, plan: ViewPlan, source: delta.SourceSnapshot, recorded: Optional[delta.RecordedState]
-    ) -> Optional[str]:
-        if self.full_refresh:
-            return "--full-refresh"
+        self, plan: ViewPlan, source: delta.SourceSnapshot, recorded: delta.RecordedState | None
+    ) -> str | None:
         if not self.relation_exists(self.state):
             return FIRST_BUILD
+        if self.full_refresh:
+            return "--full-refresh"
         if recorded is None:
             return (
                 f"the state table {self.state} has no refresh commit in its history "
@@ -183,7 +188,7 @@ class Refresh:
     def _pin(self, table: TableName) -> delta.SourceSnapshot:
         try:
             columns, rows = self.runner.query(delta.describe_detail(table))
-        except Exception as error:  # noqa: BLE001 - reworded for the user
+        except Exception as error:
             raise InvalidSource(
                 self.model,
                 str(table),
@@ -215,7 +220,7 @@ class Refresh:
             table=table, table_id=str(detail.get("id")), version=version, change_data_feed=True
         )
 
-    def _recorded(self) -> Optional[delta.RecordedState]:
+    def _recorded(self) -> delta.RecordedState | None:
         # The newest refresh commit is nearly always the newest commit; only
         # maintenance commits (OPTIMIZE, VACUUM) by hand push it further back.
         for limit in (20, None):
@@ -231,8 +236,8 @@ class Refresh:
         source: delta.SourceSnapshot,
         action: str,
         reason: str,
-        recorded: Optional[delta.RecordedState],
-        target_type: Optional[str],
+        recorded: delta.RecordedState | None,
+        target_type: str | None,
     ) -> RefreshResult:
         if recorded is not None and recorded.fingerprint != plan.fingerprint and target_type:
             # The view's columns are about to mean something else: drop it first so
@@ -244,7 +249,7 @@ class Refresh:
             emit.create_state(plan, self.state, source.version),
             delta.commit_metadata(refresh_id, self.state, plan.fingerprint, [source]),
         )
-        self.runner.execute(emit.create_view(plan, self.state, self.target))
+        self.runner.execute(emit.create_view(plan, self.state, self.target, self.docs))
         return RefreshResult(
             action=action,
             reason=reason,
@@ -256,29 +261,30 @@ class Refresh:
     ) -> None:
         refresh_id = uuid.uuid4().hex
         metadata = delta.commit_metadata(refresh_id, self.state, plan.fingerprint, [source])
-        self._commit(emit.merge_changes(plan, self.state, first, source.version), metadata)
-        columns, rows = self.runner.query(delta.describe_history(self.state, limit=1))
-        if delta.newest_commit_refresh_id(columns, rows) == refresh_id:
-            metrics = rows[0][columns.index("operationMetrics")] or {}
-            if isinstance(metrics, str):
-                metrics = json.loads(metrics)
-            result.action = "incremental"
-            result.rows_inserted = int(metrics.get("numTargetRowsInserted", 0))
-            result.rows_updated = int(metrics.get("numTargetRowsUpdated", 0))
-            result.rows_deleted = int(metrics.get("numTargetRowsDeleted", 0))
-            return
-        # The changes cancelled out, so MERGE had nothing to write and made no
-        # commit. Record the new versions with a commit that changes no data,
-        # so the next refresh does not read this window again.
-        self._commit(emit.record_refresh(self.state, refresh_id), metadata)
+        # Delta's MERGE answers with one row of counts (num_affected_rows, ...).
+        columns, rows = self._commit(
+            emit.merge_changes(plan, self.state, first, source.version), metadata
+        )
+        merged = dict(zip(columns, rows[0])) if rows else {}
         result.action = "incremental"
-        result.reason = "source changes cancelled out"
+        result.rows_inserted = int(merged.get("num_inserted_rows") or 0)
+        result.rows_updated = int(merged.get("num_updated_rows") or 0)
+        result.rows_deleted = int(merged.get("num_deleted_rows") or 0)
+        if int(merged.get("num_affected_rows") or 0) == 0:
+            # The changes cancelled out, so MERGE had nothing to write and made
+            # no commit. Record the new versions with a commit that changes no
+            # data, so the next refresh does not read this window again.
+            self._commit(emit.record_refresh(self.state, refresh_id), metadata)
+            result.reason = "source changes cancelled out"
 
-    def _commit(self, statement: str, metadata: dict[str, Any]) -> None:
+    def _commit(
+        self, statement: str, metadata: dict[str, Any]
+    ) -> tuple[list[str], Sequence[Sequence[Any]]]:
+        """Run one committing statement with the refresh's metadata attached to its commit."""
         with _COMMIT_LOCK:
             self.runner.execute(delta.set_commit_metadata(metadata))
             try:
-                self.runner.execute(statement)
+                return self.runner.query(statement)
             finally:
                 self.runner.execute(delta.reset_commit_metadata())
 

@@ -71,6 +71,9 @@ def session_configs(runtime_dir: str | os.PathLike[str]) -> dict[str, str]:
         # Local runs shuffle small data: Spark's default of 200 partitions makes
         # every aggregation pay for 200 tiny tasks.
         "spark.sql.shuffle.partitions": "4",
+        # The embedded runtime serves nobody else: keep its driver on loopback.
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "4g",
@@ -105,14 +108,16 @@ def fetch_delta_jars() -> int:
         return 0
     for group, artifact, version in DELTA_ARTIFACTS:
         completed = subprocess.run(
-            [mvn, "-q", "-B", "dependency:get", f"-Dartifact={group}:{artifact}:{version}",
-             "-Dtransitive=false"],
+            [
+                mvn,
+                "-q",
+                "-B",
+                "dependency:get",
+                f"-Dartifact={group}:{artifact}:{version}",
+                "-Dtransitive=false",
+            ],
             check=False,
         )
         if completed.returncode != 0:
             return completed.returncode
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(fetch_delta_jars())

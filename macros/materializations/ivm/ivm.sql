@@ -14,12 +14,18 @@
 
   {{ run_hooks(pre_hooks) }}
 
+  {#- persist_docs goes into the view's own definition (Spark cannot comment a view's columns later). -#}
+  {%- set docs = {
+        'relation': model.description if config.persist_relation_docs() else none,
+        'columns': model.columns if config.persist_column_docs() else {}} -%}
+
   {%- set result = adapter.ivm_refresh(
         relation=target_relation,
         sql=sql,
         model_id=model['unique_id'],
         config=config.model.config,
-        full_refresh=should_full_refresh()) -%}
+        full_refresh=should_full_refresh(),
+        docs=docs) -%}
 
   {%- if result.action == 'fallback' -%}
     {#- The query cannot be maintained and the model asked to be recomputed instead. -#}
@@ -33,7 +39,9 @@
 
   {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=(result.action in ('build', 'rebuild', 'fallback'))) -%}
   {% do apply_grants(target_relation, grant_config, should_revoke=should_revoke) %}
-  {% do persist_docs(target_relation, model) %}
+  {%- if result.action == 'fallback' -%}
+    {% do persist_docs(target_relation, model) %}
+  {%- endif -%}
 
   {{ run_hooks(post_hooks) }}
 
