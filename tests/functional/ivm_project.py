@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 SOURCES_YML = """
 version: 2
 sources:
@@ -45,3 +47,23 @@ def model_files(names: list[str] | None = None) -> dict[str, str]:
         if names is None or name in names:
             files[f"{name}.sql"] = query.format(src="{{ source('raw', 'src') }}")
     return files
+
+
+# Rows every test source starts with: duplicates and an all-NULL row.
+SEED_ROWS = "(1, 'a', 1, 1.50), (1, 'a', 1, 1.50), (NULL, NULL, NULL, NULL)"
+
+
+def create_source(project, rows: str = SEED_ROWS) -> str:
+    """Create the test schema's Delta source `src` (change data feed on) with some rows."""
+    table = f"{project.test_schema}.src"
+    project.run_sql(SOURCE_DDL.format(table=table))
+    project.run_sql(f"INSERT INTO {table} VALUES {rows}")
+    return table
+
+
+class IvmProject:
+    """Base of the Spark test classes: every model of the project is materialized as ivm."""
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"models": {"+materialized": "ivm"}}

@@ -17,7 +17,7 @@ from dbt.tests.util import run_dbt
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
 from tests.functional.ivm_checks import assert_model_matches_query, latest_version
-from tests.functional.ivm_project import QUERIES, SOURCE_DDL, model_files
+from tests.functional.ivm_project import QUERIES, IvmProject, create_source, model_files
 
 # One aggregate and one projection; each test stops a refresh after every one
 # of its statements, so each crash point costs two dbt runs.
@@ -53,23 +53,14 @@ def crash_after(statements: int | None) -> Iterator[list[str]]:
         _AdapterRunner.execute = originals["execute"]
 
 
-class TestInterruptedRefresh:
+class TestInterruptedRefresh(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
         return model_files(MODELS)
 
     @pytest.fixture(scope="class")
-    def project_config_update(self):
-        return {"models": {"+materialized": "ivm"}}
-
-    @pytest.fixture(scope="class")
     def source_table(self, project):
-        table = f"{project.test_schema}.src"
-        project.run_sql(SOURCE_DDL.format(table=table))
-        project.run_sql(
-            f"INSERT INTO {table} VALUES (1, 'a', 1, 1.50), (1, 'a', 1, 1.50), (2, NULL, NULL, NULL)"
-        )
-        return table
+        return create_source(project, "(1, 'a', 1, 1.50), (1, 'a', 1, 1.50), (2, NULL, NULL, NULL)")
 
     def _write_batch(self, spark, table: str, round_: int) -> None:
         spark.sql(

@@ -14,7 +14,13 @@ from tests.functional.ivm_checks import (
     assert_model_matches_query,
     latest_version,
 )
-from tests.functional.ivm_project import QUERIES, SOURCE_DDL, SOURCES_YML
+from tests.functional.ivm_project import (
+    QUERIES,
+    SOURCE_DDL,
+    SOURCES_YML,
+    IvmProject,
+    create_source,
+)
 
 models__grouped = QUERIES["grouped"].format(src="{{ source('raw', 'src') }}")
 models__drops_key = QUERIES["drops_key"].format(src="{{ source('raw', 'src') }}")
@@ -45,7 +51,7 @@ def _messages(results) -> dict[str, str]:
     }
 
 
-class TestIvmMaterialization:
+class TestIvmMaterialization(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
         return {
@@ -56,17 +62,8 @@ class TestIvmMaterialization:
         }
 
     @pytest.fixture(scope="class")
-    def project_config_update(self):
-        return {"models": {"+materialized": "ivm"}}
-
-    @pytest.fixture(scope="class")
     def source_table(self, project):
-        table = f"{project.test_schema}.src"
-        project.run_sql(SOURCE_DDL.format(table=table))
-        project.run_sql(
-            f"INSERT INTO {table} VALUES (1, 'a', 1, 1.50), (1, 'a', 1, 1.50), (NULL, NULL, NULL, NULL)"
-        )
-        return table
+        return create_source(project)
 
     def test_first_build_then_incremental_then_no_change(self, project, spark, source_table):
         schema = project.test_schema
@@ -122,6 +119,14 @@ class TestIvmMaterialization:
             write_file(models__drops_key, project.project_root, "models", "drops_key.sql")
             run_dbt(["run", "--select", "drops_key"])
 
+    def _assert_rebuilt_because_changes_are_unreadable(self, project, spark, source_table):
+        _, log = run_dbt_and_capture(["run", "--select", "grouped"])
+        assert "rebuilding fully" in log and "can no longer be read" in log
+        version = assert_model_matches_query(
+            spark, project.test_schema, "grouped", QUERIES["grouped"], "src"
+        )
+        assert version == latest_version(spark, source_table)
+
     def test_change_feed_gap_rebuilds_with_a_warning(self, project, spark, source_table):
         run_dbt(["run", "--select", "grouped"])
         # Versions written while the feed is off have no change data: the next
@@ -133,12 +138,7 @@ class TestIvmMaterialization:
         spark.sql(
             f"ALTER TABLE {source_table} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
         )
-        _, log = run_dbt_and_capture(["run", "--select", "grouped"])
-        assert "rebuilding fully" in log and "can no longer be read" in log
-        version = assert_model_matches_query(
-            spark, project.test_schema, "grouped", QUERIES["grouped"], "src"
-        )
-        assert version == latest_version(spark, source_table)
+        self._assert_rebuilt_because_changes_are_unreadable(project, spark, source_table)
 
     def test_vacuumed_change_files_rebuild_with_a_warning(self, project, spark, source_table):
         run_dbt(["run", "--select", "grouped"])
@@ -149,12 +149,7 @@ class TestIvmMaterialization:
             spark.sql(f"VACUUM {source_table} RETAIN 0 HOURS")
         finally:
             spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
-        _, log = run_dbt_and_capture(["run", "--select", "grouped"])
-        assert "rebuilding fully" in log and "can no longer be read" in log
-        version = assert_model_matches_query(
-            spark, project.test_schema, "grouped", QUERIES["grouped"], "src"
-        )
-        assert version == latest_version(spark, source_table)
+        self._assert_rebuilt_because_changes_are_unreadable(project, spark, source_table)
 
     def test_recreated_source_is_detected(self, project, spark, source_table):
         run_dbt(["run", "--select", "grouped"])
@@ -178,7 +173,7 @@ class TestIvmMaterialization:
         run_dbt(["test", "--select", "drops_key"])
 
 
-class TestRefusalsAndFallbacks:
+class TestRefusalsAndFallbacks(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
         return {
@@ -191,15 +186,8 @@ class TestRefusalsAndFallbacks:
         }
 
     @pytest.fixture(scope="class")
-    def project_config_update(self):
-        return {"models": {"+materialized": "ivm"}}
-
-    @pytest.fixture(scope="class")
     def source_table(self, project):
-        table = f"{project.test_schema}.src"
-        project.run_sql(SOURCE_DDL.format(table=table))
-        project.run_sql(f"INSERT INTO {table} VALUES (1, 'a', 1, 1.50), (2, 'a', 2, NULL)")
-        return table
+        return create_source(project, "(1, 'a', 1, 1.50), (2, 'a', 2, NULL)")
 
     def test_unsupported_query_fails_before_any_sql_runs(self, project, spark, source_table):
         results = run_dbt(["run", "--select", "joined"], expect_pass=False)
@@ -258,7 +246,7 @@ models:
 """
 
 
-class TestPersistDocs:
+class TestPersistDocs(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
         return {
@@ -267,14 +255,8 @@ class TestPersistDocs:
             "documented.yml": models__documented_yml,
         }
 
-    @pytest.fixture(scope="class")
-    def project_config_update(self):
-        return {"models": {"+materialized": "ivm"}}
-
     def test_descriptions_reach_the_view(self, project, spark):
-        table = f"{project.test_schema}.src"
-        project.run_sql(SOURCE_DDL.format(table=table))
-        project.run_sql(f"INSERT INTO {table} VALUES (1, 'a', 1, 1.50)")
+        create_source(project, "(1, 'a', 1, 1.50)")
         run_dbt(["run"])
         view = f"{project.test_schema}.documented"
         described = {r.col_name: r for r in spark.sql(f"DESCRIBE TABLE EXTENDED {view}").collect()}

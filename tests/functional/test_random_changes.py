@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.functional.ivm_checks import assert_model_matches_query, latest_version
-from tests.functional.ivm_project import QUERIES, SOURCE_DDL, model_files
+from tests.functional.ivm_project import QUERIES, IvmProject, create_source, model_files
 
 # CI replays a fixed set of examples (derandomize) so a red run is reproducible;
 # set IVM_PROPERTY_EXAMPLES higher and IVM_PROPERTY_RANDOM=1 to explore.
@@ -72,22 +72,14 @@ statements = st.one_of(inserts, inserts, updates, deletes)
 steps = st.lists(st.lists(statements, min_size=0, max_size=3), min_size=1, max_size=3)
 
 
-class TestRandomChangeSequences:
+class TestRandomChangeSequences(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
         return model_files()
 
     @pytest.fixture(scope="class")
-    def project_config_update(self):
-        return {"models": {"+materialized": "ivm"}}
-
-    @pytest.fixture(scope="class")
     def source_table(self, project):
-        table = f"{project.test_schema}.src"
-        project.run_sql(SOURCE_DDL.format(table=table))
-        project.run_sql(
-            f"INSERT INTO {table} VALUES (1, 'a', 1, 1.50), (1, 'a', 1, 1.50), (NULL, NULL, NULL, NULL)"
-        )
+        table = create_source(project)
         run_dbt(["run"])
         return table
 
