@@ -160,16 +160,18 @@ class TestIvmMaterialization(IvmProject):
         assert "dropped and recreated" in log
         assert_model_matches_query(spark, project.test_schema, "grouped", QUERIES["grouped"], "src")
 
-    def test_ivm_matches_query_fails_on_a_wrong_model(self, project, spark, source_table):
+    def test_tampered_state_fails_the_test_and_is_rebuilt(self, project, spark, source_table):
         run_dbt(["run"])
-        # Tamper with the state by hand: the generic test must catch it.
+        # Tamper with the state by hand: the generic test must catch it...
         spark.sql(
             f"UPDATE {project.test_schema}.drops_key__ivm_state SET __ivm_count = __ivm_count + 1"
         )
         results = run_dbt(["test", "--select", "drops_key"], expect_pass=False)
         failed = [r for r in results if str(r.status) == "fail"]
         assert len(failed) == 1 and failed[0].failures == 1
-        run_dbt(["run", "--full-refresh", "--select", "drops_key"])
+        # ...and the next refresh sees a write that is not its own and rebuilds.
+        _, log = run_dbt_and_capture(["run", "--select", "drops_key"])
+        assert "written outside dbt after its last refresh (UPDATE at version" in log
         run_dbt(["test", "--select", "drops_key"])
 
 

@@ -69,7 +69,25 @@ def test_parse_recorded_takes_the_newest_refresh_commit_of_this_state() -> None:
         state_version=5,
         fingerprint="fp-current",
         sources={"shop.orders": {"version": 31, "table_id": "tid-1"}},
+        # Commits after the refresh that may have changed rows; OPTIMIZE, VACUUM and
+        # property changes leave the data as it was.
+        later_writes=(
+            "WRITE at version 8",
+            "MERGE at version 9",
+            "WRITE at version 10",
+            "MERGE at version 12",
+        ),
     )
+
+
+def test_parse_recorded_without_later_writes() -> None:
+    rows = [
+        history_row(7, "OPTIMIZE", None),
+        history_row(6, "SET TBLPROPERTIES", None),
+        history_row(5, "MERGE", refresh_metadata(STATE, "r-new", "fp-current", 31)),
+    ]
+    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, rows)
+    assert recorded is not None and recorded.later_writes == ()
 
 
 def test_parse_recorded_sorts_versions_as_numbers() -> None:

@@ -42,6 +42,16 @@ class RecordedState:
     fingerprint: str
     # str(TableName) -> {"version": int, "table_id": str}
     sources: dict[str, dict[str, Any]]
+    # Commits made after that refresh which may have changed the state's data
+    # (e.g. an UPDATE by hand): "<operation> at version <n>", oldest first.
+    later_writes: tuple[str, ...] = ()
+
+
+# Operations on a state table that leave its rows as they were: commits of these
+# after a refresh do not make the recorded versions untrue.
+DATA_PRESERVING_OPERATIONS = frozenset(
+    {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"}
+)
 
 
 def describe_detail(table: TableName) -> str:
@@ -79,14 +89,19 @@ def parse_recorded(state: TableName, columns: list[str], rows: Rows) -> Recorded
     """The newest commit in DESCRIBE HISTORY rows that a refresh of this state table made."""
     version_at = columns.index("version")
     metadata_at = columns.index("userMetadata")
+    operation_at = columns.index("operation")
+    later: list[str] = []
     for row in sorted(rows, key=lambda r: int(r[version_at]), reverse=True):
         metadata = _load(row[metadata_at])
         if metadata is None or metadata.get("state") != str(state):
+            if str(row[operation_at]) not in DATA_PRESERVING_OPERATIONS:
+                later.append(f"{row[operation_at]} at version {int(row[version_at])}")
             continue
         return RecordedState(
             state_version=int(row[version_at]),
             fingerprint=str(metadata.get("fingerprint")),
             sources=dict(metadata.get("sources") or {}),
+            later_writes=tuple(reversed(later)),
         )
     return None
 

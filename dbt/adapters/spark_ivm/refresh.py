@@ -174,6 +174,11 @@ class Refresh:
                 f"the state table {self.state} has no refresh commit in its history "
                 "(created or rewritten outside dbt, or its history expired)"
             )
+        if recorded.later_writes:
+            return (
+                f"the state table {self.state} was written outside dbt after its last refresh "
+                f"({', '.join(recorded.later_writes)})"
+            )
         if recorded.fingerprint != plan.fingerprint:
             return "the model's SQL or its columns changed since the state was built"
         previous = recorded.sources.get(str(plan.source))
