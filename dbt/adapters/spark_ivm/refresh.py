@@ -94,7 +94,6 @@ class Refresh:
     state: TableName
     full_refresh: bool = False
     fallback: str | None = None
-    # Read the relations' existence from the adapter (cached by dbt).
     # The relation's type ('table', 'view') if it exists, from dbt's relation cache.
     relation_exists: Callable[[TableName], str | None] = lambda table: None
     drop_relation: Callable[[TableName, str], None] = lambda table, kind: None
