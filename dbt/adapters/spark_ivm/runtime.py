@@ -68,6 +68,10 @@ def session_configs(runtime_dir: str | os.PathLike[str]) -> dict[str, str]:
         "spark.driver.extraJavaOptions": (
             f"-Dderby.system.home={root} -Dlog4j2.configurationFile={LOG_CONFIG}"
         ),
+        # Delta keeps the schema in its own log; the embedded Hive metastore would
+        # otherwise reject (and log as an ERROR) the schema it is handed when a
+        # Delta table is replaced.
+        "spark.hadoop.hive.metastore.disallow.incompatible.col.type.changes": "false",
         # Local runs shuffle small data: Spark's default of 200 partitions makes
         # every aggregation pay for 200 tiny tasks.
         "spark.sql.shuffle.partitions": "4",
