@@ -8,6 +8,12 @@ FALLBACK_HINT = (
 )
 
 
+def first_line(error: BaseException, limit: int | None = None) -> str:
+    """An error's first line (or its type's name), for quoting it inside another message."""
+    text = str(error).strip()
+    return text.splitlines()[0][:limit] if text else type(error).__name__
+
+
 class NotMaintainable(Exception):
     """The model's SQL uses something the ivm materialization cannot maintain.
 

@@ -13,7 +13,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
+from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable, first_line
 from ivm_compiler.names import is_reserved
 
 DIALECT = "spark"
@@ -147,7 +147,7 @@ def parse_model(model: str, sql: str) -> exp.Select:
     except ParseError as error:
         raise NotMaintainable(
             model,
-            f"SQL that the compiler's Spark parser rejects ({_first_line(error)})",
+            f"SQL that the compiler's Spark parser rejects ({first_line(error)})",
             "check the model compiles and runs as a plain SELECT on Spark",
         ) from error
     if len(statements) != 1:
@@ -319,7 +319,3 @@ def _function_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Func):
         return node.sql_name().lower()
     return type(node).__name__.lower()
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

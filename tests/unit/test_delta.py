@@ -27,9 +27,7 @@ HISTORY_COLUMNS = [
 
 def refresh_metadata(state: TableName, refresh_id: str, fingerprint: str, version: int) -> str:
     """userMetadata as Delta stores it after the refresh's SET statement."""
-    snapshot = delta.SourceSnapshot(
-        table=SOURCE, table_id="tid-1", version=version, change_data_feed=True
-    )
+    snapshot = delta.SourceSnapshot(table=SOURCE, table_id="tid-1", version=version)
     metadata = delta.commit_metadata(refresh_id, state, fingerprint, [snapshot])
     return json.dumps(metadata, sort_keys=True)
 
@@ -136,7 +134,7 @@ def test_set_commit_metadata_escapes_semicolons() -> None:
     # with a ';' in it must not end the statement.
     odd = TableName(db="analytics", name="a;b")
     snapshot = delta.SourceSnapshot(
-        table=TableName(db="shop", name="x;y"), table_id="t;1", version=3, change_data_feed=True
+        table=TableName(db="shop", name="x;y"), table_id="t;1", version=3
     )
     metadata = delta.commit_metadata("r-1", odd, "fp", [snapshot])
     statement = delta.set_commit_metadata(metadata)
@@ -159,9 +157,7 @@ def test_set_commit_metadata_is_ascii_and_one_line() -> None:
 
 
 def test_commit_metadata_shape() -> None:
-    snapshot = delta.SourceSnapshot(
-        table=SOURCE, table_id="tid-9", version=12, change_data_feed=True
-    )
+    snapshot = delta.SourceSnapshot(table=SOURCE, table_id="tid-9", version=12)
     assert delta.commit_metadata("r-7", STATE, "fp-7", [snapshot]) == {
         "spark_ivm": 1,
         "refresh_id": "r-7",

@@ -31,7 +31,6 @@ class SourceSnapshot:
     table: TableName
     table_id: str
     version: int
-    change_data_feed: bool
 
 
 @dataclass(frozen=True)

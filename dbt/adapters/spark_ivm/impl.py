@@ -109,23 +109,19 @@ class SparkIvmAdapter(SparkAdapter):
         return values[0]
 
     def _relation_type(self, anchor: BaseRelation, table: TableName) -> str | None:
+        relation = _relation_at(anchor, table, "table")
         found = self.get_relation(
-            database=None, schema=table.db or anchor.schema, identifier=table.name
+            database=None, schema=relation.schema, identifier=relation.identifier
         )
         if found is None:
             return None
         return str(found.type) if found.type else "table"
 
     def _drop(self, anchor: BaseRelation, table: TableName, kind: str) -> None:
-        relation = anchor.incorporate(
-            path={"schema": table.db or anchor.schema, "identifier": table.name}, type=kind
-        )
-        self.drop_relation(relation)
+        self.drop_relation(_relation_at(anchor, table, kind))
 
     def _source_columns(self, anchor: BaseRelation, table: TableName) -> list[tuple[str, str]]:
-        relation = anchor.incorporate(
-            path={"schema": table.db or anchor.schema, "identifier": table.name}, type="table"
-        )
+        relation = _relation_at(anchor, table, "table")
         return [(column.column, column.dtype) for column in self.get_columns_in_relation(relation)]
 
 
@@ -155,6 +151,13 @@ def _view_docs(docs: dict[str, Any] | None) -> ViewDocs | None:
     if description is None and not any(columns.values()):
         return None
     return ViewDocs(description=description, columns=columns)
+
+
+def _relation_at(anchor: BaseRelation, table: TableName, kind: str) -> BaseRelation:
+    """A dbt relation for a table the refresh names (unqualified names live in the model's schema)."""
+    return anchor.incorporate(
+        path={"schema": table.db or anchor.schema, "identifier": table.name}, type=kind
+    )
 
 
 def _table_name(relation: BaseRelation) -> TableName:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from dbt.adapters.spark_ivm import delta
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
+from ivm_compiler.errors import first_line
 
 # In the embedded runtime every dbt thread shares one SparkSession, so the
 # commit-metadata conf set for one model's commit would be seen by another
@@ -128,10 +129,11 @@ class Refresh:
             self.drop_relation(self.target, target_type)
             target_type = None
 
-        recorded = self._recorded() if self.relation_exists(self.state) else None
-        reason = self._rebuild_reason(plan, source, recorded)
+        state_exists = self.relation_exists(self.state) is not None
+        recorded = self._recorded() if state_exists else None
+        reason = self._rebuild_reason(plan, source, state_exists, recorded)
         if reason is not None:
-            action = "build" if recorded is None and reason == FIRST_BUILD else "rebuild"
+            action = "build" if reason == FIRST_BUILD else "rebuild"
             if action == "rebuild" and not self.full_refresh:
                 self.log.warning(f"{self.model}: rebuilding fully: {reason}")
             return self._build(plan, source, action, reason, recorded, target_type)
@@ -153,7 +155,7 @@ class Refresh:
                 reason = (
                     f"the change feed of {plan.source} between versions "
                     f"{int(previous['version']) + 1} and {source.version} can no longer be "
-                    f"read ({_first_line(error)})"
+                    f"read ({first_line(error, limit=300)})"
                 )
                 self.log.warning(f"{self.model}: rebuilding fully: {reason}")
                 return self._build(plan, source, "rebuild", reason, recorded, target_type)
@@ -162,9 +164,13 @@ class Refresh:
         return result
 
     def _rebuild_reason(
-        self, plan: ViewPlan, source: delta.SourceSnapshot, recorded: delta.RecordedState | None
+        self,
+        plan: ViewPlan,
+        source: delta.SourceSnapshot,
+        state_exists: bool,
+        recorded: delta.RecordedState | None,
     ) -> str | None:
-        if not self.relation_exists(self.state):
+        if not state_exists:
             return FIRST_BUILD
         if self.full_refresh:
             return "--full-refresh"
@@ -196,7 +202,7 @@ class Refresh:
             raise InvalidSource(
                 self.model,
                 str(table),
-                f"cannot be described as a Delta table ({_first_line(error)})",
+                f"cannot be described as a Delta table ({first_line(error, limit=300)})",
                 "read a Delta table (a view or a non-Delta table has no change data feed)",
             ) from error
         detail = dict(zip(columns, rows[0]))
@@ -220,9 +226,7 @@ class Refresh:
             )
         history_columns, history = self.runner.query(delta.describe_history(table, limit=1))
         version = int(history[0][history_columns.index("version")])
-        return delta.SourceSnapshot(
-            table=table, table_id=str(detail.get("id")), version=version, change_data_feed=True
-        )
+        return delta.SourceSnapshot(table=table, table_id=str(detail.get("id")), version=version)
 
     def _recorded(self) -> delta.RecordedState | None:
         # The newest refresh commit is nearly always the newest commit; only
@@ -322,8 +326,3 @@ class _SparkCatalog:
         columns, rows = self._refresh.runner.query(f"DESCRIBE QUERY {sql}")
         name_at, type_at = columns.index("col_name"), columns.index("data_type")
         return [(str(row[name_at]), str(row[type_at])) for row in rows]
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:300] if text else type(error).__name__
