@@ -11,21 +11,32 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
+from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import DIALECT, TableName, parse_model
-from ivm_compiler.plan import OutputColumn, StateColumn, ViewClass, ViewPlan
-from ivm_compiler.rules import aggregates, counting
+from ivm_compiler.plan import (
+    OutputColumn,
+    PreAggregation,
+    SourceRef,
+    StateColumn,
+    UpstreamModel,
+    ViewClass,
+    ViewPlan,
+)
+from ivm_compiler.rules import aggregates, counting, extremes
 
 # Bump when the meaning of stored state changes: every model is then rebuilt once.
-STATE_FORMAT_VERSION = 1
+STATE_FORMAT_VERSION = 2
 
 
 class Catalog(Protocol):
@@ -36,14 +47,24 @@ class Catalog(Protocol):
         """(name, Spark type) of each output column of a query, without running it."""
 
 
-def compile_model(model: str, sql: str, catalog: Catalog) -> ViewPlan:
+def compile_model(
+    model: str,
+    sql: str,
+    catalog: Catalog,
+    upstreams: Mapping[TableName, UpstreamModel] | None = None,
+) -> ViewPlan:
+    """Compile a model's SQL; `upstreams` are the sources that are ivm models themselves."""
+    upstreams = {t: u for t, u in (upstreams or {}).items()}
     tree = parse_model(model, sql)
-    source = TableName.of(tree.find(exp.Table))  # parse_model guarantees exactly one
-    source_columns = catalog.columns(source)
-    _refuse_reserved_source_columns(model, source, source_columns)
-    qualified = _qualify(model, tree, source, source_columns)
-    table = qualified.find(exp.Table)
-    alias = table.alias_or_name
+    tables = source_tables(tree)
+    schemas = {table: catalog.columns(table) for table in tables}
+    for table, columns in schemas.items():
+        _refuse_reserved_source_columns(model, table, columns)
+    qualified = _inline_relations(model, _qualify(model, tree, schemas))
+    sources = tuple(
+        SourceRef(alias=node.alias_or_name, table=TableName.of(node))
+        for node in _from_tables(qualified)
+    )
     described = catalog.describe_query(sql)
     projections = [p.this if isinstance(p, exp.Alias) else p for p in qualified.expressions]
     if len(described) != len(projections):
@@ -54,23 +75,24 @@ def compile_model(model: str, sql: str, catalog: Catalog) -> ViewPlan:
             "give every output column an alias",
         )
     _refuse_untyped_outputs(model, described)
-    where = qualified.args.get("where")
     group = qualified.args.get("group")
     having = qualified.args.get("having")
     is_aggregate = bool(group) or any(
         p.find(exp.AggFunc) for p in projections + ([having] if having else [])
     )
 
+    preaggregations: list[PreAggregation] = []
+    arguments: dict[str, aggregates.ArgumentState] = {}
     if not is_aggregate:
         if having:
             raise NotMaintainable(model, "HAVING without aggregates")
         view_class = ViewClass.DISTINCT if qualified.args.get("distinct") else ViewClass.PROJECTION
         _refuse_incomparable_keys(model, described, "column")
         keys = _distinct_expressions(projections)
-        key_columns = [counting.key_column(i, key) for i, key in enumerate(keys)]
+        key_columns = [counting.key_column(i) for i in range(len(keys))]
         key_names = {key.sql(dialect=DIALECT): col.name for key, col in zip(keys, key_columns)}
         finals = [aggregates.state_column(key_names[p.sql(dialect=DIALECT)]) for p in projections]
-        state = [*key_columns, counting.count_column(alias)]
+        state = [*key_columns, counting.count_column()]
         having_final = None
     else:
         if qualified.args.get("distinct"):
@@ -78,16 +100,21 @@ def compile_model(model: str, sql: str, catalog: Catalog) -> ViewPlan:
         keys = _distinct_expressions(_group_keys(group, projections))
         # GROUP BY ALL over aggregates only is, for Spark, an aggregate without GROUP BY.
         view_class = ViewClass.GROUPED_AGGREGATE if keys else ViewClass.GLOBAL_AGGREGATE
-        key_columns = [counting.key_column(i, key) for i, key in enumerate(keys)]
+        key_columns = [counting.key_column(i) for i in range(len(keys))]
         aggregated = projections + ([having.this] if having else [])
-        arguments = _aggregate_arguments(aggregated)
-        avg_types = _probe_types(model, catalog, table, keys, aggregated, arguments)
+        arguments = _aggregate_arguments(model, aggregated)
+        avg_types = _probe_types(model, catalog, qualified, keys, aggregated, arguments)
         rewrite = _finalizer(model, keys, key_columns, arguments, avg_types)
         finals = [rewrite(p) for p in projections]
         having_final = rewrite(having.this) if having else None
-        state = [*key_columns, counting.count_column(alias)]
+        state = [*key_columns, counting.count_column()]
         for argument in arguments.values():
-            state.extend(argument.columns(alias))
+            state.extend(argument.columns())
+        for argument in arguments.values():
+            if argument.recomputed:
+                columns, preaggregation = extremes.columns(argument, slot=len(preaggregations) + 1)
+                state.extend(columns)
+                preaggregations.append(preaggregation)
 
     outputs = tuple(
         OutputColumn(name=name, data_type=data_type, expression=final)
@@ -98,23 +125,117 @@ def compile_model(model: str, sql: str, catalog: Catalog) -> ViewPlan:
         view_class=view_class,
         sql=sql,
         query=tree,
-        source=source,
-        source_alias=alias,
-        where=where.this if where else None,
-        keys=tuple(keys),
+        sources=sources,
+        rows=_flattened_rows(qualified, keys, arguments),
+        keys=tuple(c.name for c in key_columns),
         state_columns=tuple(state),
+        preaggregations=tuple(preaggregations),
+        upstreams={t: u for t, u in upstreams.items() if t in tables},
         outputs=outputs,
         having=having_final,
-        fingerprint=_fingerprint(view_class, source, qualified, described),
+        fingerprint=_fingerprint(
+            view_class,
+            tables,
+            qualified,
+            described,
+            # An upstream's state layout is part of what this state means.
+            [u.view.sql(dialect=DIALECT) for t, u in sorted(upstreams.items(), key=str)],
+        ),
     )
 
 
-def _qualify(
-    model: str, tree: exp.Select, source: TableName, columns: list[tuple[str, str]]
+def source_tables(tree: exp.Expression) -> list[TableName]:
+    """The distinct tables a query reads, in query order (CTE names are not tables)."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    found = [
+        TableName.of(node)
+        for node in tree.find_all(exp.Table)
+        if node.db or node.name.lower() not in ctes
+    ]
+    return list(dict.fromkeys(found))
+
+
+def _inline_relations(model: str, qualified: exp.Select) -> exp.Select:
+    """Merge CTEs and subqueries in FROM into the query; refuse those that cannot merge.
+
+    sqlglot's optimizer merges a relation that only filters, projects and joins
+    (the same rewrite Spark's optimizer does); what remains aggregates, removes
+    duplicates or otherwise changes row counts, and has no delta rule here yet.
+    """
+    merged = eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
+    assert isinstance(merged, exp.Select)
+    left = merged.args.get("with_")
+    if left is not None and left.expressions:
+        name = left.expressions[0].alias_or_name
+        body = left.expressions[0].this
+        why = (
+            "aggregates"
+            if isinstance(body, exp.Select) and (body.args.get("group") or body.find(exp.AggFunc))
+            else "removes duplicates"
+            if isinstance(body, exp.Select) and body.args.get("distinct")
+            else "cannot be merged into the model's query"
+        )
+        raise NotMaintainable(
+            model,
+            f"the CTE or subquery {name!r}, which {why} before the outer query reads it",
+            "build it as an ivm model of its own and select from it with ref(), "
+            "or " + FALLBACK_HINT,
+        )
+    aliases = [node.alias_or_name.lower() for node in _from_tables(merged)]
+    repeated = next((a for a in aliases if aliases.count(a) > 1), None)
+    if repeated is not None:
+        raise NotMaintainable(
+            model,
+            f"two sources under the one name {repeated!r}",
+            "give each occurrence of a table its own alias",
+        )
+    return merged
+
+
+def _from_tables(select: exp.Select) -> list[exp.Table]:
+    """The tables of FROM and its JOINs, in query order (parse_model allows nothing else there)."""
+    found = [select.args["from_"].this] if select.args.get("from_") else []
+    found += [join.this for join in select.args.get("joins") or []]
+    return found
+
+
+def _flattened_rows(
+    qualified: exp.Select,
+    keys: list[exp.Expression],
+    arguments: dict[str, aggregates.ArgumentState],
 ) -> exp.Select:
-    nested: dict = {source.name: {n: t for n, t in columns}}
-    for part in reversed(source.parts()[:-1]):
-        nested = {part: nested}
+    """SELECT <row keys and aggregate arguments, named> FROM <the model's sources> WHERE <filter>.
+
+    Everything after this point (grouping, aggregates, the state's merge) reads
+    these named columns only, so it is the same for one source or a join.
+    """
+    columns = [
+        exp.alias_(key.copy(), names.group_key(i), quoted=True) for i, key in enumerate(keys)
+    ]
+    columns += [
+        exp.alias_(a.argument.copy(), names.argument(a.index), quoted=True)
+        for a in arguments.values()
+    ]
+    if not columns:
+        # COUNT(*) alone reads no column; a SELECT still needs one.
+        columns = [exp.alias_(exp.true(), names.argument(0), quoted=True)]
+    rows = exp.Select(expressions=columns)
+    for clause in ("from_", "joins", "where"):
+        if qualified.args.get(clause):
+            value = qualified.args[clause]
+            rows.set(clause, [j.copy() for j in value] if isinstance(value, list) else value.copy())
+    return rows
+
+
+def _qualify(
+    model: str, tree: exp.Select, schemas: dict[TableName, list[tuple[str, str]]]
+) -> exp.Select:
+    nested: dict = {}
+    for table, columns in schemas.items():
+        level = nested
+        for part in table.parts()[:-1]:
+            level = level.setdefault(part, {})
+        level[table.name] = {n: t for n, t in columns}
     try:
         qualified = qualify(
             tree.copy(),
@@ -124,9 +245,10 @@ def _qualify(
             validate_qualify_columns=True,
         )
     except OptimizeError as error:
+        shown = ", ".join(str(t) for t in schemas)
         raise NotMaintainable(
             model,
-            f"a column the compiler cannot resolve against {source} ({error})",
+            f"a column the compiler cannot resolve against {shown} ({error})",
             "check the column exists in the source",
         ) from error
     assert isinstance(qualified, exp.Select)
@@ -220,29 +342,52 @@ def _group_keys(group: exp.Group | None, projections: list[exp.Expression]) -> l
 
 
 def _aggregate_arguments(
-    expressions: list[exp.Expression],
+    model: str, expressions: list[exp.Expression]
 ) -> dict[str, aggregates.ArgumentState]:
-    """One ArgumentState per distinct argument of COUNT(x), SUM(x), AVG(x), in query order."""
+    """One ArgumentState per distinct aggregate argument, in query order, with what it needs."""
     found: dict[str, aggregates.ArgumentState] = {}
     for expression in expressions:
-        for call in expression.find_all(exp.Count, exp.Sum, exp.Avg):
+        for call in expression.find_all(exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max):
             if isinstance(call, exp.Count) and isinstance(call.this, exp.Star):
                 continue
-            key = call.this.sql(dialect=DIALECT)
-            needs_sum = not isinstance(call, exp.Count)
-            previous = found.get(key)
+            argument = _aggregate_argument(model, call)
+            key = argument.sql(dialect=DIALECT)
+            previous = found.get(key) or aggregates.ArgumentState(
+                index=len(found), argument=argument
+            )
+            recomputed = set(previous.recomputed)
+            if isinstance(call, (exp.Min, exp.Max)):
+                recomputed.add("MIN" if isinstance(call, exp.Min) else "MAX")
+            elif isinstance(call.this, exp.Distinct):
+                recomputed.add("COUNT")
             found[key] = aggregates.ArgumentState(
-                index=previous.index if previous else len(found),
-                argument=call.this,
-                needs_sum=needs_sum or bool(previous and previous.needs_sum),
+                index=previous.index,
+                argument=argument,
+                needs_sum=previous.needs_sum or isinstance(call, (exp.Sum, exp.Avg)),
+                needs_count=previous.needs_count
+                or (isinstance(call, exp.Count) and not isinstance(call.this, exp.Distinct)),
+                recomputed=frozenset(recomputed),
             )
     return found
+
+
+def _aggregate_argument(model: str, call: exp.Expression) -> exp.Expression:
+    """x of COUNT(x), SUM(x), AVG(x), MIN(x), MAX(x) and COUNT(DISTINCT x)."""
+    if not isinstance(call.this, exp.Distinct):
+        return call.this
+    if isinstance(call, exp.Count) and len(call.this.expressions) == 1:
+        return call.this.expressions[0]
+    raise NotMaintainable(
+        model,
+        f"{call.sql(dialect=DIALECT)} (only COUNT(DISTINCT x) of one expression is maintained)",
+        "aggregate a DISTINCT model of its own, or " + FALLBACK_HINT,
+    )
 
 
 def _probe_types(
     model: str,
     catalog: Catalog,
-    table: exp.Table,
+    qualified: exp.Select,
     keys: list[exp.Expression],
     expressions: list[exp.Expression],
     arguments: dict[str, aggregates.ArgumentState],
@@ -255,6 +400,7 @@ def _probe_types(
     """
     averaged = {call.this.sql(dialect=DIALECT) for e in expressions for call in e.find_all(exp.Avg)}
     summed = [a for a in arguments.values() if a.needs_sum]
+    recomputed = [a for a in arguments.values() if a.recomputed]
     probe_columns: list[exp.Expression] = [
         exp.alias_(key.copy(), f"key_{i}") for i, key in enumerate(keys)
     ]
@@ -264,9 +410,21 @@ def _probe_types(
         for key, a in arguments.items()
         if key in averaged
     ]
+    # MIN/MAX/COUNT(DISTINCT) group by the argument's values in the pre-aggregation.
+    # FIRST rather than MIN: it accepts every type, so a MAP argument reaches
+    # the refusal below instead of failing Spark's analysis with a raw error.
+    probe_columns += [
+        exp.alias_(exp.First(this=a.argument.copy()), f"value_{a.index}") for a in recomputed
+    ]
     if not probe_columns:
         return {}
-    probe = exp.select(*probe_columns).from_(table.copy())
+    probe = exp.Select(expressions=probe_columns)
+    for clause in ("from_", "joins"):
+        if qualified.args.get(clause):
+            value = qualified.args[clause]
+            probe.set(
+                clause, [j.copy() for j in value] if isinstance(value, list) else value.copy()
+            )
     if keys:
         probe = probe.group_by(*[key.copy() for key in keys])
     types = dict(catalog.describe_query(probe.sql(dialect=DIALECT)))
@@ -275,6 +433,11 @@ def _probe_types(
         model,
         [(key.sql(dialect=DIALECT), types[f"key_{i}"]) for i, key in enumerate(keys)],
         "GROUP BY key",
+    )
+    _refuse_incomparable_keys(
+        model,
+        [(a.argument.sql(dialect=DIALECT), types[f"value_{a.index}"]) for a in recomputed],
+        "MIN/MAX/COUNT(DISTINCT) argument",
     )
     for argument in summed:
         if types[f"sum_{argument.index}"].lower() == "double":
@@ -309,9 +472,15 @@ def _finalizer(
             return aggregates.state_column(key_name)
         if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
             return aggregates.finalize_count_star()
-        if isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
-            key = node.this.sql(dialect=DIALECT)
+        if isinstance(node, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
+            key = _aggregate_argument(model, node).sql(dialect=DIALECT)
             index = arguments[key].index
+            if isinstance(node, exp.Min):
+                return aggregates.state_column(extremes.state_name("MIN", index))
+            if isinstance(node, exp.Max):
+                return aggregates.state_column(extremes.state_name("MAX", index))
+            if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
+                return aggregates.state_column(extremes.state_name("COUNT", index))
             if isinstance(node, exp.Count):
                 return aggregates.finalize_count(index)
             if isinstance(node, exp.Sum):
@@ -335,17 +504,19 @@ def _finalizer(
 
 def _fingerprint(
     view_class: ViewClass,
-    source: TableName,
+    sources: list[TableName],
     qualified: exp.Select,
     described: list[tuple[str, str]],
+    upstream_views: list[str],
 ) -> str:
     payload = json.dumps(
         [
             STATE_FORMAT_VERSION,
             view_class.value,
-            str(source),
+            [str(source) for source in sources],
             qualified.sql(dialect=DIALECT),
             described,
+            upstream_views,
         ]
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -15,12 +15,9 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from ivm_compiler import names
+from ivm_compiler import names, relations
 from ivm_compiler.parse import DIALECT, TableName
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
-
-# Change-feed rows that add a row to the source; the other two types remove one.
-ADDING_CHANGE_TYPES = ("insert", "update_postimage")
 
 STATE_TABLE_PROPERTIES = {
     # Downstream consumers (later: ivm models over ivm models) read the state's changes.
@@ -39,80 +36,7 @@ def _ident(name: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
 
 
-def _aliased(table: exp.Table, alias: str) -> exp.Table:
-    table.set("alias", exp.TableAlias(this=_ident(alias)))
-    return table
-
-
-def source_at_version(plan: ViewPlan, version: int) -> exp.Table:
-    """The source as of a pinned version, under the alias the model's query uses."""
-    table = plan.source.to_table()
-    table.set(
-        "version",
-        exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
-    )
-    return _aliased(table, plan.source_alias)
-
-
-def signed_changes(plan: ViewPlan, first_version: int, last_version: int) -> exp.Subquery:
-    """Change-feed rows of versions first..last (both inclusive), each with a +1/-1 sign."""
-    changes = exp.Table(
-        this=exp.Anonymous(
-            this="table_changes",
-            expressions=[
-                exp.Literal.string(plan.source.sql()),
-                exp.Literal.number(first_version),
-                exp.Literal.number(last_version),
-            ],
-        )
-    )
-    sign = exp.If(
-        this=exp.In(
-            this=exp.column("_change_type"),
-            expressions=[exp.Literal.string(t) for t in ADDING_CHANGE_TYPES],
-        ),
-        true=exp.Literal.number(1),
-        false=exp.Literal.number(-1),
-    )
-    rows = exp.select(exp.Star(), exp.alias_(sign, names.SIGN, quoted=True)).from_(changes)
-    return rows.subquery(_ident(plan.source_alias))
-
-
-def _state_select(plan: ViewPlan, source: exp.Expression, use_delta: bool) -> exp.Select:
-    columns = [
-        exp.alias_((c.delta if use_delta else c.build).copy(), c.name, quoted=True)
-        for c in plan.state_columns
-    ]
-    select = exp.select(*columns).from_(source)
-    if plan.where is not None:
-        select = select.where(plan.where.copy())
-    if plan.keys:
-        select = select.group_by(*[key.copy() for key in plan.keys])
-    return select
-
-
-def build_query(plan: ViewPlan, version: int) -> exp.Select:
-    return _state_select(plan, source_at_version(plan, version), use_delta=False)
-
-
-def delta_query(plan: ViewPlan, first_version: int, last_version: int) -> exp.Select:
-    """Per state row, the net change of every value column over the window.
-
-    Rows whose changes cancel out (a row inserted then deleted, an update that
-    moved nothing the model reads) are dropped here, so they cost no MERGE work.
-    """
-    select = _state_select(plan, signed_changes(plan, first_version, last_version), use_delta=True)
-    nonzero = [
-        exp.NEQ(
-            this=exp.Coalesce(this=c.delta.copy(), expressions=[exp.Literal.number(0)]),
-            expression=exp.Literal.number(0),
-        )
-        for c in plan.value_columns
-    ]
-    return select.having(exp.or_(*nonzero))
-
-
-def create_state(plan: ViewPlan, state: TableName, version: int) -> str:
+def create_state(plan: ViewPlan, state: TableName, versions: Mapping[TableName, int]) -> str:
     properties = [exp.FileFormatProperty(this=exp.Var(this="DELTA"))] + [
         exp.Property(this=exp.Literal.string(key), value=exp.Literal.string(value))
         for key, value in STATE_TABLE_PROPERTIES.items()
@@ -122,12 +46,15 @@ def create_state(plan: ViewPlan, state: TableName, version: int) -> str:
         kind="TABLE",
         replace=True,
         properties=exp.Properties(expressions=properties),
-        expression=build_query(plan, version),
+        expression=relations.build_query(plan, versions),
     )
     return _sql(create)
 
 
-def merge_changes(plan: ViewPlan, state: TableName, first_version: int, last_version: int) -> str:
+def merge_changes(
+    plan: ViewPlan, state: TableName, windows: Mapping[TableName, relations.Window]
+) -> str:
+    """One MERGE that applies a refresh's whole change to the state, in one Delta commit."""
     target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
 
     def t(name: str) -> exp.Column:
@@ -136,15 +63,23 @@ def merge_changes(plan: ViewPlan, state: TableName, first_version: int, last_ver
     def d(name: str) -> exp.Column:
         return exp.column(name, table=_ident(delta), quoted=True)
 
-    keys = plan.key_columns
+    keys = plan.merge_keys
     on: exp.Expression = (
-        exp.and_(*[exp.NullSafeEQ(this=t(k.name), expression=d(k.name)) for k in keys])
+        exp.and_(*[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in keys])
         if keys
         else exp.true()
     )
+    touched_flags = {p.slot: p.touched_flag for p in plan.preaggregations}
     updates = []
     for column in plan.value_columns:
         stored, change = t(column.name), d(column.name)
+        if column.rule is MergeRule.RECOMPUTED:
+            assert column.preaggregation is not None
+            # Recomputed from the pre-aggregation when its values changed; kept otherwise.
+            touched = exp.EQ(this=d(touched_flags[column.preaggregation]), expression=exp.true())
+            value = exp.If(this=touched, true=change, false=stored)
+            updates.append(exp.EQ(this=t(column.name), expression=value))
+            continue
         if column.rule is MergeRule.ADD_NULLABLE:
             stored = exp.Coalesce(this=stored, expressions=[exp.Literal.number(0)])
             change = exp.Coalesce(this=change, expressions=[exp.Literal.number(0)])
@@ -153,17 +88,24 @@ def merge_changes(plan: ViewPlan, state: TableName, first_version: int, last_ver
         )
 
     whens = []
-    if plan.view_class is not ViewClass.GLOBAL_AGGREGATE:
-        # The global aggregate keeps its one row even when the source is empty.
-        emptied = exp.EQ(
-            this=exp.Add(this=t(names.COUNT), expression=d(names.COUNT)),
-            expression=exp.Literal.number(0),
+    emptied: exp.Expression = exp.EQ(
+        this=exp.Add(this=t(names.COUNT), expression=d(names.COUNT)),
+        expression=exp.Literal.number(0),
+    )
+    if plan.view_class is ViewClass.GLOBAL_AGGREGATE:
+        # The global aggregate keeps its one group row even when the source is
+        # empty; only pre-aggregation rows (slot > 0) leave the state.
+        emptied = (
+            exp.and_(emptied, exp.GT(this=d(names.SLOT), expression=exp.Literal.number(0)))
+            if plan.preaggregations
+            else None
         )
+    if emptied is not None:
         whens.append(
             exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
         )
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=updates)))
-    all_columns = [c.name for c in plan.state_columns]
+    all_columns = relations.state_table_columns(plan)
     whens.append(
         exp.When(
             matched=False,
@@ -175,8 +117,8 @@ def merge_changes(plan: ViewPlan, state: TableName, first_version: int, last_ver
         )
     )
     merge = exp.Merge(
-        this=_aliased(state.to_table(), target),
-        using=delta_query(plan, first_version, last_version).subquery(_ident(delta)),
+        this=relations.aliased(state.to_table(), target),
+        using=relations.delta_query(plan, windows, state).subquery(_ident(delta)),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
@@ -196,6 +138,11 @@ def view_query(plan: ViewPlan, state: TableName) -> exp.Select:
             expression = exp.cast(expression, data_type)
         outputs.append(exp.alias_(expression, output.name, quoted=True))
     select = exp.select(*outputs).from_(state.to_table())
+    if plan.preaggregations:
+        group_rows = exp.EQ(
+            this=exp.column(names.SLOT, quoted=True), expression=exp.Literal.number(0)
+        )
+        select = select.where(group_rows)
     populated = exp.GT(this=exp.column(names.COUNT, quoted=True), expression=exp.Literal.number(0))
     if plan.view_class is not ViewClass.GLOBAL_AGGREGATE:
         select = select.where(populated)
@@ -282,12 +229,9 @@ def _commented_column(name: str, comment: str | None) -> exp.Expression:
     )
 
 
-def model_query(plan: ViewPlan, version: int) -> str:
-    """The model's query evaluated at a pinned source version."""
-    query = plan.query.copy()
-    table = query.find(exp.Table)
-    table.replace(source_at_version(plan, version))
-    return _sql(query)
+def model_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> str:
+    """The model's query evaluated with every source at its pinned version."""
+    return relations.model_query(plan, versions)
 
 
 def record_refresh(state: TableName, refresh_id: str) -> str:

@@ -29,3 +29,45 @@ def non_null_count_of(argument_index: int) -> str:
 
 def is_reserved(name: str) -> bool:
     return name.lower().startswith(RESERVED_PREFIX)
+
+
+ROWS_ALIAS = f"{RESERVED_PREFIX}rows"  # the model's FROM/JOIN/WHERE rows, flattened
+CHANGES_CTE = f"{RESERVED_PREFIX}changes"  # the signed change rows of one refresh
+SLOT = f"{RESERVED_PREFIX}slot"  # 0 on a group's row, i + 1 on argument i's pre-aggregation rows
+PREAGG_ALIAS = f"{RESERVED_PREFIX}p"
+UPSTREAM_CHANGES_ALIAS = f"{RESERVED_PREFIX}uc"  # an upstream ivm model's state changes
+
+
+def argument(index: int) -> str:
+    """The flattened value of the model's index-th distinct aggregate argument."""
+    return f"{RESERVED_PREFIX}arg{index}"
+
+
+def min_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}min_a{argument_index}"
+
+
+def max_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}max_a{argument_index}"
+
+
+def distinct_count_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}cd_a{argument_index}"
+
+
+def preaggregated_value_of(argument_index: int) -> str:
+    """On argument i's pre-aggregation rows: one distinct value of the argument in the group."""
+    return f"{RESERVED_PREFIX}pv_a{argument_index}"
+
+
+def preaggregation_cte(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}pre_a{argument_index}"
+
+
+def recomputed_cte(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}new_a{argument_index}"
+
+
+def touched_flag_of(argument_index: int) -> str:
+    """On a delta row: TRUE when the refresh changed argument i's values in the group."""
+    return f"{RESERVED_PREFIX}touched_a{argument_index}"

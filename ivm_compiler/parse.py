@@ -106,8 +106,15 @@ ANONYMOUS_AGGREGATES = frozenset(
     }
 )
 
-# Aggregates the walking skeleton maintains; the rest are refused by name.
-SUPPORTED_AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Count, exp.Sum, exp.Avg)
+# Aggregates the compiler maintains; the rest are refused by name.
+SUPPORTED_AGGREGATES: tuple[type[exp.Expression], ...] = (
+    exp.Count,
+    exp.Sum,
+    exp.Avg,
+    exp.Min,
+    exp.Max,
+)
+SUPPORTED_AGGREGATES_TEXT = "COUNT, SUM, AVG, MIN, MAX or COUNT(DISTINCT x)"
 
 
 @dataclass(frozen=True)
@@ -171,45 +178,57 @@ def check_supported(model: str, tree: exp.Expression) -> None:
         raise NotMaintainable(
             model, f"a {type(tree).__name__} statement", "a model must be one SELECT"
         )
-    if tree.args.get("with_") or tree.args.get("with"):
-        raise NotMaintainable(
-            model,
-            "a common table expression (WITH)",
-            "inline the CTE or split it into its own model",
-        )
 
     for node in tree.walk():
         _check_node(model, tree, node)
+        if isinstance(node, exp.Select):
+            _check_relation_names(model, node)
 
     tables = list(tree.find_all(exp.Table))
-    if len(tables) != 1:
+    if not tables:
         raise NotMaintainable(
-            model,
-            "a query without exactly one source table"
-            if tables
-            else "a query without a FROM table",
-            "read exactly one Delta table through source() or ref()",
+            model, "a query without a FROM table", "read Delta tables through source() or ref()"
         )
-    table = tables[0]
-    if not isinstance(table.this, exp.Identifier):
-        raise NotMaintainable(
-            model,
-            f"the table function {table.this.sql(dialect=DIALECT)}",
-            "read a Delta table through source() or ref()",
+    for table in tables:
+        if not isinstance(table.this, exp.Identifier):
+            raise NotMaintainable(
+                model,
+                f"the table function {table.this.sql(dialect=DIALECT)}",
+                "read a Delta table through source() or ref()",
+            )
+        if table.args.get("version"):
+            raise NotMaintainable(
+                model,
+                "time travel (VERSION/TIMESTAMP AS OF) in the model",
+                "reference the current table: the materialization pins versions itself",
+            )
+
+
+def _is_relation(node: exp.Expression) -> bool:
+    """A query used as a relation: a CTE's body or a derived table in FROM/JOIN."""
+    if isinstance(node, exp.Subquery):
+        return isinstance(node.parent, (exp.From, exp.Join))
+    if isinstance(node, exp.Select):
+        return isinstance(node.parent, exp.CTE) or (
+            isinstance(node.parent, exp.Subquery) and _is_relation(node.parent)
         )
-    if table.args.get("version"):
-        raise NotMaintainable(
-            model,
-            "time travel (VERSION/TIMESTAMP AS OF) in the model",
-            "reference the current table: the materialization pins versions itself",
-        )
+    return False
 
 
 def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
-    if node is not root and isinstance(node, (exp.Select, exp.Subquery, exp.SetOperation)):
-        raise NotMaintainable(model, "a subquery", "move the subquery into its own model")
+    if isinstance(node, exp.SetOperation):
+        kind = type(node).__name__.upper()
+        raise NotMaintainable(model, f"the set operation {kind} inside the query")
+    if node is not root and isinstance(node, (exp.Select, exp.Subquery)) and not _is_relation(node):
+        raise NotMaintainable(
+            model,
+            "a subquery inside an expression (scalar, IN or EXISTS)",
+            "write it as an inner JOIN (for IN or EXISTS, against a SELECT DISTINCT of the "
+            "subquery's keys), "
+            "or " + FALLBACK_HINT,
+        )
     if isinstance(node, exp.Join):
-        raise NotMaintainable(model, "JOIN")
+        _check_join(model, node)
     if isinstance(node, exp.Pivot):
         raise NotMaintainable(model, "UNPIVOT" if node.args.get("unpivot") else "PIVOT")
     if isinstance(node, exp.Window):
@@ -274,7 +293,7 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
         raise NotMaintainable(
             model,
             f"the aggregate {_written(node)}",
-            "use COUNT, SUM or AVG, or " + FALLBACK_HINT,
+            f"use {SUPPORTED_AGGREGATES_TEXT}, or " + FALLBACK_HINT,
         )
     if isinstance(node, (exp.Alias, exp.Column)) and is_reserved(node.alias_or_name):
         raise NotMaintainable(
@@ -284,15 +303,56 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
         )
 
 
+def _check_relation_names(model: str, select: exp.Select) -> None:
+    """Two relations of one FROM clause under one name (a self-join needs aliases)."""
+    relations = [select.args["from_"].this] if select.args.get("from_") else []
+    relations += [join.this for join in select.args.get("joins") or []]
+    seen: set[str] = set()
+    for relation in relations:
+        name = relation.alias_or_name.lower()
+        if name in seen:
+            raise NotMaintainable(
+                model,
+                f"two sources under the one name {name!r}",
+                "give each occurrence of a table its own alias",
+            )
+        seen.add(name)
+
+
+def _check_join(model: str, join: exp.Join) -> None:
+    """Inner and cross joins are maintained (relations.signed_rows); other kinds are refused."""
+    side = (join.args.get("side") or "").upper()
+    kind = (join.args.get("kind") or "").upper()
+    method = (join.args.get("method") or "").upper()
+    if method == "NATURAL":
+        raise NotMaintainable(
+            model, "NATURAL JOIN", "name the join columns with JOIN ... USING (...) or ON"
+        )
+    if side or kind not in ("", "INNER", "CROSS"):
+        written = " ".join(part for part in (side, kind) if part)
+        raise NotMaintainable(
+            model,
+            f"{written} JOIN (only inner and cross joins are maintained so far)",
+            "keep only the matching rows with an inner JOIN in this model, or " + FALLBACK_HINT,
+        )
+
+
 def _check_aggregate(model: str, node: exp.AggFunc) -> None:
     if not isinstance(node, SUPPORTED_AGGREGATES):
         raise NotMaintainable(
             model,
             f"the aggregate {_written(node)}",
-            "use COUNT, SUM or AVG, or " + FALLBACK_HINT,
+            f"use {SUPPORTED_AGGREGATES_TEXT}, or " + FALLBACK_HINT,
         )
-    if isinstance(node.this, exp.Distinct):
-        raise NotMaintainable(model, f"{_written(node)}(DISTINCT ...)")
+    if isinstance(node.this, exp.Distinct) and not (
+        isinstance(node, exp.Count) and len(node.this.expressions) == 1
+    ):
+        raise NotMaintainable(
+            model,
+            f"{_written(node)}(DISTINCT ...)",
+            "COUNT(DISTINCT x) of one expression is maintained; for others aggregate a "
+            "SELECT DISTINCT model, or " + FALLBACK_HINT,
+        )
     if isinstance(node, exp.Count) and node.expressions:
         raise NotMaintainable(
             model,

@@ -1,23 +1,27 @@
 """The maintenance plan: what a compiled ivm model stores and how each piece changes.
 
-Frozen dataclasses only. The plan holds sqlglot expressions over the model's
-source (qualified by the source's alias in the model) and over the state
-table's columns; emit.py turns it into Spark SQL.
+Frozen dataclasses only. The plan holds the model's rows as one flattened
+SELECT over its sources (FROM, JOINs and WHERE, qualified by the aliases the
+model uses), and expressions over those flattened rows and over the state
+table's columns; relations.py and emit.py turn it into Spark SQL.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from sqlglot import exp
 
+from ivm_compiler import names
 from ivm_compiler.parse import TableName
 
 
 class ViewClass(str, Enum):
     """The view classes of the KV-store and consistency-levels papers that the compiler maintains."""
 
+    # Every class reads FROM one source or an inner join of several.
     # SELECT exprs FROM src WHERE p: a bag, kept as distinct rows with a multiplicity.
     PROJECTION = "projection"
     # SELECT DISTINCT exprs FROM src WHERE p: the same state, each row shown once.
@@ -34,6 +38,52 @@ class MergeRule(str, Enum):
     KEY = "key"  # identifies the row; matched null-safely, never updated
     ADD = "add"  # counts: stored + delta
     ADD_NULLABLE = "add_nullable"  # sums: NULL stands for "no non-NULL input yet"
+    # MIN, MAX, COUNT(DISTINCT): not additive. The delta row carries the value
+    # recomputed from the group's pre-aggregation rows whenever the refresh
+    # touched them (its touched flag is set); otherwise the stored value stays.
+    RECOMPUTED = "recomputed"
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """One occurrence of a source table in the model's FROM clause (a self-join has two)."""
+
+    alias: str
+    table: TableName
+
+
+@dataclass(frozen=True)
+class UpstreamModel:
+    """A source that is itself an ivm model (a view over its state table).
+
+    It is pinned and read through its state table, whose commits carry change
+    data: the view is a row-by-row function of the state (filter, then one copy
+    per multiplicity), so the view's change is that function applied to the
+    state's signed change rows.
+    """
+
+    state: TableName
+    # The view's definition: a SELECT over `state` (as Spark stores it).
+    view: exp.Select
+
+
+@dataclass(frozen=True)
+class PreAggregation:
+    """(group, value, count) rows for one aggregate argument, kept in the state table.
+
+    They let MIN, MAX and COUNT(DISTINCT) of a group be recomputed from the
+    group's distinct values when a change removes the current extreme, without
+    reading the sources (the KV-store paper's PRE-AGGREGATION view).
+    """
+
+    argument_index: int
+    slot: int
+    # The flattened row column holding the argument, and the state column holding one value.
+    argument: str
+    value_column: str
+    # The RECOMPUTED state columns this pre-aggregation feeds: (state column, MIN | MAX | COUNT).
+    recomputed: tuple[tuple[str, str], ...]
+    touched_flag: str
 
 
 @dataclass(frozen=True)
@@ -44,6 +94,8 @@ class StateColumn:
     build: exp.Expression
     # The column computed from signed change rows (each carries names.SIGN = +1/-1).
     delta: exp.Expression
+    # RECOMPUTED columns only: the pre-aggregation that recomputes it.
+    preaggregation: int | None = None
 
 
 @dataclass(frozen=True)
@@ -63,20 +115,39 @@ class ViewPlan:
     # The model's SQL exactly as dbt compiled it, and its parse (not rewritten).
     sql: str
     query: exp.Select
-    source: TableName
-    # The name the model's query uses for its source (its alias, or the table name).
-    source_alias: str
-    where: exp.Expression | None
-    # Source expressions that identify a state row (GROUP BY keys, or every
-    # projected expression of a projection); parallel to the KEY state columns.
-    keys: tuple[exp.Expression, ...]
+    # Every table occurrence in FROM, in query order.
+    sources: tuple[SourceRef, ...]
+    # SELECT <flattened columns> FROM <the model's sources and joins> WHERE <its filter>,
+    # qualified; its tables are replaced by versions or change feeds when it is emitted.
+    rows: exp.Select
+    # The flattened columns that identify a state row (GROUP BY keys, or every
+    # projected expression of a projection); the KEY state columns have the same names.
+    keys: tuple[str, ...]
     state_columns: tuple[StateColumn, ...]
+    preaggregations: tuple[PreAggregation, ...]
+    # Sources that are ivm models themselves, by the name the model reads.
+    upstreams: Mapping[TableName, UpstreamModel]
     outputs: tuple[OutputColumn, ...]
     # HAVING, rewritten over state columns; groups that fail it stay in the state.
     having: exp.Expression | None
     # Changes whenever the maintained state would mean something else: a model
     # whose fingerprint differs from its state's is rebuilt, never patched.
     fingerprint: str
+
+    @property
+    def tables(self) -> tuple[TableName, ...]:
+        """The distinct source tables, in query order: each is pinned once per refresh."""
+        return tuple(dict.fromkeys(ref.table for ref in self.sources))
+
+    @property
+    def merge_keys(self) -> tuple[str, ...]:
+        """The state columns MERGE matches on: the row key, then the pre-aggregation's slot and value."""
+        extra = (names.SLOT,) if self.preaggregations else ()
+        return (
+            *self.keys,
+            *extra,
+            *(p.value_column for p in self.preaggregations),
+        )
 
     @property
     def key_columns(self) -> tuple[StateColumn, ...]:

@@ -28,34 +28,43 @@ class ArgumentState:
     """The state kept for one distinct aggregate argument."""
 
     index: int
+    # The argument over the model's sources; the state reads its flattened column.
     argument: exp.Expression
-    needs_sum: bool
+    needs_sum: bool = False
+    needs_count: bool = False
+    # Aggregates kept through a pre-aggregation: any of "MIN", "MAX", "COUNT".
+    recomputed: frozenset[str] = frozenset()
 
-    def columns(self, source_alias: str) -> list[StateColumn]:
-        non_null = exp.Not(this=exp.Is(this=self.argument.copy(), expression=exp.Null()))
+    @property
+    def flat(self) -> exp.Column:
+        return exp.column(names.argument(self.index), quoted=True)
+
+    def columns(self) -> list[StateColumn]:
+        """The additive state of this argument (its non-NULL count and sum), as needed."""
+        if not (self.needs_count or self.needs_sum):
+            return []
+        non_null = exp.Not(this=exp.Is(this=self.flat, expression=exp.Null()))
         columns = [
             StateColumn(
                 name=names.non_null_count_of(self.index),
                 rule=MergeRule.ADD,
-                build=exp.Count(this=self.argument.copy(), big_int=True),
-                delta=exp.Sum(
-                    this=exp.If(this=non_null, true=sign(source_alias), false=exp.Literal.number(0))
-                ),
+                build=exp.Count(this=self.flat, big_int=True),
+                delta=exp.Sum(this=exp.If(this=non_null, true=sign(), false=exp.Literal.number(0))),
             )
         ]
         if self.needs_sum:
             # -x rather than x * sign: negation keeps x's type, so the delta's
             # SUM has exactly the type of the build's SUM.
             signed_argument = exp.If(
-                this=exp.GT(this=sign(source_alias), expression=exp.Literal.number(0)),
-                true=self.argument.copy(),
-                false=exp.Neg(this=exp.Paren(this=self.argument.copy())),
+                this=exp.GT(this=sign(), expression=exp.Literal.number(0)),
+                true=self.flat,
+                false=exp.Neg(this=self.flat),
             )
             columns.append(
                 StateColumn(
                     name=names.sum_of(self.index),
                     rule=MergeRule.ADD_NULLABLE,
-                    build=exp.Sum(this=self.argument.copy()),
+                    build=exp.Sum(this=self.flat),
                     delta=exp.Sum(this=signed_argument),
                 )
             )

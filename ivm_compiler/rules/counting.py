@@ -15,28 +15,31 @@ from ivm_compiler import names
 from ivm_compiler.plan import MergeRule, StateColumn
 
 
-def sign(source_alias: str) -> exp.Column:
-    return exp.column(names.SIGN, table=exp.to_identifier(source_alias, quoted=True), quoted=True)
+def sign() -> exp.Column:
+    """The +1/-1 of a flattened change row (relations.signed_rows puts it there)."""
+    return exp.column(names.SIGN, quoted=True)
 
 
-def key_column(index: int, expression: exp.Expression) -> StateColumn:
+def key_column(index: int) -> StateColumn:
+    """The index-th row key: the flattened row column of the same name, passed through."""
+    name = names.group_key(index)
     return StateColumn(
-        name=names.group_key(index),
+        name=name,
         rule=MergeRule.KEY,
-        build=expression.copy(),
-        delta=expression.copy(),
+        build=exp.column(name, quoted=True),
+        delta=exp.column(name, quoted=True),
     )
 
 
-def count_column(source_alias: str) -> StateColumn:
+def count_column() -> StateColumn:
     """Rows per state row: COUNT(*) at build time, the sum of signs on refresh.
 
-    >>> count_column("o").delta.sql(dialect="spark")
-    'SUM(`o`.`__ivm_sign`)'
+    >>> count_column().delta.sql(dialect="spark")
+    'SUM(`__ivm_sign`)'
     """
     return StateColumn(
         name=names.COUNT,
         rule=MergeRule.ADD,
         build=exp.Count(this=exp.Star(), big_int=True),
-        delta=exp.Sum(this=sign(source_alias)),
+        delta=exp.Sum(this=sign()),
     )

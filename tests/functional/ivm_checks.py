@@ -64,3 +64,23 @@ def assert_model_matches_query(
     difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
     assert difference.equal, f"{model} differs from its query at version {version}: {difference}"
     return version
+
+
+def assert_model_matches_sources(
+    spark: SparkSession, schema: str, model: str, query_template: str, sources: list[str]
+) -> dict[str, int]:
+    """The oracle over several sources: each read at the version the model records for it.
+
+    Returns the recorded versions of the sources the model reads.
+    """
+    recorded = recorded_state(spark, schema, model).sources
+    versions = {}
+    for source in sources:
+        if f"{{{source}}}" in query_template:
+            versions[source] = int(recorded[f"{schema}.{source}"]["version"])
+    query = query_template.format(
+        **{s: f"{schema}.{s} VERSION AS OF {v}" for s, v in versions.items()}
+    )
+    difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
+    assert difference.equal, f"{model} differs from its query at versions {versions}: {difference}"
+    return versions

@@ -11,6 +11,8 @@ sources:
     schema: "{{ target.schema }}"
     tables:
       - name: src
+      - name: dim
+      - name: tag
 """
 
 # Source rows: a nullable key, a small nullable group, nullable values of two
@@ -41,16 +43,80 @@ QUERIES = {
 }
 
 
-def model_files(names: list[str] | None = None) -> dict[str, str]:
+# Two more sources for joins: `dim` maps src.k to a name (keys may repeat or be
+# NULL, so a fact row can have zero, one or several partners), `tag` maps names
+# to labels.
+DIM_DDL = (
+    "CREATE TABLE {table} (k INT, name STRING, w INT) USING DELTA "
+    "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+)
+TAG_DDL = (
+    "CREATE TABLE {table} (name STRING, label STRING) USING DELTA "
+    "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+)
+
+# Models over several sources and the pre-aggregated aggregates; `{src}`,
+# `{dim}`, `{tag}` are the sources, as in QUERIES.
+JOIN_QUERIES = {
+    # A bag projection over an equi-join; the residual filter sits in a subquery in FROM.
+    "joined_rows": (
+        "select s.k, s.v, d.name from {src} s "
+        "join (select k, name from {dim} where w is null or w > 0) d on s.k = d.k"
+    ),
+    # Grouped over a join with a non-equi condition in ON; MIN/MAX/COUNT(DISTINCT).
+    "joined_groups": (
+        "select d.name, count(*) as n, sum(s.v) as sv, min(s.v) as mn, max(s.d) as mx, "
+        "count(distinct s.g) as ng from {src} s join {dim} d on s.k = d.k and s.v <= d.w "
+        "group by d.name"
+    ),
+    # The same table twice.
+    "self_joined": (
+        "select a.g, b.g as g2, count(*) as n, sum(b.v) as sv from {src} a "
+        "join {src} b on a.k = b.k group by a.g, b.g"
+    ),
+    # Three inputs through a CTE, DISTINCT over the result, a USING join.
+    "three_way": (
+        "with named as (select s.g, d.name from {src} s join {dim} d on s.k = d.k) "
+        "select distinct n.g, t.label from named n join {tag} t using (name)"
+    ),
+    # Pre-aggregation on one source: extremes of two types, HAVING over MAX.
+    "extremes": (
+        "select g, min(v) as mn, max(v) as mx, min(d) as mnd, count(distinct v) as cdv, "
+        "count(*) as n from {src} group by g having max(v) > -2 or max(v) is null"
+    ),
+    # Extremes without GROUP BY: one row even when the source is empty.
+    "global_extremes": (
+        "select min(v) as mn, max(d) as mx, count(distinct g) as ng, count(*) as n from {src}"
+    ),
+}
+
+SOURCE_NAMES = ("src", "dim", "tag")
+
+
+def model_files(
+    names: list[str] | None = None, queries: dict[str, str] = QUERIES
+) -> dict[str, str]:
     files = {"sources.yml": SOURCES_YML}
-    for name, query in QUERIES.items():
+    sources = {name: f"{{{{ source('raw', '{name}') }}}}" for name in SOURCE_NAMES}
+    for name, query in queries.items():
         if names is None or name in names:
-            files[f"{name}.sql"] = query.format(src="{{ source('raw', 'src') }}")
+            files[f"{name}.sql"] = query.format(**sources)
     return files
 
 
 # Rows every test source starts with: duplicates and an all-NULL row.
 SEED_ROWS = "(1, 'a', 1, 1.50), (1, 'a', 1, 1.50), (NULL, NULL, NULL, NULL)"
+
+
+def create_join_sources(project) -> dict[str, str]:
+    """Create `dim` and `tag` beside `src`, with NULL keys and keys that repeat."""
+    dim = f"{project.test_schema}.dim"
+    tag = f"{project.test_schema}.tag"
+    project.run_sql(DIM_DDL.format(table=dim))
+    project.run_sql(f"INSERT INTO {dim} VALUES (1, 'x', 1), (1, 'y', NULL), (NULL, 'x', 2)")
+    project.run_sql(TAG_DDL.format(table=tag))
+    project.run_sql(f"INSERT INTO {tag} VALUES ('x', 'X'), ('x', 'X2'), (NULL, 'N')")
+    return {"src": create_source(project), "dim": dim, "tag": tag}
 
 
 def create_source(project, rows: str = SEED_ROWS) -> str:

@@ -24,8 +24,9 @@ from tests.functional.ivm_project import (
 
 models__grouped = QUERIES["grouped"].format(src="{{ source('raw', 'src') }}")
 models__drops_key = QUERIES["drops_key"].format(src="{{ source('raw', 'src') }}")
-models__joined = """
-select a.k, b.v from {{ source('raw', 'src') }} a join {{ source('raw', 'src') }} b on a.k = b.k
+models__correlated = """
+select a.k, (select max(b.v) from {{ source('raw', 'src') }} b where b.k = a.k) as top_v
+from {{ source('raw', 'src') }} a
 """
 models__ranked_with_fallback = """
 {{ config(ivm_fallback='full_refresh') }}
@@ -180,7 +181,7 @@ class TestRefusalsAndFallbacks(IvmProject):
     def models(self):
         return {
             "sources.yml": SOURCES_YML,
-            "joined.sql": models__joined,
+            "correlated.sql": models__correlated,
             "ranked.sql": models__ranked_with_fallback,
             "misspelled.sql": models__misspelled_config,
             "from_view.sql": "select k from {{ ref('plain_view') }}",
@@ -192,12 +193,12 @@ class TestRefusalsAndFallbacks(IvmProject):
         return create_source(project, "(1, 'a', 1, 1.50), (2, 'a', 2, NULL)")
 
     def test_unsupported_query_fails_before_any_sql_runs(self, project, spark, source_table):
-        results = run_dbt(["run", "--select", "joined"], expect_pass=False)
+        results = run_dbt(["run", "--select", "correlated"], expect_pass=False)
         message = str(results[0].message)
-        assert "model.test.joined" in message
-        assert "JOIN is not supported" in message and "Fix:" in message
+        assert "model.test.correlated" in message
+        assert "subquery is not supported" in message and "Fix:" in message
         tables = {r.tableName for r in spark.sql(f"SHOW TABLES IN {project.test_schema}").collect()}
-        assert not {"joined", "joined__ivm_state"} & tables
+        assert not {"correlated", "correlated__ivm_state"} & tables
 
     def test_fallback_recomputes_with_a_warning(self, project, spark, source_table):
         _, log = run_dbt_and_capture(["run", "--select", "ranked"])

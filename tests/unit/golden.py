@@ -21,11 +21,13 @@ Header lines of a case:
 - ``# class:`` the ViewClass the compiler must choose;
 - ``# describe:`` what Spark's DESCRIBE QUERY answers for the model's SQL;
 - ``# describe probe:`` what it answers for the compiler's type probe, asked
-  once for an aggregate model that has group keys, sums or averages:
-  ``key_<key index> <type>`` for each group key, then ``sum_<argument index>
-  <type>`` for each summed argument, then ``avg_<argument index> <type>`` for
-  each averaged one, in the order the probe asks them; the answers are what
-  Spark 4.0.1 reports for the probe's DESCRIBE QUERY, not guesses;
+  once for an aggregate model that has group keys, sums, averages, or MIN/MAX/
+  COUNT(DISTINCT) arguments: ``key_<key index> <type>`` for each group key, then
+  ``sum_<argument index> <type>`` for each summed argument, then
+  ``avg_<argument index> <type>`` for each averaged one, then
+  ``value_<argument index> <type>`` (MIN of the argument) for each argument of
+  MIN, MAX or COUNT(DISTINCT), in the order the probe asks them; the answers are
+  what Spark 4.0.1 reports for the probe's DESCRIBE QUERY, not guesses;
 - ``# xfail:`` the model is compiled wrongly today; the sections then hold the
   statements it should compile to (written by hand), and the case is an
   xfail(strict=True) so fixing the bug makes the suite ask for the marker's removal.
@@ -47,17 +49,30 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
-from ivm_compiler import TableName
+from ivm_compiler import TableName, ViewPlan
 from ivm_compiler.parse import DIALECT
+from ivm_compiler.relations import Window
 
 STATEMENTS = ("create_state", "merge_changes", "create_view", "model_query")
 
-# The names and versions every golden case is emitted with.
+# The names and versions every golden case is emitted with: every source table
+# is built at BUILD_VERSION and refreshed with its changes FIRST_CHANGE..LAST_CHANGE.
 MODEL = "my_model"
 STATE = TableName(db="analytics", name="my_model__ivm_state")
 TARGET = TableName(db="analytics", name="my_model")
 BUILD_VERSION = 7
 FIRST_CHANGE, LAST_CHANGE = 8, 10
+
+
+def versions(plan: ViewPlan) -> dict[TableName, int]:
+    """The pinned version of every source table for create_state and model_query."""
+    return {table: BUILD_VERSION for table in plan.tables}
+
+
+def windows(plan: ViewPlan) -> dict[TableName, Window]:
+    """Every source table's change window for merge_changes: FIRST_CHANGE..LAST_CHANGE."""
+    return {table: Window(recorded=FIRST_CHANGE - 1, pinned=LAST_CHANGE) for table in plan.tables}
+
 
 _SOURCE = re.compile(r"^# source (?P<table>\S+):\s*(?P<columns>.*)$")
 _HEADER = re.compile(r"^# (?P<key>[a-z][a-z ]*):\s*(?P<value>.*)$")
@@ -216,8 +231,8 @@ def rewrite(fixture: FixtureFile, emitted: dict[str, dict[str, str]]) -> None:
     fixture.path.write_text("\n".join(out) + "\n")
 
 
-# The compiler's type probe names its columns key_<i>, sum_<i> and avg_<i>.
-_PROBE_COLUMN = re.compile(r"^(?P<kind>key|sum|avg)_\d+$")
+# The compiler's type probe names its columns key_<i>, sum_<i>, avg_<i> and value_<i>.
+_PROBE_COLUMN = re.compile(r"^(?P<kind>key|sum|avg|value)_\d+$")
 
 
 def probe_columns(sql: str) -> list[str] | None:
@@ -225,6 +240,10 @@ def probe_columns(sql: str) -> list[str] | None:
 
     >>> probe_columns("SELECT a AS key_0, SUM(b) AS sum_1, AVG(b) AS avg_1 FROM t GROUP BY a")
     ['key_0', 'sum_1', 'avg_1']
+    >>> probe_columns("SELECT FIRST(b) AS value_0 FROM t JOIN u ON t.a = u.a")
+    ['value_0']
+    >>> probe_columns("SELECT MAX(b) AS value_0 FROM t") is None
+    True
     >>> probe_columns("SELECT a AS key_0, SUM(b) AS avg_1 FROM t GROUP BY a") is None
     True
     """
@@ -236,7 +255,7 @@ def probe_columns(sql: str) -> list[str] | None:
         match = _PROBE_COLUMN.match(projection.alias) if isinstance(projection, exp.Alias) else None
         if match is None:
             return None
-        wanted = {"key": None, "sum": exp.Sum, "avg": exp.Avg}[match["kind"]]
+        wanted = {"key": None, "sum": exp.Sum, "avg": exp.Avg, "value": exp.First}[match["kind"]]
         if wanted is None and projection.this.find(exp.AggFunc):
             return None
         if wanted is not None and type(projection.this) is not wanted:

@@ -7,10 +7,13 @@ what the plan means and when a state must be rebuilt.
 from __future__ import annotations
 
 import pytest
+import sqlglot
+from sqlglot import exp
 
 from ivm_compiler import NotMaintainable, TableName, ViewClass, compile_model, emit
 from ivm_compiler import compile as compile_module
-from ivm_compiler.plan import MergeRule
+from ivm_compiler.plan import MergeRule, PreAggregation, SourceRef
+from ivm_compiler.relations import Window, signed_rows
 from tests.unit.golden import FakeCatalog
 
 MODEL = "my_model"
@@ -23,7 +26,16 @@ ORDERS = [
 ]
 # A ledger whose amounts use all of DECIMAL's precision.
 LEDGER = [("id", "int"), ("amount", "decimal(38,14)")]
-SOURCES = {"shop.orders": ORDERS, "shop.orders_v2": ORDERS, "shop.ledger": LEDGER}
+CUSTOMERS = [("id", "int"), ("name", "string"), ("country", "string")]
+SOURCES = {
+    "shop.orders": ORDERS,
+    "shop.orders_v2": ORDERS,
+    "shop.ledger": LEDGER,
+    "shop.customers": CUSTOMERS,
+}
+ORDERS_TABLE = TableName(db="shop", name="orders")
+CUSTOMERS_TABLE = TableName(db="shop", name="customers")
+STATE = TableName(db="analytics", name="my_model__ivm_state")
 
 # The DESCRIBE QUERY answers below (for models and for the compiler's type probe)
 # are what Spark 4.0.1 reports over empty Delta tables with these columns.
@@ -56,10 +68,18 @@ GROUPED_PROBE = [("key_0", "string"), ("sum_1", "decimal(20,2)"), ("avg_1", "dec
 def test_grouped_plan() -> None:
     plan, catalog = compile_with(GROUPED_SQL, GROUPED_DESCRIBE, GROUPED_PROBE)
     assert plan.view_class is ViewClass.GROUPED_AGGREGATE
-    assert plan.source == TableName(db="shop", name="orders")
-    assert plan.source_alias == "orders"
-    assert plan.where is not None and plan.where.sql("spark") == "`orders`.`qty` > 0"
-    assert [k.sql("spark") for k in plan.keys] == ["`orders`.`customer`"]
+    assert plan.sources == (SourceRef(alias="orders", table=ORDERS_TABLE),)
+    assert plan.tables == (ORDERS_TABLE,)
+    # The rows the state is grouped from: the key and each distinct argument, named,
+    # read from the model's FROM and filtered by its WHERE.
+    assert plan.rows.sql("spark") == (
+        "SELECT `orders`.`customer` AS `__ivm_g0`, `orders`.`qty` AS `__ivm_arg0`, "
+        "`orders`.`amount` AS `__ivm_arg1` FROM `shop`.`orders` AS `orders` "
+        "WHERE `orders`.`qty` > 0"
+    )
+    assert plan.keys == ("__ivm_g0",)
+    assert plan.merge_keys == ("__ivm_g0",)
+    assert plan.preaggregations == ()
     assert [(c.name, c.rule) for c in plan.state_columns] == [
         ("__ivm_g0", MergeRule.KEY),
         ("__ivm_count", MergeRule.ADD),
@@ -162,13 +182,205 @@ def test_projection_keys_are_the_distinct_projected_expressions() -> None:
         "SELECT customer, qty, customer AS again FROM shop.orders",
         [("customer", "string"), ("qty", "int"), ("again", "string")],
     )
-    assert [k.sql("spark") for k in plan.keys] == ["`orders`.`customer`", "`orders`.`qty`"]
+    assert plan.keys == ("__ivm_g0", "__ivm_g1")
+    assert plan.rows.sql("spark") == (
+        "SELECT `orders`.`customer` AS `__ivm_g0`, `orders`.`qty` AS `__ivm_g1` "
+        "FROM `shop`.`orders` AS `orders`"
+    )
     assert [o.expression.sql("spark") for o in plan.outputs] == [
         "`__ivm_g0`",
         "`__ivm_g1`",
         "`__ivm_g0`",
     ]
     assert [c.name for c in plan.value_columns] == ["__ivm_count"]
+
+
+# -- joins ------------------------------------------------------------------------------
+
+JOIN_SQL = (
+    "SELECT c.country, COUNT(*) AS n, SUM(o.amount) AS total "
+    "FROM shop.orders AS o JOIN shop.customers AS c ON o.customer = c.name "
+    "WHERE o.qty > 0 GROUP BY c.country"
+)
+JOIN_DESCRIBE = [("country", "string"), ("n", "bigint"), ("total", "decimal(20,2)")]
+JOIN_PROBE = [("key_0", "string"), ("sum_0", "decimal(20,2)")]
+
+
+def test_join_plan() -> None:
+    plan, catalog = compile_with(JOIN_SQL, JOIN_DESCRIBE, JOIN_PROBE)
+    assert plan.view_class is ViewClass.GROUPED_AGGREGATE
+    assert plan.sources == (
+        SourceRef(alias="o", table=ORDERS_TABLE),
+        SourceRef(alias="c", table=CUSTOMERS_TABLE),
+    )
+    assert plan.tables == (ORDERS_TABLE, CUSTOMERS_TABLE)
+    assert plan.rows.sql("spark") == (
+        "SELECT `c`.`country` AS `__ivm_g0`, `o`.`amount` AS `__ivm_arg0` "
+        "FROM `shop`.`orders` AS `o` JOIN `shop`.`customers` AS `c` "
+        "ON `o`.`customer` = `c`.`name` WHERE `o`.`qty` > 0"
+    )
+    assert plan.keys == ("__ivm_g0",)
+    assert catalog.asked == [
+        "columns shop.orders",
+        "columns shop.customers",
+        "describe model",
+        "describe probe",
+    ]
+    # The probe reads the model's joins, not its filter.
+    assert catalog.probes == [
+        (
+            "SELECT `c`.`country` AS key_0, SUM(`o`.`amount`) AS sum_0 "
+            "FROM `shop`.`orders` AS `o` JOIN `shop`.`customers` AS `c` "
+            "ON `o`.`customer` = `c`.`name` GROUP BY `c`.`country`"
+        )
+    ]
+
+
+SELF_JOIN_SQL = (
+    "SELECT a.id, b.id AS later_id FROM shop.orders AS a "
+    "JOIN shop.orders AS b ON a.customer = b.customer AND a.id < b.id"
+)
+SELF_JOIN_DESCRIBE = [("id", "int"), ("later_id", "int")]
+
+
+def test_self_join_reads_one_table_under_two_aliases() -> None:
+    plan, catalog = compile_with(SELF_JOIN_SQL, SELF_JOIN_DESCRIBE)
+    assert plan.sources == (
+        SourceRef(alias="a", table=ORDERS_TABLE),
+        SourceRef(alias="b", table=ORDERS_TABLE),
+    )
+    # One table: asked for once, pinned once per refresh.
+    assert plan.tables == (ORDERS_TABLE,)
+    assert catalog.asked == ["columns shop.orders", "describe model"]
+    assert plan.keys == ("__ivm_g0", "__ivm_g1")
+
+
+def _term_reads(sql: str) -> list[str]:
+    """How each UNION ALL term of signed rows reads its sources, in FROM order."""
+    terms = []
+    for select in sqlglot.parse_one(sql, read="spark").find_all(exp.Select):
+        if not select.args.get("from_") or select.find_ancestor(exp.Subquery):
+            continue
+        reads = []
+        for node in [select.args["from_"].this, *[j.this for j in select.args.get("joins") or []]]:
+            if isinstance(node, exp.Subquery):
+                feed = node.find(exp.Anonymous)
+                window = ", ".join(e.sql("spark") for e in feed.expressions[1:])
+                reads.append(f"{node.alias}: changes {window}")
+            else:
+                reads.append(
+                    f"{node.alias}: version {node.args['version'].expression.sql('spark')}"
+                )
+        terms.append("; ".join(reads))
+    return terms
+
+
+def test_self_join_changes_telescope_over_both_occurrences() -> None:
+    plan, _ = compile_with(SELF_JOIN_SQL, SELF_JOIN_DESCRIBE)
+    changes = signed_rows(plan, {ORDERS_TABLE: Window(recorded=4, pinned=6)})
+    # dR x R + R' x dR: the first occurrence's change against the second as
+    # recorded, then the second's change against the first as pinned.
+    assert _term_reads(changes.sql("spark")) == [
+        "a: changes 5, 6; b: version 4",
+        "a: version 6; b: changes 5, 6",
+    ]
+
+
+def test_changes_leave_out_sources_without_commits() -> None:
+    plan, _ = compile_with(JOIN_SQL, JOIN_DESCRIBE, JOIN_PROBE)
+    unchanged = Window(recorded=5, pinned=5)
+    assert not unchanged.changed
+    changes = signed_rows(plan, {ORDERS_TABLE: unchanged, CUSTOMERS_TABLE: Window(3, 4)})
+    assert _term_reads(changes.sql("spark")) == ["o: version 5; c: changes 4, 4"]
+    with pytest.raises(ValueError, match="at least one source with changes"):
+        signed_rows(plan, {ORDERS_TABLE: unchanged, CUSTOMERS_TABLE: Window(4, 4)})
+
+
+# -- MIN, MAX and COUNT(DISTINCT) -----------------------------------------------------
+
+EXTREMES_SQL = (
+    "SELECT customer, MIN(qty) AS lowest, MAX(qty) AS highest, "
+    "COUNT(DISTINCT amount) AS amounts, COUNT(qty) AS counted FROM shop.orders GROUP BY customer"
+)
+EXTREMES_DESCRIBE = [
+    ("customer", "string"),
+    ("lowest", "int"),
+    ("highest", "int"),
+    ("amounts", "bigint"),
+    ("counted", "bigint"),
+]
+EXTREMES_PROBE = [("key_0", "string"), ("value_0", "int"), ("value_1", "decimal(10,2)")]
+
+
+def test_min_max_and_count_distinct_plan() -> None:
+    plan, catalog = compile_with(EXTREMES_SQL, EXTREMES_DESCRIBE, EXTREMES_PROBE)
+    assert plan.view_class is ViewClass.GROUPED_AGGREGATE
+    assert [(c.name, c.rule, c.preaggregation) for c in plan.state_columns] == [
+        ("__ivm_g0", MergeRule.KEY, None),
+        ("__ivm_count", MergeRule.ADD, None),
+        # COUNT(qty) is additive; MIN and MAX of qty share one pre-aggregation ...
+        ("__ivm_nn_a0", MergeRule.ADD, None),
+        ("__ivm_min_a0", MergeRule.RECOMPUTED, 1),
+        ("__ivm_max_a0", MergeRule.RECOMPUTED, 1),
+        # ... and COUNT(DISTINCT amount) has its own.
+        ("__ivm_cd_a1", MergeRule.RECOMPUTED, 2),
+    ]
+    assert plan.preaggregations == (
+        PreAggregation(
+            argument_index=0,
+            slot=1,
+            argument="__ivm_arg0",
+            value_column="__ivm_pv_a0",
+            recomputed=(("__ivm_min_a0", "MIN"), ("__ivm_max_a0", "MAX")),
+            touched_flag="__ivm_touched_a0",
+        ),
+        PreAggregation(
+            argument_index=1,
+            slot=2,
+            argument="__ivm_arg1",
+            value_column="__ivm_pv_a1",
+            recomputed=(("__ivm_cd_a1", "COUNT"),),
+            touched_flag="__ivm_touched_a1",
+        ),
+    )
+    # A pre-aggregation row is told apart by its slot and identified by its value.
+    assert plan.merge_keys == ("__ivm_g0", "__ivm_slot", "__ivm_pv_a0", "__ivm_pv_a1")
+    assert [o.expression.sql("spark") for o in plan.outputs] == [
+        "`__ivm_g0`",
+        "`__ivm_min_a0`",
+        "`__ivm_max_a0`",
+        "`__ivm_cd_a1`",
+        "`__ivm_nn_a0`",
+    ]
+    # The values are grouped by, so the probe asks their types (MIN keeps the type).
+    assert catalog.probes == [
+        (
+            "SELECT `orders`.`customer` AS key_0, FIRST(`orders`.`qty`) AS value_0, "
+            "FIRST(`orders`.`amount`) AS value_1 FROM `shop`.`orders` AS `orders` "
+            "GROUP BY `orders`.`customer`"
+        )
+    ]
+
+
+def test_global_max_keeps_its_group_row_and_drops_emptied_values() -> None:
+    plan, catalog = compile_with(
+        "SELECT MAX(amount) AS highest FROM shop.orders",
+        [("highest", "decimal(10,2)")],
+        [("value_0", "decimal(10,2)")],
+    )
+    assert plan.view_class is ViewClass.GLOBAL_AGGREGATE
+    assert plan.keys == ()
+    assert plan.merge_keys == ("__ivm_slot", "__ivm_pv_a0")
+    assert catalog.probes == [
+        "SELECT FIRST(`orders`.`amount`) AS value_0 FROM `shop`.`orders` AS `orders`"
+    ]
+    merge = emit.merge_changes(plan, STATE, {ORDERS_TABLE: Window(recorded=1, pinned=2)})
+    assert (
+        "WHEN MATCHED AND `__ivm_t`.`__ivm_count` + `__ivm_d`.`__ivm_count` = 0 "
+        "AND `__ivm_d`.`__ivm_slot` > 0 THEN DELETE"
+    ) in merge
+    view = emit.create_view(plan, STATE, TableName(db="analytics", name="my_model"))
+    assert view.endswith("FROM `analytics`.`my_model__ivm_state` WHERE `__ivm_slot` = 0")
 
 
 def test_record_refresh() -> None:
@@ -185,9 +397,13 @@ def test_identifiers_are_quoted_everywhere() -> None:
     sql = "SELECT `line id`, customer FROM shop.`order lines`"
     plan, _ = compile_with(sql, [("line id", "int"), ("customer", "string")], sources=sources)
     state = TableName(db="analytics", name="weird``name__ivm_state")
-    merge = emit.merge_changes(plan, state, 1, 2)
+    source = TableName(db="shop", name="order lines")
+    merge = emit.merge_changes(plan, state, {source: Window(recorded=0, pinned=2)})
     assert "TABLE_CHANGES('`shop`.`order lines`', 1, 2)" in merge
     assert "`order lines`.`line id` AS `__ivm_g0`" in merge
+    assert "`shop`.`order lines` VERSION AS OF 3 AS `order lines`" in emit.create_state(
+        plan, state, {source: 3}
+    )
     assert "MERGE INTO `analytics`.`weird````name__ivm_state`" in merge
     view = emit.create_view(plan, state, TableName(db="analytics", name="weird"))
     assert "AS `line id`" in view
@@ -302,7 +518,10 @@ def test_group_by_all_groups_by_the_non_aggregated_outputs() -> None:
         [("key_0", "string")],
     )
     assert plan.view_class is ViewClass.GROUPED_AGGREGATE
-    assert [k.sql("spark") for k in plan.keys] == ["`orders`.`customer`"]
+    assert plan.keys == ("__ivm_g0",)
+    assert plan.rows.sql("spark") == (
+        "SELECT `orders`.`customer` AS `__ivm_g0` FROM `shop`.`orders` AS `orders`"
+    )
     assert catalog.probes == [
         (
             "SELECT `orders`.`customer` AS key_0 FROM `shop`.`orders` AS `orders` "
@@ -326,14 +545,21 @@ def test_group_by_all_compiles_like_the_group_by_it_stands_for() -> None:
         for group in ("GROUP BY ALL", "GROUP BY UPPER(customer), qty + 1")
     }
     implicit, explicit = plans.values()
-    assert [k.sql("spark") for k in implicit.keys] == [
-        "UPPER(`orders`.`customer`)",
-        "`orders`.`qty` + 1",
-    ]
-    state = TableName(db="analytics", name="my_model__ivm_state")
+    assert implicit.keys == ("__ivm_g0", "__ivm_g1")
+    assert implicit.rows.sql("spark") == (
+        "SELECT UPPER(`orders`.`customer`) AS `__ivm_g0`, `orders`.`qty` + 1 AS `__ivm_g1`, "
+        "`orders`.`amount` AS `__ivm_arg0` FROM `shop`.`orders` AS `orders`"
+    )
+    assert implicit.rows == explicit.rows
+    versions = {ORDERS_TABLE: 3}
+    windows = {ORDERS_TABLE: Window(recorded=3, pinned=5)}
     # The state and its maintenance are the same; only the recorded model text differs.
-    assert emit.create_state(implicit, state, 3) == emit.create_state(explicit, state, 3)
-    assert emit.merge_changes(implicit, state, 4, 5) == emit.merge_changes(explicit, state, 4, 5)
+    assert emit.create_state(implicit, STATE, versions) == emit.create_state(
+        explicit, STATE, versions
+    )
+    assert emit.merge_changes(implicit, STATE, windows) == emit.merge_changes(
+        explicit, STATE, windows
+    )
     assert implicit.state_columns == explicit.state_columns
     assert [o.expression for o in implicit.outputs] == [o.expression for o in explicit.outputs]
 

@@ -19,7 +19,7 @@ import sqlglot
 from sqlglot import exp
 
 from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
-from ivm_compiler.names import COUNT, SIGN, is_reserved
+from ivm_compiler.names import CHANGES_CTE, COUNT, SIGN, SLOT, is_reserved
 from ivm_compiler.parse import DIALECT
 from tests.unit import golden
 
@@ -42,12 +42,10 @@ def compile_case(
 
 def emit_all(plan: ViewPlan) -> dict[str, str]:
     return {
-        "create_state": emit.create_state(plan, golden.STATE, golden.BUILD_VERSION),
-        "merge_changes": emit.merge_changes(
-            plan, golden.STATE, golden.FIRST_CHANGE, golden.LAST_CHANGE
-        ),
+        "create_state": emit.create_state(plan, golden.STATE, golden.versions(plan)),
+        "merge_changes": emit.merge_changes(plan, golden.STATE, golden.windows(plan)),
         "create_view": emit.create_view(plan, golden.STATE, golden.TARGET),
-        "model_query": emit.model_query(plan, golden.BUILD_VERSION),
+        "model_query": emit.model_query(plan, golden.versions(plan)),
     }
 
 
@@ -156,8 +154,18 @@ def test_merge_matches_state_rows_null_safely(case: golden.Case) -> None:
     plan, statements = _statements(case)
     merge = statements["merge_changes"]
     assert isinstance(merge, exp.Merge)
+    # A state row is its row key, then (with pre-aggregations) its slot and value.
+    assert plan.keys == tuple(k.name for k in plan.key_columns)
+    if plan.preaggregations:
+        assert plan.merge_keys == (
+            *plan.keys,
+            SLOT,
+            *(p.value_column for p in plan.preaggregations),
+        )
+    else:
+        assert plan.merge_keys == plan.keys
     on = merge.args["on"]
-    if not plan.key_columns:
+    if not plan.merge_keys:
         assert plan.view_class is ViewClass.GLOBAL_AGGREGATE
         assert on == exp.true()
         return
@@ -165,7 +173,12 @@ def test_merge_matches_state_rows_null_safely(case: golden.Case) -> None:
     # NULL is a group (GROUP BY) and a projected value like any other: '=' would
     # never match it, and every change to a NULL key would insert a new row.
     assert all(isinstance(c, exp.NullSafeEQ) for c in conditions)
-    assert sorted(c.this.name for c in conditions) == sorted(k.name for k in plan.key_columns)
+    assert [c.this.name for c in conditions] == list(plan.merge_keys)
+    assert [c.expression.name for c in conditions] == list(plan.merge_keys)
+
+
+def _where(select: exp.Select) -> str:
+    return select.args["where"].sql(DIALECT) if select.args.get("where") else ""
 
 
 @pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
@@ -174,39 +187,96 @@ def test_merge_deletes_emptied_rows_except_the_global_row(case: golden.Case) -> 
     whens = statements["merge_changes"].args["whens"].expressions
     deletes = [w for w in whens if w.args.get("then") == exp.var("DELETE")]
     view = statements["create_view"].expression
-    populated_filter = f"`{COUNT}` > 0" in (
-        view.args["where"].sql(DIALECT) if view.args.get("where") else ""
-    )
+    populated_filter = f"`{COUNT}` > 0" in _where(view)
+    emptied = f"`__ivm_t`.`{COUNT}` + `__ivm_d`.`{COUNT}` = 0"
     if plan.view_class is ViewClass.GLOBAL_AGGREGATE:
-        # SELECT COUNT(*) FROM empty answers one row with 0: the row stays.
-        assert deletes == []
+        # SELECT COUNT(*) FROM empty answers one row with 0: the group row stays;
+        # only pre-aggregation rows whose value lost its last row leave.
+        if plan.preaggregations:
+            assert len(deletes) == 1
+            assert deletes[0].args["condition"].sql(DIALECT) == (
+                f"{emptied} AND `__ivm_d`.`{SLOT}` > 0"
+            )
+        else:
+            assert deletes == []
         assert not populated_filter
     else:
         assert len(deletes) == 1
-        assert deletes[0].args["condition"].sql(DIALECT) == (
-            f"`__ivm_t`.`{COUNT}` + `__ivm_d`.`{COUNT}` = 0"
-        )
+        assert deletes[0].args["condition"].sql(DIALECT) == emptied
         assert populated_filter
+    # The view shows group rows only, never the pre-aggregation rows beside them.
+    assert (f"`{SLOT}` = 0" in _where(view)) == bool(plan.preaggregations)
 
 
 @pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
 def test_changes_are_signed_by_change_type(case: golden.Case) -> None:
-    _, statements = _statements(case)
-    sign = next(a for a in statements["merge_changes"].find_all(exp.Alias) if a.alias == SIGN)
-    assert sign.this.sql(DIALECT) == ("IF(_change_type IN ('insert', 'update_postimage'), 1, -1)")
-    changes = statements["merge_changes"].find(exp.Anonymous)
-    assert changes.name.lower() == "table_changes"
-    assert [e.sql(DIALECT) for e in changes.expressions[1:]] == [
-        str(golden.FIRST_CHANGE),
-        str(golden.LAST_CHANGE),
-    ]
+    plan, statements = _statements(case)
+    merge = statements["merge_changes"]
+    signs = [a for a in merge.find_all(exp.Alias) if a.alias == SIGN and isinstance(a.this, exp.If)]
+    # Every source occurrence changed in its window, so each is read once as a change feed.
+    assert len(signs) == len(plan.sources)
+    for sign in signs:
+        assert sign.this.sql(DIALECT) == (
+            "IF(_change_type IN ('insert', 'update_postimage'), 1, -1)"
+        )
+    feeds = [f for f in merge.find_all(exp.Anonymous) if f.name.lower() == "table_changes"]
+    assert sorted(f.expressions[0].this for f in feeds) == sorted(
+        ref.table.sql() for ref in plan.sources
+    )
+    for feed in feeds:
+        assert [e.sql(DIALECT) for e in feed.expressions[1:]] == [
+            str(golden.FIRST_CHANGE),
+            str(golden.LAST_CHANGE),
+        ]
+
+
+def _union_terms(query: exp.Expression) -> list[exp.Select]:
+    if isinstance(query, exp.Union):
+        return _union_terms(query.this) + _union_terms(query.expression)
+    assert isinstance(query, exp.Select)
+    return [query]
+
+
+def _read_as(term: exp.Select) -> dict[str, str]:
+    """Alias -> how a term reads that source occurrence: 'changes' or 'version <n>'."""
+    reads = {}
+    for node in [term.args["from_"].this, *[j.this for j in term.args.get("joins") or []]]:
+        if isinstance(node, exp.Subquery):
+            assert node.find(exp.Anonymous).name.lower() == "table_changes"
+            reads[node.alias] = "changes"
+        else:
+            reads[node.alias] = f"version {node.args['version'].expression.sql(DIALECT)}"
+    return reads
+
+
+@pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
+def test_changes_telescope_over_the_joined_sources(case: golden.Case) -> None:
+    """Term i reads occurrence i's changes, earlier ones pinned and later ones as recorded."""
+    plan, statements = _statements(case)
+    ctes = {cte.alias: cte.this for cte in statements["merge_changes"].find_all(exp.CTE)}
+    terms = _union_terms(ctes[CHANGES_CTE])
+    assert len(terms) == len(plan.sources)
+    for position, (term, changed) in enumerate(zip(terms, plan.sources)):
+        assert _read_as(term) == {
+            ref.alias: "changes"
+            if index == position
+            else f"version {golden.LAST_CHANGE if index < position else golden.FIRST_CHANGE - 1}"
+            for index, ref in enumerate(plan.sources)
+        }
+        # The term's row carries the sign of the change row it was made from.
+        sign = term.expressions[-1]
+        assert sign.alias == SIGN
+        assert sign.this.sql(DIALECT) == f"`{changed.alias}`.`{SIGN}`"
 
 
 @pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
 def test_build_and_model_query_read_the_pinned_version(case: golden.Case) -> None:
-    _, statements = _statements(case)
+    plan, statements = _statements(case)
     for name in ("create_state", "model_query"):
         tables = list(statements[name].find_all(exp.Table))
         sources = [t for t in tables if t.args.get("version")]
-        assert len(sources) == 1, name
-        assert sources[0].args["version"].expression == exp.Literal.number(golden.BUILD_VERSION)
+        # Each source occurrence is read once (a self-join reads its table twice).
+        assert len(sources) == len(plan.sources), name
+        assert sorted(t.alias for t in sources) == sorted(ref.alias for ref in plan.sources), name
+        for source in sources:
+            assert source.args["version"].expression == exp.Literal.number(golden.BUILD_VERSION)

@@ -33,11 +33,41 @@ SOURCES = {
 
 # (id, model SQL, regex the construct named in the message must match, regex for the hint or None)
 REFUSED = [
-    # joins
-    ("join", "SELECT t.a FROM shop.t JOIN shop.u ON t.a = u.a", r"^JOIN$", None),
-    ("left_join", "SELECT t.a FROM shop.t LEFT JOIN shop.u ON t.a = u.a", r"^JOIN$", None),
-    ("comma_join", "SELECT t.a FROM shop.t, shop.u", r"^JOIN$", None),
-    ("cross_join", "SELECT t.a FROM shop.t CROSS JOIN shop.u", r"^JOIN$", None),
+    # joins other than inner and cross joins
+    *[
+        (
+            f"{written.lower().replace(' ', '_')}",
+            f"SELECT t.a FROM shop.t {written} shop.u ON t.a = u.a",
+            rf"^{written} \(only inner and cross joins are maintained so far\)$",
+            r"^keep only the matching rows with an inner JOIN in this model, or ",
+        )
+        for written in (
+            "LEFT JOIN",
+            "LEFT OUTER JOIN",
+            "RIGHT JOIN",
+            "FULL OUTER JOIN",
+            "LEFT SEMI JOIN",
+            "LEFT ANTI JOIN",
+        )
+    ],
+    (
+        "natural_join",
+        "SELECT t.a FROM shop.t NATURAL JOIN shop.u",
+        r"^NATURAL JOIN$",
+        r"JOIN \.\.\. USING \(\.\.\.\) or ON",
+    ),
+    (
+        "duplicate_alias",
+        "SELECT x.a FROM shop.t AS x JOIN shop.u AS x ON x.a = x.a",
+        r"^two sources under the one name 'x'$",
+        r"give each occurrence of a table its own alias",
+    ),
+    (
+        "self_join_without_aliases",
+        "SELECT t.a FROM shop.t JOIN shop.t ON t.a = t.b",
+        r"^two sources under the one name 't'$",
+        r"give each occurrence of a table its own alias",
+    ),
     # windows and what depends on row order
     (
         "window_function",
@@ -72,36 +102,34 @@ REFUSED = [
         for clause in ("DISTRIBUTE BY", "SORT BY", "CLUSTER BY")
     ],
     ("distinct_on", "SELECT DISTINCT ON (a) a, b FROM shop.t", r"^DISTINCT ON$", None),
-    # nested queries
+    # nested queries: in an expression, or a relation that does not merge into the query
+    *[
+        (
+            name,
+            sql,
+            r"^a subquery inside an expression \(scalar, IN or EXISTS\)$",
+            r"^write it as an inner JOIN \(for IN or EXISTS, against a SELECT DISTINCT",
+        )
+        for name, sql in [
+            ("subquery_in_where", "SELECT a FROM shop.t WHERE a IN (SELECT a FROM shop.u)"),
+            (
+                "exists_subquery",
+                "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u WHERE u.a = t.a)",
+            ),
+            ("scalar_subquery", "SELECT a, (SELECT MAX(a) FROM shop.u) AS top FROM shop.t"),
+        ]
+    ],
     (
-        "subquery_in_from",
-        "SELECT x.a FROM (SELECT a FROM shop.t) AS x",
-        r"^a subquery$",
-        r"own model",
+        "aggregating_subquery_in_from",
+        "SELECT x.n FROM (SELECT a, COUNT(*) AS n FROM shop.t GROUP BY a) AS x",
+        r"^the CTE or subquery 'x', which aggregates before the outer query reads it$",
+        r"^build it as an ivm model of its own and select from it with ref\(\), or ",
     ),
     (
-        "subquery_in_where",
-        "SELECT a FROM shop.t WHERE a IN (SELECT a FROM shop.u)",
-        r"^a subquery$",
-        r"own model",
-    ),
-    (
-        "exists_subquery",
-        "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u WHERE u.a = t.a)",
-        r"^a subquery$",
-        r"own model",
-    ),
-    (
-        "scalar_subquery",
-        "SELECT a, (SELECT MAX(a) FROM shop.u) AS top FROM shop.t",
-        r"^a subquery$",
-        r"own model",
-    ),
-    (
-        "cte",
-        "WITH x AS (SELECT a FROM shop.t) SELECT a FROM x",
-        r"^a common table expression \(WITH\)$",
-        r"inline the CTE",
+        "distinct_cte",
+        "WITH x AS (SELECT DISTINCT a FROM shop.t) SELECT a FROM x",
+        r"^the CTE or subquery 'x', which removes duplicates before the outer query reads it$",
+        r"^build it as an ivm model of its own and select from it with ref\(\), or ",
     ),
     # set operations
     (
@@ -128,61 +156,54 @@ REFUSED = [
         r"^the set operation EXCEPT$",
         None,
     ),
-    # aggregates outside COUNT/SUM/AVG
-    (
-        "min",
-        "SELECT s, MIN(a) AS m FROM shop.t GROUP BY s",
-        r"^the aggregate MIN$",
-        r"COUNT, SUM or AVG",
-    ),
-    (
-        "max",
-        "SELECT s, MAX(a) AS m FROM shop.t GROUP BY s",
-        r"^the aggregate MAX$",
-        r"COUNT, SUM or AVG",
-    ),
-    (
-        "max_in_having",
-        "SELECT s, SUM(a) AS total FROM shop.t GROUP BY s HAVING MAX(b) > 1",
-        r"^the aggregate MAX$",
-        r"COUNT, SUM or AVG",
-    ),
+    # aggregates outside COUNT/SUM/AVG/MIN/MAX and COUNT(DISTINCT x)
     (
         "stddev",
         "SELECT STDDEV(a) AS sd FROM shop.t",
         r"^the aggregate STDDEV$",
-        r"COUNT, SUM or AVG",
+        r"COUNT, SUM, AVG, MIN, MAX or COUNT\(DISTINCT x\)",
     ),
     (
         "collect_list",
         "SELECT s, COLLECT_LIST(a) AS l FROM shop.t GROUP BY s",
         r"^the aggregate COLLECT_LIST$",
-        r"COUNT, SUM or AVG",
+        r"COUNT, SUM, AVG, MIN, MAX or COUNT\(DISTINCT x\)",
     ),
     (
         "collect_set",
         "SELECT s, COLLECT_SET(a) AS l FROM shop.t GROUP BY s",
         r"^the aggregate COLLECT_SET$",
-        r"COUNT, SUM or AVG",
+        r"COUNT, SUM, AVG, MIN, MAX or COUNT\(DISTINCT x\)",
     ),
     (
         "count_if",
         "SELECT s, COUNT_IF(a > 1) AS n FROM shop.t GROUP BY s",
         r"^the aggregate COUNT_IF$",
-        r"COUNT, SUM or AVG",
+        r"COUNT, SUM, AVG, MIN, MAX or COUNT\(DISTINCT x\)",
     ),
     (
-        "count_distinct",
-        "SELECT s, COUNT(DISTINCT a) AS n FROM shop.t GROUP BY s",
-        r"^COUNT\(DISTINCT \.\.\.\)$",
-        None,
+        "count_if_in_having",
+        "SELECT s, MAX(a) AS m FROM shop.t GROUP BY s HAVING COUNT_IF(b > 1) > 0",
+        r"^the aggregate COUNT_IF$",
+        r"COUNT, SUM, AVG, MIN, MAX or COUNT\(DISTINCT x\)",
     ),
-    (
-        "sum_distinct",
-        "SELECT s, SUM(DISTINCT a) AS n FROM shop.t GROUP BY s",
-        r"^SUM\(DISTINCT \.\.\.\)$",
-        None,
-    ),
+    # DISTINCT inside an aggregate: only COUNT(DISTINCT x) of one expression
+    *[
+        (
+            name,
+            f"SELECT s, {call} AS n FROM shop.t GROUP BY s",
+            rf"^{shown}\(DISTINCT \.\.\.\)$",
+            (
+                r"^COUNT\(DISTINCT x\) of one expression is maintained; for others "
+                r"aggregate a SELECT DISTINCT model, or "
+            ),
+        )
+        for name, call, shown in [
+            ("count_distinct_of_two_columns", "COUNT(DISTINCT a, b)", "COUNT"),
+            ("sum_distinct", "SUM(DISTINCT a)", "SUM"),
+            ("avg_distinct", "AVG(DISTINCT a)", "AVG"),
+        ]
+    ],
     ("nested_aggregate", "SELECT SUM(SUM(a)) AS n FROM shop.t", r"^a nested aggregate$", None),
     (
         "count_several_arguments",
@@ -297,7 +318,12 @@ REFUSED = [
         r"^the table function RANGE\(10\)$",
         r"Delta table",
     ),
-    ("no_from", "SELECT 1 AS one", r"^a query without a FROM table$", r"exactly one Delta table"),
+    (
+        "no_from",
+        "SELECT 1 AS one",
+        r"^a query without a FROM table$",
+        r"read Delta tables through source\(\) or ref\(\)",
+    ),
     (
         "time_travel_version",
         "SELECT a FROM shop.t VERSION AS OF 3",
@@ -456,6 +482,12 @@ REFUSED = [
         r"map_entries\(\)",
     ),
     (
+        "map_count_distinct_argument",
+        "SELECT id, COUNT(DISTINCT attrs) AS n FROM shop.kv GROUP BY id",
+        r"^the MAP MIN/MAX/COUNT\(DISTINCT\) argument '`kv`\.`attrs`' of type map<string,int> ",
+        r"map_entries\(\)",
+    ),
+    (
         "variant_group_key",
         "SELECT doc, COUNT(*) AS n FROM shop.docs GROUP BY doc",
         r"^the VARIANT GROUP BY key '`docs`\.`doc`' of type variant ",
@@ -513,6 +545,10 @@ DESCRIBE = {
         ("sm", "struct<m:map<string,int>>"),
         ("n", "bigint"),
     ],
+    "SELECT id, COUNT(DISTINCT attrs) AS n FROM shop.kv GROUP BY id": [
+        ("id", "int"),
+        ("n", "bigint"),
+    ],
     # Not Spark 4.0.1's answer: it rejects grouping by a VARIANT (or by an ARRAY or
     # STRUCT holding one) already here, with GROUP_EXPRESSION_TYPE_IS_NOT_ORDERABLE,
     # so the compiler never asks its probe. The case keeps the compiler's own check
@@ -530,6 +566,13 @@ PROBE = {
     "SELECT COUNT(*) AS n FROM shop.kv GROUP BY attrs": [("key_0", "map<string,int>")],
     "SELECT NAMED_STRUCT('m', attrs) AS sm, COUNT(*) AS n FROM shop.kv GROUP BY 1": [
         ("key_0", "struct<m:map<string,int>>")
+    ],
+    # Not Spark 4.0.1's answer: the probe asks MIN(attrs) for the argument's type, and
+    # Spark rejects MIN over a MAP (DATATYPE_MISMATCH.INVALID_ORDERING_TYPE), so on
+    # Spark this model fails at the probe with that error instead of this refusal.
+    "SELECT id, COUNT(DISTINCT attrs) AS n FROM shop.kv GROUP BY id": [
+        ("key_0", "int"),
+        ("value_0", "map<string,int>"),
     ],
     # Not Spark 4.0.1's answer either (see DESCRIBE above).
     "SELECT doc, COUNT(*) AS n FROM shop.docs GROUP BY doc": [("key_0", "variant")],
@@ -553,8 +596,29 @@ def test_cases_are_unique() -> None:
     assert len(sqls) == len(set(sqls))
 
 
+# Refusals the compiler gets wrong today, by case id: strict xfails, so a fix asks
+# for the marker's removal.
+WRONG_TODAY: dict[str, str] = {}
+
+
 @pytest.mark.parametrize(
-    ("sql", "construct", "hint"), [pytest.param(*case[1:], id=case[0]) for case in REFUSED]
+    ("sql", "construct", "hint"),
+    [
+        pytest.param(
+            *case[1:],
+            id=case[0],
+            marks=[
+                pytest.mark.xfail(
+                    raises=(AssertionError, pytest.fail.Exception),
+                    strict=True,
+                    reason=WRONG_TODAY[case[0]],
+                )
+            ]
+            if case[0] in WRONG_TODAY
+            else [],
+        )
+        for case in REFUSED
+    ],
 )
 def test_refused(sql: str, construct: str, hint: str | None) -> None:
     catalog = FakeCatalog(SOURCES, sql, DESCRIBE.get(sql, [("a", "int")]), PROBE.get(sql))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from dbt.adapters.base import available
@@ -22,6 +23,7 @@ from dbt_common.exceptions import CompilationError, DbtRuntimeError
 from dbt.adapters.spark_ivm import __version__
 from dbt.adapters.spark_ivm.config import validate_model_config
 from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
+from dbt.adapters.spark_ivm.explain import explain, write_statements
 from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult
 from ivm_compiler import InvalidSource, NotMaintainable, TableName
 from ivm_compiler.emit import QUERY_PROPERTY, ViewDocs
@@ -65,24 +67,14 @@ class SparkIvmAdapter(SparkAdapter):
         config: dict[str, Any],
         full_refresh: bool,
         docs: dict[str, Any] | None = None,
+        upstream: dict[str, str] | None = None,
     ) -> RefreshResult:
         """Bring the ivm model up to date with its sources; see refresh.py for the protocol."""
         validate_model_config(model_id, config)
-        state = self.ivm_state_relation(relation)
-        refresh = Refresh(
-            runner=_AdapterRunner(self),
-            log=logger,
-            model=model_id,
-            sql=sql,
-            target=_table_name(relation),
-            state=_table_name(state),
-            full_refresh=full_refresh,
-            fallback=config.get("ivm_fallback"),
-            relation_exists=lambda table: self._relation_type(relation, table),
-            drop_relation=lambda table, kind: self._drop(relation, table, kind),
-            catalog_columns=lambda table: self._source_columns(relation, table),
-            docs=_view_docs(docs),
-        )
+        refresh = self._refresh_of(relation, sql, model_id, upstream)
+        refresh.full_refresh = full_refresh
+        refresh.fallback = config.get("ivm_fallback")
+        refresh.docs = _view_docs(docs)
         try:
             result = refresh.run()
         except NotMaintainable as refusal:
@@ -90,9 +82,57 @@ class SparkIvmAdapter(SparkAdapter):
         except InvalidSource as invalid:
             raise DbtRuntimeError(str(invalid)) from invalid
         if result.action != "fallback":
-            self.cache_added(state)
+            self.cache_added(self.ivm_state_relation(relation))
         logger.info(f"{model_id}: {result.message} in {result.seconds:.2f}s")
         return result
+
+    @available
+    def ivm_explain(
+        self, relation: BaseRelation, model_id: str, upstream: dict[str, str] | None = None
+    ) -> str:
+        """The plan, state size and refresh SQL of a built ivm model; also written under target/."""
+        refresh = self._refresh_of(relation, self.ivm_model_query(relation), model_id, upstream)
+        try:
+            explanation = explain(refresh)
+        except NotMaintainable as refusal:
+            raise CompilationError(str(refusal)) from refusal
+        except InvalidSource as invalid:
+            raise DbtRuntimeError(str(invalid)) from invalid
+        directory = (
+            Path(self.config.project_root)
+            / self.config.target_path
+            / "ivm_explain"
+            / str(relation.identifier)
+        )
+        written = write_statements(explanation, directory)
+        sections = [explanation.text]
+        for path in written:
+            sections.append(f"-- {path}\n{path.read_text().rstrip()}")
+        return "\n\n".join(sections)
+
+    def _refresh_of(
+        self,
+        relation: BaseRelation,
+        sql: str,
+        model_id: str,
+        upstream: dict[str, str] | None,
+    ) -> Refresh:
+        state = self.ivm_state_relation(relation)
+        return Refresh(
+            runner=_AdapterRunner(self),
+            log=logger,
+            model=model_id,
+            sql=sql,
+            target=_table_name(relation),
+            state=_table_name(state),
+            relation_exists=lambda table: self._relation_type(relation, table),
+            drop_relation=lambda table, kind: self._drop(relation, table, kind),
+            catalog_columns=lambda table: self._source_columns(relation, table),
+            upstream_materializations={
+                str(name).lower(): str(materialized)
+                for name, materialized in (upstream or {}).items()
+            },
+        )
 
     @available
     def ivm_model_query(self, relation: BaseRelation) -> str:

@@ -25,9 +25,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sqlglot import exp, parse_one
+
 from dbt.adapters.spark_ivm import delta
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
+from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import first_line
+from ivm_compiler.parse import DIALECT, parse_model
+from ivm_compiler.plan import UpstreamModel
+from ivm_compiler.relations import Window
 
 # In the embedded runtime every dbt thread shares one SparkSession, so the
 # commit-metadata conf set for one model's commit would be seen by another
@@ -102,11 +108,13 @@ class Refresh:
     # persist_docs: the view carries the model's descriptions; it is then recreated
     # on every run, so edited descriptions show up without a rebuild.
     docs: emit.ViewDocs | None = None
+    # The materialization of every dbt model this one refs, by "schema.identifier".
+    upstream_materializations: dict[str, str] = field(default_factory=dict)
 
     def run(self) -> RefreshResult:
         started = time.monotonic()
         try:
-            plan = compile_model(self.model, self.sql, _SparkCatalog(self))
+            plan = self.compile()
         except NotMaintainable as refusal:
             if self.fallback != FALLBACK_FULL_REFRESH:
                 raise
@@ -116,10 +124,15 @@ class Refresh:
         result.seconds = time.monotonic() - started
         return result
 
+    def compile(self) -> ViewPlan:
+        """The model's plan; raises NotMaintainable before any SQL changes data."""
+        upstreams = self._upstream_models(source_tables(parse_model(self.model, self.sql)))
+        return compile_model(self.model, self.sql, _SparkCatalog(self), upstreams)
+
     # -- the ivm path -------------------------------------------------------
 
     def _maintain(self, plan: ViewPlan) -> RefreshResult:
-        source = self._pin(plan.source)
+        pinned = {table: self.pin(table, plan.upstreams.get(table)) for table in plan.tables}
         target_type = self.relation_exists(self.target)
         if target_type not in (None, "view"):
             # The model was materialized as something else before (e.g. 'table').
@@ -130,35 +143,45 @@ class Refresh:
             target_type = None
 
         state_exists = self.relation_exists(self.state) is not None
-        recorded = self._recorded() if state_exists else None
-        reason = self._rebuild_reason(plan, source, state_exists, recorded)
+        recorded = self.recorded() if state_exists else None
+        reason = self._rebuild_reason(plan, pinned, state_exists, recorded)
         if reason is not None:
             action = "build" if reason == FIRST_BUILD else "rebuild"
             if action == "rebuild" and not self.full_refresh:
                 self.log.warning(f"{self.model}: rebuilding fully: {reason}")
-            return self._build(plan, source, action, reason, recorded, target_type)
+            return self._build(plan, pinned, action, reason, recorded, target_type)
 
         assert recorded is not None
-        previous = recorded.sources[str(plan.source)]
+        windows = {
+            table: Window(
+                recorded=int(recorded.sources[str(table)]["version"]), pinned=snapshot.version
+            )
+            for table, snapshot in pinned.items()
+        }
         result = RefreshResult(
             action="no_change",
             reason="no source commits since the last refresh",
-            source_versions={str(plan.source): source.version},
-            previous_versions={str(plan.source): int(previous["version"])},
+            source_versions={str(t): s.version for t, s in pinned.items()},
+            previous_versions={str(t): w.recorded for t, w in windows.items()},
         )
-        if source.version > int(previous["version"]):
+        if any(window.changed for window in windows.values()):
             try:
-                self._apply_changes(plan, source, int(previous["version"]) + 1, result)
+                self._apply_changes(plan, pinned, windows, result)
             except Exception as error:
                 if not delta.is_change_history_unavailable(error):
                     raise
+                changed = ", ".join(
+                    f"{table} between versions {w.recorded + 1} and {w.pinned}"
+                    if w.changed
+                    else f"{table} at version {w.recorded}"
+                    for table, w in windows.items()
+                )
                 reason = (
-                    f"the change feed of {plan.source} between versions "
-                    f"{int(previous['version']) + 1} and {source.version} can no longer be "
-                    f"read ({first_line(error, limit=300)})"
+                    f"the change feed or an old version of {changed} can no longer be read "
+                    f"({first_line(error, limit=300)})"
                 )
                 self.log.warning(f"{self.model}: rebuilding fully: {reason}")
-                return self._build(plan, source, "rebuild", reason, recorded, target_type)
+                return self._build(plan, pinned, "rebuild", reason, recorded, target_type)
         if target_type is None or self.docs is not None:
             self.runner.execute(emit.create_view(plan, self.state, self.target, self.docs))
         return result
@@ -166,7 +189,7 @@ class Refresh:
     def _rebuild_reason(
         self,
         plan: ViewPlan,
-        source: delta.SourceSnapshot,
+        pinned: dict[TableName, delta.SourceSnapshot],
         state_exists: bool,
         recorded: delta.RecordedState | None,
     ) -> str | None:
@@ -186,16 +209,62 @@ class Refresh:
             )
         if recorded.fingerprint != plan.fingerprint:
             return "the model's SQL or its columns changed since the state was built"
-        previous = recorded.sources.get(str(plan.source))
-        if previous is None:
-            return f"the model now reads {plan.source}, which its state does not reflect"
-        if previous.get("table_id") != source.table_id:
-            return f"{plan.source} was dropped and recreated since the last refresh"
-        if int(previous["version"]) > source.version:
-            return f"{plan.source} is at version {source.version}, older than the recorded one"
+        for table, snapshot in pinned.items():
+            previous = recorded.sources.get(str(table))
+            if previous is None:
+                return f"the model now reads {table}, which its state does not reflect"
+            wholesale = self._wholesale(table)
+            replaced = previous.get("table_id") != snapshot.table_id or int(
+                previous["version"]
+            ) != int(snapshot.version)
+            if wholesale and replaced:
+                return (
+                    f"{table} is a dbt '{wholesale}' model, replaced as a whole by every run, "
+                    "so it is read again in full (materialize it as 'ivm' to propagate only "
+                    "its changes)"
+                )
+            if previous.get("table_id") != snapshot.table_id:
+                if table in plan.upstreams:
+                    # CREATE OR REPLACE gives a Delta table a new id.
+                    return f"the upstream ivm model {table} was rebuilt since the last refresh"
+                return f"{table} was dropped and recreated since the last refresh"
+            if int(previous["version"]) > snapshot.version:
+                return f"{table} is at version {snapshot.version}, older than the recorded one"
         return None
 
-    def _pin(self, table: TableName) -> delta.SourceSnapshot:
+    def _upstream_models(self, tables: list[TableName]) -> dict[TableName, UpstreamModel]:
+        """The sources that are ivm models: views that name their state table."""
+        found = {}
+        for table in tables:
+            if self.relation_exists(table) != "view":
+                continue
+            properties = {
+                str(row[0]): str(row[1])
+                for row in self.runner.query(f"SHOW TBLPROPERTIES {table.sql()}")[1]
+            }
+            state = properties.get(emit.STATE_PROPERTY)
+            if not state:
+                continue  # a plain view: pin() explains why it cannot be read
+            _, rows = self.runner.query(f"DESCRIBE TABLE EXTENDED {table.sql()}")
+            text = next(str(row[1]) for row in rows if str(row[0]) == "View Text")
+            view = parse_one(text, read=DIALECT)
+            assert isinstance(view, exp.Select), f"{table}'s view text is not a SELECT"
+            found[table] = UpstreamModel(state=_table_name_of(state), view=view)
+        return found
+
+    def _wholesale(self, table: TableName) -> str | None:
+        """'table' or 'seed' when the source is a dbt model that every run replaces entirely."""
+        materialized = self.upstream_materializations.get(str(table).lower())
+        return materialized if materialized in WHOLESALE_MATERIALIZATIONS else None
+
+    def pin(self, table: TableName, upstream: UpstreamModel | None = None) -> delta.SourceSnapshot:
+        described = upstream.state if upstream else table
+        snapshot = self._pin_delta(described, needs_change_feed=self._wholesale(table) is None)
+        return delta.SourceSnapshot(
+            table=table, table_id=snapshot.table_id, version=snapshot.version
+        )
+
+    def _pin_delta(self, table: TableName, needs_change_feed: bool) -> delta.SourceSnapshot:
         try:
             columns, rows = self.runner.query(delta.describe_detail(table))
         except Exception as error:
@@ -211,12 +280,15 @@ class Refresh:
                 self.model,
                 str(table),
                 f"is a {detail.get('format')} table, not a Delta table",
-                "convert it with CONVERT TO DELTA, or read a Delta copy of it",
+                "set file_format='delta' on that dbt model"
+                if str(table).lower() in self.upstream_materializations
+                else "convert it with CONVERT TO DELTA, or read a Delta copy of it",
             )
         properties = detail.get("properties") or {}
         if isinstance(properties, str):  # agate hands maps over as JSON text
             properties = json.loads(properties)
-        if str(properties.get("delta.enableChangeDataFeed", "false")).lower() != "true":
+        feed = str(properties.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+        if needs_change_feed and not feed:
             raise InvalidSource(
                 self.model,
                 str(table),
@@ -228,7 +300,7 @@ class Refresh:
         version = int(history[0][history_columns.index("version")])
         return delta.SourceSnapshot(table=table, table_id=str(detail.get("id")), version=version)
 
-    def _recorded(self) -> delta.RecordedState | None:
+    def recorded(self) -> delta.RecordedState | None:
         # The newest refresh commit is nearly always the newest commit; only
         # maintenance commits (OPTIMIZE, VACUUM) by hand push it further back.
         for limit in (20, None):
@@ -241,7 +313,7 @@ class Refresh:
     def _build(
         self,
         plan: ViewPlan,
-        source: delta.SourceSnapshot,
+        pinned: dict[TableName, delta.SourceSnapshot],
         action: str,
         reason: str,
         recorded: delta.RecordedState | None,
@@ -254,25 +326,29 @@ class Refresh:
             self.drop_relation(self.target, "view")
         refresh_id = uuid.uuid4().hex
         self._commit(
-            emit.create_state(plan, self.state, source.version),
-            delta.commit_metadata(refresh_id, self.state, plan.fingerprint, [source]),
+            emit.create_state(plan, self.state, {t: s.version for t, s in pinned.items()}),
+            delta.commit_metadata(refresh_id, self.state, plan.fingerprint, list(pinned.values())),
         )
         self.runner.execute(emit.create_view(plan, self.state, self.target, self.docs))
         return RefreshResult(
             action=action,
             reason=reason,
-            source_versions={str(plan.source): source.version},
+            source_versions={str(t): s.version for t, s in pinned.items()},
         )
 
     def _apply_changes(
-        self, plan: ViewPlan, source: delta.SourceSnapshot, first: int, result: RefreshResult
+        self,
+        plan: ViewPlan,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        windows: dict[TableName, Window],
+        result: RefreshResult,
     ) -> None:
         refresh_id = uuid.uuid4().hex
-        metadata = delta.commit_metadata(refresh_id, self.state, plan.fingerprint, [source])
-        # Delta's MERGE answers with one row of counts (num_affected_rows, ...).
-        columns, rows = self._commit(
-            emit.merge_changes(plan, self.state, first, source.version), metadata
+        metadata = delta.commit_metadata(
+            refresh_id, self.state, plan.fingerprint, list(pinned.values())
         )
+        # Delta's MERGE answers with one row of counts (num_affected_rows, ...).
+        columns, rows = self._commit(emit.merge_changes(plan, self.state, windows), metadata)
         merged = dict(zip(columns, rows[0])) if rows else {}
         result.action = "incremental"
         result.rows_inserted = int(merged.get("num_inserted_rows") or 0)
@@ -311,6 +387,17 @@ class Refresh:
 
 
 FIRST_BUILD = "first build"
+
+# dbt materializations that rewrite their whole relation on every run: a
+# dependent ivm model rebuilds after each of their runs, as recomputation is
+# what reading their change feed (if any) would cost anyway.
+WHOLESALE_MATERIALIZATIONS = ("table", "seed")
+
+
+def _table_name_of(text: str) -> TableName:
+    """'schema.name' (as the view property stores it) -> TableName."""
+    parts = text.split(".")
+    return TableName(db=parts[-2] if len(parts) > 1 else None, name=parts[-1])
 
 
 class _SparkCatalog:

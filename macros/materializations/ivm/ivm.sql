@@ -25,7 +25,8 @@
         model_id=model['unique_id'],
         config=config.model.config,
         full_refresh=should_full_refresh(),
-        docs=docs) -%}
+        docs=docs,
+        upstream=ivm_upstream_materializations(model)) -%}
 
   {%- if result.action == 'fallback' -%}
     {#- The query cannot be maintained and the model asked to be recomputed instead. -#}

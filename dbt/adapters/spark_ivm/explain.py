@@ -1,0 +1,150 @@
+"""`dbt run-operation ivm_explain`: the plan the compiler chose for a model, and what it keeps.
+
+The report names the view class and the consistency level a reader can rely
+on, the sources with the versions the state reflects and their current ones,
+the state table's size (group rows and pre-aggregation rows apart), and the
+SQL of every refresh step. The statements are also written as files, so they
+can be read, diffed or run by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.refresh import Refresh
+from ivm_compiler import ViewClass, ViewPlan, emit, names
+from ivm_compiler.parse import DIALECT
+from ivm_compiler.relations import Window
+
+# What a reader of the model's view can rely on (the consistency-levels paper):
+# every class here reads sources at pinned versions and commits once per refresh.
+CONSISTENCY = (
+    "strong: every published state equals the query on the source versions recorded "
+    "in its commit, and states are published in source order"
+)
+
+CLASS_STATE = {
+    ViewClass.PROJECTION: "one row per distinct output row, with its multiplicity (__ivm_count)",
+    ViewClass.DISTINCT: "one row per distinct output row, with its multiplicity (__ivm_count)",
+    ViewClass.GROUPED_AGGREGATE: "one row per group: count, non-NULL counts, sums",
+    ViewClass.GLOBAL_AGGREGATE: "one row: count, non-NULL counts, sums (kept when empty)",
+}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    text: str
+    statements: dict[str, str]
+
+
+def explain(refresh: Refresh) -> Explanation:
+    plan = refresh.compile()
+    pinned = {t: refresh.pin(t, plan.upstreams.get(t)) for t in plan.tables}
+    state_type = refresh.relation_exists(refresh.state)
+    recorded = refresh.recorded() if state_type else None
+    current = {table: snapshot.version for table, snapshot in pinned.items()}
+    reflected = {
+        table: int(recorded.sources[str(table)]["version"])
+        for table in plan.tables
+        if recorded is not None and str(table) in recorded.sources
+    }
+    windows = {
+        table: Window(recorded=reflected.get(table, version), pinned=version)
+        for table, version in current.items()
+    }
+    if not any(window.changed for window in windows.values()):
+        # Show the MERGE the next commit on the first source would run.
+        first = plan.tables[0]
+        windows[first] = Window(recorded=current[first], pinned=current[first] + 1)
+
+    statements = {
+        "create_state": emit.create_state(plan, refresh.state, current),
+        "merge_changes": emit.merge_changes(plan, refresh.state, windows),
+        "create_view": emit.create_view(plan, refresh.state, refresh.target),
+        "model_query": emit.model_query(plan, current),
+    }
+
+    lines = [
+        f"ivm plan of {refresh.model}",
+        f"  view class:   {plan.view_class.value}",
+        f"  consistency:  {CONSISTENCY}",
+        f"  relation:     view {refresh.target} over Delta table {refresh.state}",
+        f"  state rows:   {CLASS_STATE[plan.view_class]}",
+        "  sources:",
+    ]
+    for ref in plan.sources:
+        table = ref.table
+        upstream = plan.upstreams.get(table)
+        kind = f"ivm model, read through {upstream.state}" if upstream else "Delta table"
+        version = (
+            f"state reflects version {reflected[table]}, now at {current[table]}"
+            if table in reflected
+            else f"now at version {current[table]} (not built yet)"
+        )
+        lines.append(f"    {ref.alias} = {table} ({kind}): {version}")
+    if len(plan.sources) > 1:
+        lines.append(
+            "  join delta:   one term per changed input: its change rows against the "
+            "inputs before it at their new version and after it at their recorded version"
+        )
+    for pre in plan.preaggregations:
+        kinds = ", ".join(
+            kind if kind != "COUNT" else "COUNT(DISTINCT)" for _, kind in pre.recomputed
+        )
+        argument = plan.rows.expressions[_argument_position(plan, pre.argument)].this
+        lines.append(
+            f"  pre-aggregation (slot {pre.slot}): (group, value, count) of "
+            f"{argument.sql(dialect=DIALECT)} for {kinds}"
+        )
+    lines.extend(_state_size(refresh, plan) if state_type else ["  state table:  not built yet"])
+    lines.append("  refresh steps (SQL below, and in the files listed):")
+    for name in statements:
+        lines.append(f"    {name}")
+    return Explanation(text="\n".join(lines), statements=statements)
+
+
+def _argument_position(plan: ViewPlan, flat_name: str) -> int:
+    return next(i for i, e in enumerate(plan.rows.expressions) if e.alias == flat_name)
+
+
+def _state_size(refresh: Refresh, plan: ViewPlan) -> list[str]:
+    columns, rows = refresh.runner.query(delta.describe_detail(refresh.state))
+    detail = dict(zip(columns, rows[0]))
+    lines = [f"  state table:  {detail.get('numFiles')} files, {detail.get('sizeInBytes')} bytes"]
+    counted = _count_rows(refresh, plan)
+    for label, count in counted:
+        lines.append(f"    {label}: {count} rows")
+    return lines
+
+
+def _count_rows(refresh: Refresh, plan: ViewPlan) -> list[tuple[str, int]]:
+    state = refresh.state.sql()
+    if not plan.preaggregations:
+        _, rows = refresh.runner.query(f"SELECT COUNT(*) FROM {state}")
+        return [("group rows" if plan.keys else "rows", int(rows[0][0]))]
+    _, rows = refresh.runner.query(
+        f"SELECT `{names.SLOT}`, COUNT(*) FROM {state} GROUP BY `{names.SLOT}` ORDER BY 1"
+    )
+    return [
+        ("group rows" if int(slot) == 0 else f"pre-aggregation slot {int(slot)}", int(count))
+        for slot, count in rows
+    ]
+
+
+def write_statements(explanation: Explanation, directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, sql in explanation.statements.items():
+        path = directory / f"{name}.sql"
+        path.write_text(_pretty(sql) + "\n")
+        written.append(path)
+    (directory / "plan.txt").write_text(explanation.text + "\n")
+    return written
+
+
+def _pretty(sql: str) -> str:
+    import sqlglot
+
+    return sqlglot.transpile(sql, read=DIALECT, write=DIALECT, pretty=True)[0]

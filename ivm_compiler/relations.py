@@ -1,0 +1,461 @@
+"""The relations a refresh reads: the model's rows at pinned versions, and their signed change.
+
+Every source is read at an exact Delta version (time travel) or as the
+change-feed rows of an exact window, so a maintenance query never sees a source
+state newer or older than the window it applies (the ECA paper's anomalies
+cannot occur).
+
+The change of an inner join of n inputs over a window, where input i goes
+from R_i (recorded version) to R_i' = R_i + dR_i (pinned version), is the
+telescoping sum
+
+    d(R_1 x ... x R_n) = sum over i of  R_1' x ... x R_(i-1)' x dR_i x R_(i+1) x ... x R_n
+
+with signed rows (the sign of a term's row is the sign of its dR_i row).
+Each term is exact on its own, so a change meeting a change (both sides of a
+join changed in one refresh) is counted once: in the term of the later input,
+against the earlier input's new version. Inputs that did not change have
+dR_i = 0, and their terms are left out. A self-join is two inputs that happen
+to read the same table, and the same sum holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from ivm_compiler import names
+from ivm_compiler.parse import DIALECT, TableName
+from ivm_compiler.plan import MergeRule, SourceRef, UpstreamModel, ViewPlan
+from ivm_compiler.rules import extremes
+
+# Change-feed rows that add a row to the source; the other two types remove one.
+ADDING_CHANGE_TYPES = ("insert", "update_postimage")
+
+
+@dataclass(frozen=True)
+class Window:
+    """One source's change window: the state reflects `recorded`; the refresh brings it to `pinned`."""
+
+    recorded: int
+    pinned: int
+
+    @property
+    def changed(self) -> bool:
+        return self.pinned > self.recorded
+
+
+def ident(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def aliased(table: exp.Expression, alias: str) -> exp.Expression:
+    table.set("alias", exp.TableAlias(this=ident(alias)))
+    return table
+
+
+def _delta_table_at_version(table: TableName, version: int) -> exp.Table:
+    node = table.to_table()
+    node.set(
+        "version",
+        exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
+    )
+    return node
+
+
+def _upstream_reading(upstream: UpstreamModel, state_rows: exp.Expression) -> exp.Select:
+    """The upstream model's view definition with its state table replaced by `state_rows`."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and TableName.of(node) == upstream.state:
+            return state_rows.copy()
+        return node
+
+    view = upstream.view.copy().transform(replace)
+    assert isinstance(view, exp.Select)
+    return view
+
+
+def table_at_version(
+    table: TableName,
+    version: int,
+    alias: str,
+    upstream: UpstreamModel | None = None,
+) -> exp.Expression:
+    """A source as of a pinned version, under the alias the model's query uses.
+
+    For an upstream ivm model the version is its state table's, read through
+    the model's view definition.
+    """
+    if upstream is None:
+        return aliased(_delta_table_at_version(table, version), alias)
+    state = _delta_table_at_version(upstream.state, version)
+    return _upstream_reading(upstream, state).subquery(ident(alias))
+
+
+def signed_changes(
+    table: TableName, window: Window, alias: str, upstream: UpstreamModel | None = None
+) -> exp.Subquery:
+    """Change-feed rows after `recorded` up to `pinned` (both inclusive), each with a +1/-1 sign.
+
+    For an upstream ivm model: its state's change rows, each turned into the
+    view rows it stands for, keeping the sign.
+    """
+    changes = exp.Table(
+        this=exp.Anonymous(
+            this="table_changes",
+            expressions=[
+                exp.Literal.string((upstream.state if upstream else table).sql()),
+                exp.Literal.number(window.recorded + 1),
+                exp.Literal.number(window.pinned),
+            ],
+        )
+    )
+    sign = exp.If(
+        this=exp.In(
+            this=exp.column("_change_type"),
+            expressions=[exp.Literal.string(t) for t in ADDING_CHANGE_TYPES],
+        ),
+        true=exp.Literal.number(1),
+        false=exp.Literal.number(-1),
+    )
+    rows = exp.select(exp.Star(), exp.alias_(sign, names.SIGN, quoted=True)).from_(changes)
+    if upstream is None:
+        return rows.subquery(ident(alias))
+    view = _upstream_reading(upstream, rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
+    sign_column = exp.column(names.SIGN, table=ident(names.UPSTREAM_CHANGES_ALIAS), quoted=True)
+    return view.select(exp.alias_(sign_column, names.SIGN, quoted=True)).subquery(ident(alias))
+
+
+def _rows_reading(plan: ViewPlan, read: Callable[[SourceRef], exp.Expression]) -> exp.Select:
+    """The model's flattened rows with every source occurrence replaced by read(occurrence)."""
+    by_alias = {ref.alias: ref for ref in plan.sources}
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and node.alias_or_name in by_alias:
+            return read(by_alias[node.alias_or_name])
+        return node
+
+    rows = plan.rows.copy().transform(replace)
+    assert isinstance(rows, exp.Select)
+    return rows
+
+
+def rows_at(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Select:
+    """The model's flattened rows with every source at its pinned version."""
+    return _rows_reading(
+        plan,
+        lambda ref: table_at_version(
+            ref.table, versions[ref.table], ref.alias, plan.upstreams.get(ref.table)
+        ),
+    )
+
+
+def signed_rows(plan: ViewPlan, windows: Mapping[TableName, Window]) -> exp.Query:
+    """The signed change of the model's flattened rows over the windows (the sum above)."""
+    terms: list[exp.Select] = []
+    for position, changed in enumerate(plan.sources):
+        window = windows[changed.table]
+        if not window.changed:
+            continue
+
+        def read(ref: SourceRef, position: int = position) -> exp.Expression:
+            index = plan.sources.index(ref)
+            ref_window = windows[ref.table]
+            upstream = plan.upstreams.get(ref.table)
+            if index == position:
+                return signed_changes(ref.table, ref_window, ref.alias, upstream)
+            version = ref_window.pinned if index < position else ref_window.recorded
+            return table_at_version(ref.table, version, ref.alias, upstream)
+
+        term = _rows_reading(plan, read)
+        sign = exp.column(names.SIGN, table=ident(changed.alias), quoted=True)
+        terms.append(term.select(exp.alias_(sign, names.SIGN, quoted=True)))
+    if not terms:
+        raise ValueError("signed_rows needs at least one source with changes in its window")
+    union: exp.Query = terms[0]
+    for term in terms[1:]:
+        union = exp.union(union, term, distinct=False)
+    return union
+
+
+# -- the state's rows -----------------------------------------------------------
+
+
+def _group_select(plan: ViewPlan, rows: str, use_delta: bool) -> exp.Select:
+    columns = [
+        exp.alias_((c.delta if use_delta else c.build).copy(), c.name, quoted=True)
+        for c in plan.state_columns
+        if not (use_delta and c.rule is MergeRule.RECOMPUTED)
+    ]
+    select = exp.select(*columns).from_(exp.to_table(rows, quoted=True))
+    if plan.keys:
+        select = select.group_by(*[exp.column(k, quoted=True) for k in plan.keys])
+    return select
+
+
+def _null() -> exp.Expression:
+    return exp.Null()
+
+
+def _in_state_order(plan: ViewPlan, values: Mapping[str, exp.Expression]) -> list[exp.Expression]:
+    """One SELECT list in the state table's column order; unnamed columns are NULL."""
+    return [
+        exp.alias_(values.get(name, _null()), name, quoted=True)
+        for name in state_table_columns(plan)
+    ]
+
+
+def state_table_columns(plan: ViewPlan) -> list[str]:
+    """Every column of the state table, in order: group rows' columns, then pre-aggregations'."""
+    columns = [c.name for c in plan.state_columns]
+    if plan.preaggregations:
+        columns.append(names.SLOT)
+        columns.extend(p.value_column for p in plan.preaggregations)
+    return columns
+
+
+def build_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Query:
+    """The whole state computed from the sources at pinned versions (first build, full refresh)."""
+    rows = rows_at(plan, versions)
+    if not plan.preaggregations:
+        return _group_select(plan, names.ROWS_ALIAS, use_delta=False).with_(
+            names.ROWS_ALIAS, as_=rows
+        )
+    group_rows = _group_select(plan, names.ROWS_ALIAS, use_delta=False)
+    group_values = {e.alias: e.this for e in group_rows.expressions}
+    group_values[names.SLOT] = exp.Literal.number(0)
+    union: exp.Query = group_rows.select(*_in_state_order(plan, group_values), append=False)
+    for pre in plan.preaggregations:
+        value = exp.column(pre.argument, quoted=True)
+        pre_values: dict[str, exp.Expression] = {k: exp.column(k, quoted=True) for k in plan.keys}
+        pre_values[names.COUNT] = exp.Count(this=exp.Star(), big_int=True)
+        pre_values[names.SLOT] = exp.Literal.number(pre.slot)
+        pre_values[pre.value_column] = value.copy()
+        pre_rows = (
+            exp.select(*_in_state_order(plan, pre_values))
+            .from_(exp.to_table(names.ROWS_ALIAS, quoted=True))
+            .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())))
+            .group_by(*[exp.column(k, quoted=True) for k in plan.keys], value.copy())
+        )
+        union = exp.union(union, pre_rows, distinct=False)
+    return (
+        exp.select(exp.Star())
+        .from_(union.subquery(ident(names.PREAGG_ALIAS)))
+        .with_(names.ROWS_ALIAS, as_=rows)
+    )
+
+
+def _nonzero(columns: list[exp.Expression]) -> exp.Expression:
+    return exp.or_(
+        *[
+            exp.NEQ(
+                this=exp.Coalesce(this=c, expressions=[exp.Literal.number(0)]),
+                expression=exp.Literal.number(0),
+            )
+            for c in columns
+        ]
+    )
+
+
+def delta_query(plan: ViewPlan, windows: Mapping[TableName, Window], state: TableName) -> exp.Query:
+    """Per state row, the change to apply: additive columns as differences, recomputed ones as values.
+
+    Rows whose changes cancel out (a row inserted then deleted, an update that
+    moved nothing the model reads) are dropped here, so they cost no MERGE work.
+    The state table itself is read only for the pre-aggregation rows of groups
+    whose values changed.
+    """
+    changes = signed_rows(plan, windows)
+    additive = [c for c in plan.value_columns if c.rule is not MergeRule.RECOMPUTED]
+    if not plan.preaggregations:
+        select = _group_select(plan, names.CHANGES_CTE, use_delta=True).having(
+            _nonzero([c.delta.copy() for c in additive])
+        )
+        return select.with_(names.CHANGES_CTE, as_=changes)
+
+    def key_columns(table: str | None = None) -> list[exp.Column]:
+        return [
+            exp.column(k, table=ident(table) if table else None, quoted=True) for k in plan.keys
+        ]
+
+    def same_group(left: str, right: str) -> exp.Expression:
+        if not plan.keys:
+            return exp.true()
+        return exp.and_(
+            *[
+                exp.NullSafeEQ(
+                    this=exp.column(k, table=ident(left), quoted=True),
+                    expression=exp.column(k, table=ident(right), quoted=True),
+                )
+                for k in plan.keys
+            ]
+        )
+
+    ctes: list[tuple[str, exp.Query]] = [(names.CHANGES_CTE, changes)]
+    group_delta = _group_select(plan, names.CHANGES_CTE, use_delta=True)
+    main = "__ivm_m"
+    ctes.append((main, group_delta))
+    changed_groups = [
+        _nonzero([exp.column(c.name, table=ident(main), quoted=True) for c in additive])
+    ]
+    group_values: dict[str, exp.Expression] = {
+        c.name: exp.column(c.name, table=ident(main), quoted=True)
+        for c in plan.state_columns
+        if c.rule is not MergeRule.RECOMPUTED
+    }
+    group_values[names.SLOT] = exp.Literal.number(0)
+    group_select = exp.select().from_(exp.to_table(main, quoted=True).as_(main, quoted=True))
+    branches: list[exp.Select] = []
+
+    for pre in plan.preaggregations:
+        value = exp.column(pre.argument, quoted=True)
+        delta_cte = names.preaggregation_cte(pre.argument_index)
+        recomputed_cte = names.recomputed_cte(pre.argument_index)
+        signed_count = exp.Sum(this=exp.column(names.SIGN, quoted=True))
+        # (group, value, net count change) for the values this refresh touched.
+        ctes.append(
+            (
+                delta_cte,
+                exp.select(
+                    *key_columns(),
+                    exp.alias_(value.copy(), pre.value_column, quoted=True),
+                    exp.alias_(signed_count, names.COUNT, quoted=True),
+                )
+                .from_(exp.to_table(names.CHANGES_CTE, quoted=True))
+                .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())))
+                .group_by(*key_columns(), value.copy())
+                .having(exp.NEQ(this=signed_count.copy(), expression=exp.Literal.number(0))),
+            )
+        )
+        # The touched groups' stored pre-aggregation rows, plus the change: each
+        # distinct value's new count; values whose count reaches zero drop out.
+        stored = (
+            exp.select(
+                *key_columns("s"),
+                exp.column(pre.value_column, table=ident("s"), quoted=True),
+                exp.column(names.COUNT, table=ident("s"), quoted=True),
+            )
+            .from_(state.to_table().as_("s", quoted=True))
+            .join(
+                exp.to_table(delta_cte, quoted=True).as_("c", quoted=True),
+                on=same_group("s", "c"),
+                join_type="LEFT SEMI",
+            )
+            .where(
+                exp.EQ(
+                    this=exp.column(names.SLOT, table=ident("s"), quoted=True),
+                    expression=exp.Literal.number(pre.slot),
+                )
+            )
+        )
+        touched = exp.select(
+            *key_columns(),
+            exp.column(pre.value_column, quoted=True),
+            exp.column(names.COUNT, quoted=True),
+        ).from_(exp.to_table(delta_cte, quoted=True))
+        new_counts = (
+            exp.select(
+                *key_columns(),
+                exp.column(pre.value_column, quoted=True),
+                exp.alias_(
+                    exp.Sum(this=exp.column(names.COUNT, quoted=True)), names.COUNT, quoted=True
+                ),
+            )
+            .from_(exp.union(stored, touched, distinct=False).subquery(ident("u")))
+            .group_by(*key_columns(), exp.column(pre.value_column, quoted=True))
+        )
+        surviving = exp.If(
+            this=exp.GT(
+                this=exp.column(names.COUNT, quoted=True), expression=exp.Literal.number(0)
+            ),
+            true=exp.column(pre.value_column, quoted=True),
+            false=exp.Null(),
+        )
+        recomputed = exp.select(
+            *key_columns(),
+            *[
+                exp.alias_(
+                    extremes.over_surviving_values(kind, surviving.copy()), name, quoted=True
+                )
+                for name, kind in pre.recomputed
+            ],
+            exp.alias_(exp.true(), pre.touched_flag, quoted=True),
+        ).from_(new_counts.subquery(ident("n")))
+        if plan.keys:
+            recomputed = recomputed.group_by(*key_columns())
+        else:
+            # Without GROUP BY an aggregate answers one row even over no input;
+            # the flag must say "touched" only when the refresh changed a value.
+            recomputed = recomputed.having(
+                exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
+            )
+        ctes.append((recomputed_cte, recomputed))
+
+        group_select = group_select.join(
+            exp.to_table(recomputed_cte, quoted=True).as_(recomputed_cte, quoted=True),
+            on=same_group(main, recomputed_cte),
+            join_type="LEFT",
+        )
+        touched_flag = exp.column(pre.touched_flag, table=ident(recomputed_cte), quoted=True)
+        changed_groups.append(exp.Not(this=exp.Is(this=touched_flag.copy(), expression=exp.Null())))
+        group_values[pre.touched_flag] = touched_flag
+        for name, kind in pre.recomputed:
+            recomputed_value: exp.Expression = exp.column(
+                name, table=ident(recomputed_cte), quoted=True
+            )
+            if kind == "COUNT":
+                # A new group none of whose values is non-NULL has 0 distinct values.
+                recomputed_value = exp.Coalesce(
+                    this=recomputed_value, expressions=[exp.Literal.number(0)]
+                )
+            group_values[name] = recomputed_value
+
+        pre_values: dict[str, exp.Expression] = {k: exp.column(k, quoted=True) for k in plan.keys}
+        pre_values[names.COUNT] = exp.column(names.COUNT, quoted=True)
+        pre_values[names.SLOT] = exp.Literal.number(pre.slot)
+        pre_values[pre.value_column] = exp.column(pre.value_column, quoted=True)
+        branches.append(
+            exp.select(*_in_delta_order(plan, pre_values)).from_(
+                exp.to_table(delta_cte, quoted=True)
+            )
+        )
+
+    group_branch = group_select.select(*_in_delta_order(plan, group_values)).where(
+        exp.or_(*changed_groups)
+    )
+    union: exp.Query = group_branch
+    for branch in branches:
+        union = exp.union(union, branch, distinct=False)
+    select = exp.select(exp.Star()).from_(union.subquery(ident(names.PREAGG_ALIAS)))
+    for name, query in ctes:
+        select = select.with_(name, as_=query)
+    return select
+
+
+def delta_columns(plan: ViewPlan) -> list[str]:
+    """The delta query's columns: the state table's, then each pre-aggregation's touched flag."""
+    return state_table_columns(plan) + [p.touched_flag for p in plan.preaggregations]
+
+
+def _in_delta_order(plan: ViewPlan, values: Mapping[str, exp.Expression]) -> list[exp.Expression]:
+    return [
+        exp.alias_(values.get(name, _null()), name, quoted=True) for name in delta_columns(plan)
+    ]
+
+
+def model_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> str:
+    """The model's own query, as written, with every source read at its pinned version."""
+    ctes = {cte.alias_or_name.lower() for cte in plan.query.find_all(exp.CTE)}
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Table) or (not node.db and node.name.lower() in ctes):
+            return node
+        table = TableName.of(node)
+        return table_at_version(
+            table, versions[table], node.alias_or_name, plan.upstreams.get(table)
+        )
+
+    return plan.query.copy().transform(replace).sql(dialect=DIALECT)

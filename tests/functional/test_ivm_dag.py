@@ -1,0 +1,160 @@
+"""ivm models over ivm models: a three-level DAG refreshed together under random changes.
+
+A downstream ivm model reads an upstream ivm model's state table changes (the
+state tables keep change data feed on), so each level applies only what
+changed below it, in one `dbt run`. After every run each model equals its own
+query evaluated over the relations it reads, as a bag; level 1 reads the
+sources, so by induction every level equals its query composed down to the
+sources. A model over a 'table' model is rebuilt whenever that table was
+rebuilt, and says why.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.functional.ivm_checks import bag_difference, recorded_state
+from tests.functional.ivm_project import SOURCES_YML, IvmProject, create_join_sources
+from tests.functional.test_random_joins import dim_changes, src_changes
+
+EXAMPLES = int(os.environ.get("IVM_PROPERTY_EXAMPLES", "2"))
+DERANDOMIZE = os.environ.get("IVM_PROPERTY_RANDOM", "") != "1"
+
+SOURCES = {name: f"{{{{ source('raw', '{name}') }}}}" for name in ("src", "dim")}
+
+# name -> (query template over {src}, {dim} and {ref_<model>}, materialization)
+DAG = {
+    "l1_rows": ("select k, g, v, d from {src} where v is not null", "ivm"),
+    "l1_names": ("select distinct k, name from {dim}", "ivm"),
+    "l2_joined": (
+        (
+            "select r.g, n.name, count(*) as n, sum(r.v) as sv, max(r.d) as mx "
+            "from {ref_l1_rows} r join {ref_l1_names} n on r.k = n.k group by r.g, n.name"
+        ),
+        "ivm",
+    ),
+    "l3_by_name": (
+        (
+            "select name, sum(n) as n, max(sv) as best, count(*) as groups "
+            "from {ref_l2_joined} group by name"
+        ),
+        "ivm",
+    ),
+    "dim_table": ("select k, name, w from {dim}", "table"),
+    "over_table": (
+        "select name, count(*) as n, min(w) as lowest from {ref_dim_table} group by name",
+        "ivm",
+    ),
+}
+
+
+def _render(template: str, reference, sources: dict[str, str]) -> str:
+    refs = {f"ref_{name}": reference(name) for name in DAG}
+    return template.format(**refs, **sources)
+
+
+class TestIvmDag(IvmProject):
+    @pytest.fixture(scope="class")
+    def models(self):
+        files = {"sources.yml": SOURCES_YML}
+        for name, (template, materialized) in DAG.items():
+            # dbt-spark writes 'table' models as parquet unless told otherwise.
+            file_format = ", file_format='delta'" if materialized == "table" else ""
+            config = f"{{{{ config(materialized='{materialized}'{file_format}) }}}}\n"
+            files[f"{name}.sql"] = config + _render(
+                template, lambda ref: f"{{{{ ref('{ref}') }}}}", SOURCES
+            )
+        return files
+
+    @pytest.fixture(scope="class")
+    def sources(self, project):
+        tables = create_join_sources(project)
+        run_dbt(["run"])
+        return tables
+
+    def _check_every_level(self, project, spark) -> None:
+        schema = project.test_schema
+        for name, (template, materialized) in DAG.items():
+            if materialized != "ivm":
+                continue
+            query = _render(
+                template,
+                lambda ref: f"{schema}.{ref}",
+                {"src": f"{schema}.src", "dim": f"{schema}.dim"},
+            )
+            difference = bag_difference(spark, f"SELECT * FROM {schema}.{name}", query)
+            assert difference.equal, f"{name} differs from its query: {difference}"
+
+    def test_downstream_reads_upstream_state_changes(self, project, spark, sources):
+        schema = project.test_schema
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'b', 5, 2.00)")
+        _, log = run_dbt_and_capture(["run"])
+        # Every ivm level applied changes; none was rebuilt to get there.
+        for name in ("l1_rows", "l2_joined", "l3_by_name"):
+            assert f"model.test.{name}: IVM incremental" in log, name
+        # Level 2 records the versions of level 1's state tables.
+        recorded = recorded_state(spark, schema, "l2_joined").sources
+        assert set(recorded) == {f"{schema}.l1_rows", f"{schema}.l1_names"}
+        self._check_every_level(project, spark)
+        # An upstream rebuilt wholesale (its state replaced) rebuilds its dependant, saying why.
+        run_dbt(["run", "--full-refresh", "--select", "l1_rows"])
+        _, log = run_dbt_and_capture(["run", "--select", "l2_joined"])
+        assert f"the upstream ivm model {schema}.l1_rows was rebuilt" in log
+        self._check_every_level(project, spark)
+
+    def test_model_over_a_table_model_rebuilds_and_says_why(self, project, spark, sources):
+        spark.sql(f"INSERT INTO {sources['dim']} VALUES (2, 'z', 7)")
+        _, log = run_dbt_and_capture(["run"])
+        assert "model.test.over_table: rebuilding fully" in log
+        assert "is a dbt 'table' model, replaced as a whole by every run" in log, log
+        self._check_every_level(project, spark)
+        # Refreshing only the ivm model (its table unchanged) rebuilds nothing.
+        _, log = run_dbt_and_capture(["run", "--select", "over_table"])
+        assert "model.test.over_table: IVM no changes" in log
+
+    def test_explain_shows_the_plan_state_and_sql(self, project, sources):
+        _, log = run_dbt_and_capture(
+            ["run-operation", "ivm_explain", "--args", "{model: l2_joined}"]
+        )
+        assert "view class:   grouped_aggregate" in log
+        assert f"r = {project.test_schema}.l1_rows (ivm model, read through" in log
+        assert "pre-aggregation (slot 1): (group, value, count) of `r`.`d` for MAX" in log
+        assert "group rows:" in log and "pre-aggregation slot 1:" in log
+        written = Path(project.project_root) / "target" / "ivm_explain" / "l2_joined"
+        merge = (written / "merge_changes.sql").read_text()
+        assert merge.startswith("MERGE INTO") and "TABLE_CHANGES" in merge
+        assert (written / "plan.txt").read_text().startswith("ivm plan of model.test.l2_joined")
+
+        _, log = run_dbt_and_capture(
+            ["run-operation", "ivm_explain", "--args", "{model: dim_table}"], expect_pass=False
+        )
+        assert "model 'dim_table' is materialized as 'table', not 'ivm'" in log
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=DERANDOMIZE,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(
+        steps=st.lists(
+            st.lists(st.one_of(src_changes, dim_changes), min_size=1, max_size=4),
+            min_size=1,
+            max_size=2,
+        )
+    )
+    def test_every_level_equals_its_query_after_random_changes(
+        self, project, spark, sources, steps
+    ):
+        for statements in steps:
+            for statement in statements:
+                spark.sql(statement.format(**sources))
+            run_dbt(["run"])
+            self._check_every_level(project, spark)
