@@ -20,7 +20,9 @@ from dbt.adapters.spark_ivm.runtime import RUNTIME_DIR_NAME, session_configs
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 SOURCE = "shop_raw.order_lines"
+CUSTOMERS = "shop_raw.customers"
 STATUSES = ["open", "paid", "paid", "paid", "cancelled"]
+SEGMENTS = ["retail", "retail", "wholesale", "online"]
 
 
 def start_spark() -> SparkSession:
@@ -52,7 +54,17 @@ def create_sources(spark: SparkSession, rng: random.Random) -> None:
         "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
     )
     spark.sql(f"INSERT INTO {SOURCE} VALUES " + ", ".join(line(i, rng) for i in range(1, 2001)))
-    print(f"Created {SOURCE} with 2000 order lines (change data feed on)")
+    spark.sql(f"DROP TABLE IF EXISTS {CUSTOMERS}")
+    spark.sql(
+        f"CREATE TABLE {CUSTOMERS} (customer_id INT, name STRING, segment STRING) USING DELTA "
+        "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+    )
+    customers = ", ".join(
+        f"({i}, 'customer {i}', {'NULL' if i % 13 == 0 else repr(rng.choice(SEGMENTS))})"
+        for i in range(1, 41)
+    )
+    spark.sql(f"INSERT INTO {CUSTOMERS} VALUES {customers}")
+    print(f"Created {SOURCE} with 2000 order lines and {CUSTOMERS} with 40 (change data feed on)")
 
 
 def apply_batch(spark: SparkSession, rng: random.Random) -> None:
@@ -60,7 +72,12 @@ def apply_batch(spark: SparkSession, rng: random.Random) -> None:
     spark.sql(f"UPDATE {SOURCE} SET status = 'paid' WHERE status = 'open' AND line_id % 7 = 0")
     spark.sql(f"UPDATE {SOURCE} SET discount = NULL WHERE line_id % 11 = 0")
     spark.sql(f"DELETE FROM {SOURCE} WHERE status = 'cancelled' AND line_id % 3 = 0")
-    print("Applied a batch: 50 inserts, two updates (status, discount), one delete")
+    spark.sql(f"UPDATE {CUSTOMERS} SET segment = 'wholesale' WHERE customer_id IN (3, 4)")
+    spark.sql(f"DELETE FROM {CUSTOMERS} WHERE customer_id = 5")
+    print(
+        "Applied a batch: 50 inserts, two updates (status, discount), one delete on order "
+        "lines; two customers change segment, one is deleted"
+    )
 
 
 def dbt_build(*extra: str) -> list:
