@@ -23,7 +23,14 @@ from sqlglot.optimizer.qualify import qualify
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import DIALECT, TableName, parse_model
+from ivm_compiler.parse import (
+    DIALECT,
+    TableName,
+    from_tables,
+    parse_model,
+    set_operation_branches,
+    set_operation_kind,
+)
 from ivm_compiler.plan import (
     OutputColumn,
     PreAggregation,
@@ -61,11 +68,13 @@ def compile_model(
     for table, columns in schemas.items():
         _refuse_reserved_source_columns(model, table, columns)
     qualified = _inline_relations(model, _qualify(model, tree, schemas))
+    described = catalog.describe_query(sql)
+    if isinstance(qualified, exp.SetOperation):
+        return _compile_set_operation(model, sql, tree, tables, qualified, described, upstreams)
     sources = tuple(
         SourceRef(alias=node.alias_or_name, table=TableName.of(node))
-        for node in _from_tables(qualified)
+        for node in from_tables(qualified)
     )
-    described = catalog.describe_query(sql)
     projections = [p.this if isinstance(p, exp.Alias) else p for p in qualified.expressions]
     if len(described) != len(projections):
         raise NotMaintainable(
@@ -155,7 +164,7 @@ def source_tables(tree: exp.Expression) -> list[TableName]:
     return list(dict.fromkeys(found))
 
 
-def _inline_relations(model: str, qualified: exp.Select) -> exp.Select:
+def _inline_relations(model: str, qualified: exp.Query) -> exp.Query:
     """Merge CTEs and subqueries in FROM into the query; refuse those that cannot merge.
 
     sqlglot's optimizer merges a relation that only filters, projects and joins
@@ -163,7 +172,7 @@ def _inline_relations(model: str, qualified: exp.Select) -> exp.Select:
     duplicates or otherwise changes row counts, and has no delta rule here yet.
     """
     merged = eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
-    assert isinstance(merged, exp.Select)
+    assert isinstance(merged, (exp.Select, exp.SetOperation))
     left = merged.args.get("with_")
     if left is not None and left.expressions:
         name = left.expressions[0].alias_or_name
@@ -181,22 +190,127 @@ def _inline_relations(model: str, qualified: exp.Select) -> exp.Select:
             "build it as an ivm model of its own and select from it with ref(), "
             "or " + FALLBACK_HINT,
         )
-    aliases = [node.alias_or_name.lower() for node in _from_tables(merged)]
-    repeated = next((a for a in aliases if aliases.count(a) > 1), None)
-    if repeated is not None:
-        raise NotMaintainable(
-            model,
-            f"two sources under the one name {repeated!r}",
-            "give each occurrence of a table its own alias",
-        )
+    for branch in set_operation_branches(merged):
+        assert isinstance(branch, exp.Select)
+        aliases = [node.alias_or_name.lower() for node in from_tables(branch)]
+        repeated = next((a for a in aliases if aliases.count(a) > 1), None)
+        if repeated is not None:
+            raise NotMaintainable(
+                model,
+                f"two sources under the one name {repeated!r}",
+                "give each occurrence of a table its own alias",
+            )
     return merged
 
 
-def _from_tables(select: exp.Select) -> list[exp.Table]:
-    """The tables of FROM and its JOINs, in query order (parse_model allows nothing else there)."""
-    found = [select.args["from_"].this] if select.args.get("from_") else []
-    found += [join.this for join in select.args.get("joins") or []]
-    return found
+# The view each set operation shows, from one multiplicity per operand.
+SET_OPERATION_CLASSES = {
+    "UNION ALL": ViewClass.PROJECTION,
+    "UNION": ViewClass.DISTINCT,
+    "INTERSECT": ViewClass.SET_OPERATION,
+    "INTERSECT ALL": ViewClass.SET_OPERATION,
+    "EXCEPT": ViewClass.SET_OPERATION,
+    "EXCEPT ALL": ViewClass.SET_OPERATION,
+}
+
+
+def _compile_set_operation(
+    model: str,
+    sql: str,
+    tree: exp.Query,
+    tables: list[TableName],
+    qualified: exp.SetOperation,
+    described: list[tuple[str, str]],
+    upstreams: dict[TableName, UpstreamModel],
+) -> ViewPlan:
+    """a OP b OP ...: one state row per distinct output row, with its count in every operand.
+
+    The rows of all operands are flattened into one relation with the operand's
+    index; UNION ALL and UNION keep the total count (a projection and a
+    DISTINCT), INTERSECT and EXCEPT [ALL] also one count per operand, from which
+    the view decides whether and how often a row appears (the consistency-levels
+    paper's set-operation views with auxiliary counts).
+    """
+    kind = set_operation_kind(qualified)
+    operands = set_operation_branches(qualified)
+    _refuse_untyped_outputs(model, described)
+    _refuse_incomparable_keys(model, described, "column")
+    per_operand = SET_OPERATION_CLASSES[kind] is ViewClass.SET_OPERATION
+    flattened = []
+    for index, operand in enumerate(operands):
+        assert isinstance(operand, exp.Select)
+        if (
+            operand.args.get("group")
+            or operand.args.get("having")
+            or operand.args.get("distinct")
+            or any(p.find(exp.AggFunc) for p in operand.expressions)
+        ):
+            raise NotMaintainable(
+                model,
+                f"an operand of {kind} that aggregates or uses DISTINCT",
+                "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
+            )
+        if len(operand.expressions) != len(described):
+            raise NotMaintainable(
+                model,
+                f"{kind} operands with {len(operand.expressions)} and {len(described)} columns",
+                "give every operand the same columns",
+            )
+        columns = [
+            exp.alias_(
+                (p.this if isinstance(p, exp.Alias) else p).copy(), names.group_key(i), quoted=True
+            )
+            for i, p in enumerate(operand.expressions)
+        ]
+        if per_operand:
+            columns.append(exp.alias_(exp.Literal.number(index), names.OPERAND, quoted=True))
+        rows = exp.Select(expressions=columns)
+        for clause in ("from_", "joins", "where"):
+            if operand.args.get(clause):
+                value = operand.args[clause]
+                rows.set(
+                    clause, [j.copy() for j in value] if isinstance(value, list) else value.copy()
+                )
+        flattened.append(rows)
+    union: exp.Query = flattened[0]
+    for rows in flattened[1:]:
+        union = exp.union(union, rows, distinct=False)
+
+    key_columns = [counting.key_column(i) for i in range(len(described))]
+    state = [*key_columns, counting.count_column()]
+    if per_operand:
+        state += [counting.operand_count_column(i) for i in range(len(operands))]
+    sources = tuple(
+        SourceRef(alias=node.alias_or_name, table=TableName.of(node))
+        for operand in operands
+        for node in from_tables(operand)
+    )
+    view_class = SET_OPERATION_CLASSES[kind]
+    return ViewPlan(
+        model=model,
+        view_class=view_class,
+        sql=sql,
+        query=tree,
+        sources=sources,
+        rows=union,
+        keys=tuple(c.name for c in key_columns),
+        state_columns=tuple(state),
+        preaggregations=(),
+        upstreams={t: u for t, u in upstreams.items() if t in tables},
+        outputs=tuple(
+            OutputColumn(name=name, data_type=data_type, expression=aggregates.state_column(c.name))
+            for (name, data_type), c in zip(described, key_columns)
+        ),
+        having=None,
+        fingerprint=_fingerprint(
+            view_class,
+            tables,
+            qualified,
+            described,
+            [u.view.sql(dialect=DIALECT) for t, u in sorted(upstreams.items(), key=str)],
+        ),
+        set_operation=kind,
+    )
 
 
 def _flattened_rows(
@@ -228,8 +342,8 @@ def _flattened_rows(
 
 
 def _qualify(
-    model: str, tree: exp.Select, schemas: dict[TableName, list[tuple[str, str]]]
-) -> exp.Select:
+    model: str, tree: exp.Query, schemas: dict[TableName, list[tuple[str, str]]]
+) -> exp.Query:
     nested: dict = {}
     for table, columns in schemas.items():
         level = nested
@@ -251,7 +365,7 @@ def _qualify(
             f"a column the compiler cannot resolve against {shown} ({error})",
             "check the column exists in the source",
         ) from error
-    assert isinstance(qualified, exp.Select)
+    assert isinstance(qualified, (exp.Select, exp.SetOperation))
     return qualified
 
 

@@ -148,19 +148,53 @@ def view_query(plan: ViewPlan, state: TableName) -> exp.Select:
         select = select.where(populated)
     if plan.having is not None:
         select = select.where(plan.having.copy())
-    if plan.view_class is ViewClass.PROJECTION:
+    copies = _copies(plan)
+    if copies is not None:
+        if plan.view_class is ViewClass.SET_OPERATION:
+            select = select.where(exp.GT(this=copies.copy(), expression=exp.Literal.number(0)))
         # A row with multiplicity n is shown n times: the view is the query's bag.
-        copies = exp.Lateral(
-            this=exp.Explode(
-                this=exp.GenerateSeries(
-                    start=exp.Literal.number(1), end=exp.column(names.COUNT, quoted=True)
-                )
-            ),
+        repeat = exp.Lateral(
+            this=exp.Explode(this=exp.GenerateSeries(start=exp.Literal.number(1), end=copies)),
             view=True,
             alias=exp.TableAlias(this=_ident(names.COPIES_ALIAS), columns=[_ident(names.COPY)]),
         )
-        select.append("laterals", copies)
+        select.append("laterals", repeat)
+    elif plan.view_class is ViewClass.SET_OPERATION:
+        select = select.where(_set_operation_keeps(plan))
     return select
+
+
+def _operand_counts(plan: ViewPlan) -> list[exp.Column]:
+    return [
+        exp.column(c.name, quoted=True)
+        for c in plan.state_columns
+        if names.is_operand_count(c.name)
+    ]
+
+
+def _copies(plan: ViewPlan) -> exp.Expression | None:
+    """How many times the view repeats a state row; None when it shows it at most once."""
+    if plan.view_class is ViewClass.PROJECTION:
+        return exp.column(names.COUNT, quoted=True)
+    if plan.set_operation == "INTERSECT ALL":
+        return exp.Least(this=_operand_counts(plan)[0], expressions=_operand_counts(plan)[1:])
+    if plan.set_operation == "EXCEPT ALL":
+        first, *rest = _operand_counts(plan)
+        removed: exp.Expression = rest[0]
+        for count in rest[1:]:
+            removed = exp.Add(this=removed, expression=count)
+        return exp.Sub(this=first, expression=exp.Paren(this=removed))
+    return None
+
+
+def _set_operation_keeps(plan: ViewPlan) -> exp.Expression:
+    """INTERSECT: a row every operand produces; EXCEPT: one the first produces and no other."""
+    first, *rest = _operand_counts(plan)
+    present = [exp.GT(this=c, expression=exp.Literal.number(0)) for c in (first, *rest)]
+    if plan.set_operation == "INTERSECT":
+        return exp.and_(*present)
+    absent = [exp.EQ(this=c.copy(), expression=exp.Literal.number(0)) for c in rest]
+    return exp.and_(present[0], *absent)
 
 
 # View properties that let dbt tests and people find a model's query and state.

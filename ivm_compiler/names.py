@@ -38,6 +38,18 @@ PREAGG_ALIAS = f"{RESERVED_PREFIX}p"
 UPSTREAM_CHANGES_ALIAS = f"{RESERVED_PREFIX}uc"  # an upstream ivm model's state changes
 
 
+OPERAND = f"{RESERVED_PREFIX}operand"  # which operand of a set operation a row comes from
+
+
+def operand_count_of(index: int) -> str:
+    """How many of a state row's copies the index-th operand of a set operation produces."""
+    return f"{RESERVED_PREFIX}count_o{index}"
+
+
+def is_operand_count(name: str) -> bool:
+    return name.startswith(f"{RESERVED_PREFIX}count_o")
+
+
 def argument(index: int) -> str:
     """The flattened value of the model's index-th distinct aggregate argument."""
     return f"{RESERVED_PREFIX}arg{index}"

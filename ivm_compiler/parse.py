@@ -147,8 +147,8 @@ class TableName:
         return ".".join(self.parts())
 
 
-def parse_model(model: str, sql: str) -> exp.Select:
-    """Parse the model's SQL into a single SELECT, or raise NotMaintainable."""
+def parse_model(model: str, sql: str) -> exp.Query:
+    """Parse the model's SQL into one SELECT or one set operation of SELECTs, or raise."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
     except ParseError as error:
@@ -163,26 +163,68 @@ def parse_model(model: str, sql: str) -> exp.Select:
         )
     tree = statements[0]
     check_supported(model, tree)
-    assert isinstance(tree, exp.Select)
+    assert isinstance(tree, (exp.Select, exp.SetOperation))
     return tree
+
+
+def from_tables(select: exp.Select) -> list[exp.Expression]:
+    """The relations of a SELECT's FROM and its JOINs, in query order."""
+    found = [select.args["from_"].this] if select.args.get("from_") else []
+    found += [join.this for join in select.args.get("joins") or []]
+    return found
+
+
+def set_operation_kind(node: exp.SetOperation) -> str:
+    """UNION, UNION ALL, INTERSECT, INTERSECT ALL, EXCEPT or EXCEPT ALL."""
+    kind = type(node).__name__.upper()
+    return kind if node.args.get("distinct") else f"{kind} ALL"
+
+
+def set_operation_branches(tree: exp.Expression) -> list[exp.Expression]:
+    """The operands of a chain of one set operation (a UNION b UNION c), left to right.
+
+    A chain that mixes operations, or a parenthesised operand, is one operand.
+    """
+    if not isinstance(tree, exp.SetOperation):
+        return [tree]
+    kind = set_operation_kind(tree)
+    branches = []
+    for side in (tree.left, tree.right):
+        if isinstance(side, exp.SetOperation) and set_operation_kind(side) == kind:
+            branches.extend(set_operation_branches(side))
+        else:
+            branches.append(side)
+    return branches
 
 
 def check_supported(model: str, tree: exp.Expression) -> None:
     """Raise NotMaintainable naming the first construct outside the supported view classes."""
+    branches = set_operation_branches(tree)
     if isinstance(tree, exp.SetOperation):
-        kind = type(tree).__name__.upper()
-        if isinstance(tree, exp.Union) and not tree.args.get("distinct"):
-            kind = "UNION ALL"
-        raise NotMaintainable(model, f"the set operation {kind}")
-    if not isinstance(tree, exp.Select):
+        kind = set_operation_kind(tree)
+        if tree.args.get("by_name"):
+            raise NotMaintainable(model, f"{kind} BY NAME", "list the columns in the same order")
+        for clause, written in (("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET")):
+            if tree.args.get(clause):
+                raise NotMaintainable(model, f"{written} on the result of {kind}")
+        for branch in branches:
+            if not isinstance(branch, exp.Select):
+                raise NotMaintainable(
+                    model,
+                    f"{kind} mixed with another set operation, or over a parenthesised query",
+                    "chain one set operation over plain SELECTs, or build a part as an ivm "
+                    "model of its own and ref() it",
+                )
+    elif not isinstance(tree, exp.Select):
         raise NotMaintainable(
             model, f"a {type(tree).__name__} statement", "a model must be one SELECT"
         )
 
-    for node in tree.walk():
-        _check_node(model, tree, node)
-        if isinstance(node, exp.Select):
-            _check_relation_names(model, node)
+    for branch in branches:
+        for node in branch.walk():
+            _check_node(model, branch, node)
+            if isinstance(node, exp.Select):
+                _check_relation_names(model, node)
 
     tables = list(tree.find_all(exp.Table))
     if not tables:
@@ -217,8 +259,11 @@ def _is_relation(node: exp.Expression) -> bool:
 
 def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
     if isinstance(node, exp.SetOperation):
-        kind = type(node).__name__.upper()
-        raise NotMaintainable(model, f"the set operation {kind} inside the query")
+        raise NotMaintainable(
+            model,
+            f"the set operation {set_operation_kind(node)} inside the query",
+            "make it the whole model (an ivm model of its own) and ref() it, or " + FALLBACK_HINT,
+        )
     if node is not root and isinstance(node, (exp.Select, exp.Subquery)) and not _is_relation(node):
         raise NotMaintainable(
             model,
@@ -305,10 +350,8 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
 
 def _check_relation_names(model: str, select: exp.Select) -> None:
     """Two relations of one FROM clause under one name (a self-join needs aliases)."""
-    relations = [select.args["from_"].this] if select.args.get("from_") else []
-    relations += [join.this for join in select.args.get("joins") or []]
     seen: set[str] = set()
-    for relation in relations:
+    for relation in from_tables(select):
         name = relation.alias_or_name.lower()
         if name in seen:
             raise NotMaintainable(

@@ -30,6 +30,9 @@ class ViewClass(str, Enum):
     GROUPED_AGGREGATE = "grouped_aggregate"
     # SELECT aggs FROM src WHERE p [HAVING q]: exactly one state row, even for an empty source.
     GLOBAL_AGGREGATE = "global_aggregate"
+    # a INTERSECT|EXCEPT [ALL] b ...: one state row per distinct output row with a
+    # count per operand (UNION ALL is a PROJECTION, UNION a DISTINCT over all operands).
+    SET_OPERATION = "set_operation"
 
 
 class MergeRule(str, Enum):
@@ -118,8 +121,9 @@ class ViewPlan:
     # Every table occurrence in FROM, in query order.
     sources: tuple[SourceRef, ...]
     # SELECT <flattened columns> FROM <the model's sources and joins> WHERE <its filter>,
-    # qualified; its tables are replaced by versions or change feeds when it is emitted.
-    rows: exp.Select
+    # qualified (for a set operation: one such SELECT per operand, under UNION ALL);
+    # its tables are replaced by versions or change feeds when it is emitted.
+    rows: exp.Query
     # The flattened columns that identify a state row (GROUP BY keys, or every
     # projected expression of a projection); the KEY state columns have the same names.
     keys: tuple[str, ...]
@@ -133,6 +137,8 @@ class ViewPlan:
     # Changes whenever the maintained state would mean something else: a model
     # whose fingerprint differs from its state's is rebuilt, never patched.
     fingerprint: str
+    # For SET_OPERATION: INTERSECT, INTERSECT ALL, EXCEPT or EXCEPT ALL.
+    set_operation: str | None = None
 
     @property
     def tables(self) -> tuple[TableName, ...]:

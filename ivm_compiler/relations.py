@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.parse import DIALECT, TableName
+from ivm_compiler.parse import DIALECT, TableName, from_tables, set_operation_branches
 from ivm_compiler.plan import MergeRule, SourceRef, UpstreamModel, ViewPlan
 from ivm_compiler.rules import extremes
 
@@ -129,56 +129,73 @@ def signed_changes(
     return view.select(exp.alias_(sign_column, names.SIGN, quoted=True)).subquery(ident(alias))
 
 
-def _rows_reading(plan: ViewPlan, read: Callable[[SourceRef], exp.Expression]) -> exp.Select:
-    """The model's flattened rows with every source occurrence replaced by read(occurrence)."""
-    by_alias = {ref.alias: ref for ref in plan.sources}
+def branches(plan: ViewPlan) -> list[exp.Select]:
+    """The flattened rows' SELECTs: one, or one per operand of a set operation."""
+    found = set_operation_branches(plan.rows)
+    assert all(isinstance(b, exp.Select) for b in found)
+    return found  # type: ignore[return-value]
 
-    def replace(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Table) and node.alias_or_name in by_alias:
-            return read(by_alias[node.alias_or_name])
-        return node
 
-    rows = plan.rows.copy().transform(replace)
-    assert isinstance(rows, exp.Select)
+def branch_sources(branch: exp.Select) -> list[SourceRef]:
+    return [SourceRef(alias=t.alias_or_name, table=TableName.of(t)) for t in from_tables(branch)]
+
+
+def _reading(branch: exp.Select, read: Callable[[int, SourceRef], exp.Expression]) -> exp.Select:
+    """A branch with its index-th source occurrence replaced by read(index, occurrence)."""
+    rows = branch.copy()
+    for index, (node, ref) in enumerate(zip(from_tables(rows), branch_sources(branch))):
+        node.replace(read(index, ref))
     return rows
 
 
-def rows_at(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Select:
+def _union_all(selects: list[exp.Select]) -> exp.Query:
+    union: exp.Query = selects[0]
+    for select in selects[1:]:
+        union = exp.union(union, select, distinct=False)
+    return union
+
+
+def rows_at(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Query:
     """The model's flattened rows with every source at its pinned version."""
-    return _rows_reading(
-        plan,
-        lambda ref: table_at_version(
-            ref.table, versions[ref.table], ref.alias, plan.upstreams.get(ref.table)
-        ),
+    return _union_all(
+        [
+            _reading(
+                branch,
+                lambda _, ref: table_at_version(
+                    ref.table, versions[ref.table], ref.alias, plan.upstreams.get(ref.table)
+                ),
+            )
+            for branch in branches(plan)
+        ]
     )
 
 
 def signed_rows(plan: ViewPlan, windows: Mapping[TableName, Window]) -> exp.Query:
-    """The signed change of the model's flattened rows over the windows (the sum above)."""
+    """The signed change of the model's flattened rows over the windows (the sum above).
+
+    For a set operation the change is the sum of its operands' changes, each
+    operand's by the join rule over its own sources.
+    """
     terms: list[exp.Select] = []
-    for position, changed in enumerate(plan.sources):
-        window = windows[changed.table]
-        if not window.changed:
-            continue
+    for branch in branches(plan):
+        for position, changed in enumerate(branch_sources(branch)):
+            if not windows[changed.table].changed:
+                continue
 
-        def read(ref: SourceRef, position: int = position) -> exp.Expression:
-            index = plan.sources.index(ref)
-            ref_window = windows[ref.table]
-            upstream = plan.upstreams.get(ref.table)
-            if index == position:
-                return signed_changes(ref.table, ref_window, ref.alias, upstream)
-            version = ref_window.pinned if index < position else ref_window.recorded
-            return table_at_version(ref.table, version, ref.alias, upstream)
+            def read(index: int, ref: SourceRef, position: int = position) -> exp.Expression:
+                window = windows[ref.table]
+                upstream = plan.upstreams.get(ref.table)
+                if index == position:
+                    return signed_changes(ref.table, window, ref.alias, upstream)
+                version = window.pinned if index < position else window.recorded
+                return table_at_version(ref.table, version, ref.alias, upstream)
 
-        term = _rows_reading(plan, read)
-        sign = exp.column(names.SIGN, table=ident(changed.alias), quoted=True)
-        terms.append(term.select(exp.alias_(sign, names.SIGN, quoted=True)))
+            term = _reading(branch, read)
+            sign = exp.column(names.SIGN, table=ident(changed.alias), quoted=True)
+            terms.append(term.select(exp.alias_(sign, names.SIGN, quoted=True)))
     if not terms:
         raise ValueError("signed_rows needs at least one source with changes in its window")
-    union: exp.Query = terms[0]
-    for term in terms[1:]:
-        union = exp.union(union, term, distinct=False)
-    return union
+    return _union_all(terms)
 
 
 # -- the state's rows -----------------------------------------------------------

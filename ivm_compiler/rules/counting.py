@@ -43,3 +43,20 @@ def count_column() -> StateColumn:
         build=exp.Count(this=exp.Star(), big_int=True),
         delta=exp.Sum(this=sign()),
     )
+
+
+def operand_count_column(index: int) -> StateColumn:
+    """A set operation's count of one operand: COUNT(*) and signs of that operand's rows only."""
+    of_operand = exp.EQ(
+        this=exp.column(names.OPERAND, quoted=True), expression=exp.Literal.number(index)
+    )
+    return StateColumn(
+        name=names.operand_count_of(index),
+        rule=MergeRule.ADD,
+        build=exp.Sum(
+            this=exp.If(this=of_operand, true=exp.Literal.number(1), false=exp.Literal.number(0))
+        ),
+        delta=exp.Sum(
+            this=exp.If(this=of_operand.copy(), true=sign(), false=exp.Literal.number(0))
+        ),
+    )

@@ -40,6 +40,10 @@ QUERIES = {
         "select g, k % 3 as bucket, sum(v) as sv, count(*) as n from {src} "
         "group by g, k % 3 having count(*) >= 2"
     ),
+    # UNION ALL of two filters of one table: a row in both is there twice.
+    "stacked": (
+        "select k, g from {src} where v > 0 union all select k, g from {src} where d is not null"
+    ),
 }
 
 
@@ -84,6 +88,14 @@ JOIN_QUERIES = {
         "select g, min(v) as mn, max(v) as mx, min(d) as mnd, count(distinct v) as cdv, "
         "count(*) as n from {src} group by g having max(v) > -2 or max(v) is null"
     ),
+    # Set operations through one count per operand: rows appear and vanish as
+    # their counts in each operand cross zero.
+    "set_union": "select k, name from {dim} union select k, g from {src}",
+    "set_except_all": (
+        "select s.k, s.g from {src} s join {dim} d on s.k = d.k "
+        "except all select k, g from {src} where v = 1"
+    ),
+    "set_intersect": "select g, v from {src} intersect select name, w from {dim}",
     # Extremes without GROUP BY: one row even when the source is empty.
     "global_extremes": (
         "select min(v) as mn, max(d) as mx, count(distinct g) as ng, count(*) as n from {src}"

@@ -196,7 +196,8 @@ class TestRefusalsAndFallbacks(IvmProject):
         results = run_dbt(["run", "--select", "correlated"], expect_pass=False)
         message = str(results[0].message)
         assert "model.test.correlated" in message
-        assert "subquery is not supported" in message and "Fix:" in message
+        assert "a subquery inside an expression (scalar, IN or EXISTS) is not supported" in message
+        assert "Fix: write it as an inner JOIN" in message
         tables = {r.tableName for r in spark.sql(f"SHOW TABLES IN {project.test_schema}").collect()}
         assert not {"correlated", "correlated__ivm_state"} & tables
 

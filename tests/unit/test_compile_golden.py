@@ -18,7 +18,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
+from ivm_compiler import ViewClass, ViewPlan, compile_model, emit, relations
 from ivm_compiler.names import CHANGES_CTE, COUNT, SIGN, SLOT, is_reserved
 from ivm_compiler.parse import DIALECT
 from tests.unit import golden
@@ -251,22 +251,29 @@ def _read_as(term: exp.Select) -> dict[str, str]:
 
 @pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
 def test_changes_telescope_over_the_joined_sources(case: golden.Case) -> None:
-    """Term i reads occurrence i's changes, earlier ones pinned and later ones as recorded."""
+    """Term i of an operand reads its occurrence i's changes, earlier ones pinned, later as recorded.
+
+    A query without a set operation is one operand; a set operation's change is
+    the sum of its operands' terms, in operand order.
+    """
     plan, statements = _statements(case)
     ctes = {cte.alias: cte.this for cte in statements["merge_changes"].find_all(exp.CTE)}
-    terms = _union_terms(ctes[CHANGES_CTE])
-    assert len(terms) == len(plan.sources)
-    for position, (term, changed) in enumerate(zip(terms, plan.sources)):
-        assert _read_as(term) == {
-            ref.alias: "changes"
-            if index == position
-            else f"version {golden.LAST_CHANGE if index < position else golden.FIRST_CHANGE - 1}"
-            for index, ref in enumerate(plan.sources)
-        }
-        # The term's row carries the sign of the change row it was made from.
-        sign = term.expressions[-1]
-        assert sign.alias == SIGN
-        assert sign.this.sql(DIALECT) == f"`{changed.alias}`.`{SIGN}`"
+    terms = iter(_union_terms(ctes[CHANGES_CTE]))
+    for operand in relations.branches(plan):
+        sources = relations.branch_sources(operand)
+        for position, changed in enumerate(sources):
+            term = next(terms)
+            assert _read_as(term) == {
+                ref.alias: "changes"
+                if index == position
+                else f"version {golden.LAST_CHANGE if index < position else golden.FIRST_CHANGE - 1}"
+                for index, ref in enumerate(sources)
+            }
+            # The term's row carries the sign of the change row it was made from.
+            sign = term.expressions[-1]
+            assert sign.alias == SIGN
+            assert sign.this.sql(DIALECT) == f"`{changed.alias}`.`{SIGN}`"
+    assert next(terms, None) is None, "more change terms than source occurrences"
 
 
 @pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))

@@ -131,30 +131,30 @@ REFUSED = [
         r"^the CTE or subquery 'x', which removes duplicates before the outer query reads it$",
         r"^build it as an ivm model of its own and select from it with ref\(\), or ",
     ),
-    # set operations
+    # set operations: chains of one operation over plain SELECTs are maintained
     (
-        "union",
-        "SELECT a FROM shop.t UNION SELECT a FROM shop.u",
-        r"^the set operation UNION$",
+        "mixed_set_operations",
+        "SELECT a FROM shop.t UNION SELECT a FROM shop.u INTERSECT SELECT a FROM shop.t",
+        r"^UNION mixed with another set operation, or over a parenthesised query$",
+        r"^chain one set operation over plain SELECTs, or build a part as an ivm model",
+    ),
+    (
+        "order_by_on_a_union",
+        "SELECT a FROM shop.t UNION ALL SELECT a FROM shop.u ORDER BY a",
+        r"^ORDER BY on the result of UNION ALL$",
         None,
     ),
     (
-        "union_all",
-        "SELECT a FROM shop.t UNION ALL SELECT a FROM shop.u",
-        r"^the set operation UNION ALL$",
-        None,
+        "aggregating_operand",
+        "SELECT a FROM shop.t EXCEPT SELECT COUNT(*) AS a FROM shop.u",
+        r"^an operand of EXCEPT that aggregates or uses DISTINCT$",
+        r"^build that operand as an ivm model of its own and ref\(\) it, or ",
     ),
     (
-        "intersect",
-        "SELECT a FROM shop.t INTERSECT SELECT a FROM shop.u",
-        r"^the set operation INTERSECT$",
-        None,
-    ),
-    (
-        "except",
-        "SELECT a FROM shop.t EXCEPT SELECT a FROM shop.u",
-        r"^the set operation EXCEPT$",
-        None,
+        "set_operation_in_a_subquery",
+        "SELECT x.a FROM (SELECT a FROM shop.t UNION ALL SELECT a FROM shop.u) x",
+        r"^the set operation UNION ALL inside the query$",
+        r"^make it the whole model \(an ivm model of its own\) and ref\(\) it, or ",
     ),
     # aggregates outside COUNT/SUM/AVG/MIN/MAX and COUNT(DISTINCT x)
     (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.refresh import Refresh
-from ivm_compiler import ViewClass, ViewPlan, emit, names
+from ivm_compiler import ViewClass, ViewPlan, emit, names, relations
 from ivm_compiler.parse import DIALECT
 from ivm_compiler.relations import Window
 
@@ -30,6 +30,7 @@ CLASS_STATE = {
     ViewClass.DISTINCT: "one row per distinct output row, with its multiplicity (__ivm_count)",
     ViewClass.GROUPED_AGGREGATE: "one row per group: count, non-NULL counts, sums",
     ViewClass.GLOBAL_AGGREGATE: "one row: count, non-NULL counts, sums (kept when empty)",
+    ViewClass.SET_OPERATION: "one row per distinct output row: its count in every operand",
 }
 
 
@@ -84,7 +85,10 @@ def explain(refresh: Refresh) -> Explanation:
             else f"now at version {current[table]} (not built yet)"
         )
         lines.append(f"    {ref.alias} = {table} ({kind}): {version}")
-    if len(plan.sources) > 1:
+    operands = relations.branches(plan)
+    if len(operands) > 1:
+        lines.append(f"  set operation: {len(operands)} operands; the change is the sum of theirs")
+    if any(len(relations.branch_sources(operand)) > 1 for operand in operands):
         lines.append(
             "  join delta:   one term per changed input: its change rows against the "
             "inputs before it at their new version and after it at their recorded version"
