@@ -142,14 +142,7 @@ def compile_model(
         upstreams={t: u for t, u in upstreams.items() if t in tables},
         outputs=outputs,
         having=having_final,
-        fingerprint=_fingerprint(
-            view_class,
-            tables,
-            qualified,
-            described,
-            # An upstream's state layout is part of what this state means.
-            [u.view.sql(dialect=DIALECT) for t, u in sorted(upstreams.items(), key=str)],
-        ),
+        fingerprint=_fingerprint(view_class, tables, qualified, described, upstreams),
     )
 
 
@@ -264,14 +257,9 @@ def _compile_set_operation(
         ]
         if per_operand:
             columns.append(exp.alias_(exp.Literal.number(index), names.OPERAND, quoted=True))
-        rows = exp.Select(expressions=columns)
-        for clause in ("from_", "joins", "where"):
-            if operand.args.get(clause):
-                value = operand.args[clause]
-                rows.set(
-                    clause, [j.copy() for j in value] if isinstance(value, list) else value.copy()
-                )
-        flattened.append(rows)
+        flattened.append(
+            _with_clauses(exp.Select(expressions=columns), operand, ("from_", "joins", "where"))
+        )
     union: exp.Query = flattened[0]
     for rows in flattened[1:]:
         union = exp.union(union, rows, distinct=False)
@@ -302,13 +290,7 @@ def _compile_set_operation(
             for (name, data_type), c in zip(described, key_columns)
         ),
         having=None,
-        fingerprint=_fingerprint(
-            view_class,
-            tables,
-            qualified,
-            described,
-            [u.view.sql(dialect=DIALECT) for t, u in sorted(upstreams.items(), key=str)],
-        ),
+        fingerprint=_fingerprint(view_class, tables, qualified, described, upstreams),
         set_operation=kind,
     )
 
@@ -333,12 +315,18 @@ def _flattened_rows(
     if not columns:
         # COUNT(*) alone reads no column; a SELECT still needs one.
         columns = [exp.alias_(exp.true(), names.argument(0), quoted=True)]
-    rows = exp.Select(expressions=columns)
-    for clause in ("from_", "joins", "where"):
-        if qualified.args.get(clause):
-            value = qualified.args[clause]
-            rows.set(clause, [j.copy() for j in value] if isinstance(value, list) else value.copy())
-    return rows
+    return _with_clauses(exp.Select(expressions=columns), qualified, ("from_", "joins", "where"))
+
+
+def _with_clauses(target: exp.Select, source: exp.Select, clauses: tuple[str, ...]) -> exp.Select:
+    """target with copies of source's clauses (e.g. FROM, JOINs, WHERE)."""
+    for clause in clauses:
+        value = source.args.get(clause)
+        if value:
+            target.set(
+                clause, [v.copy() for v in value] if isinstance(value, list) else value.copy()
+            )
+    return target
 
 
 def _qualify(
@@ -532,13 +520,7 @@ def _probe_types(
     ]
     if not probe_columns:
         return {}
-    probe = exp.Select(expressions=probe_columns)
-    for clause in ("from_", "joins"):
-        if qualified.args.get(clause):
-            value = qualified.args[clause]
-            probe.set(
-                clause, [j.copy() for j in value] if isinstance(value, list) else value.copy()
-            )
+    probe = _with_clauses(exp.Select(expressions=probe_columns), qualified, ("from_", "joins"))
     if keys:
         probe = probe.group_by(*[key.copy() for key in keys])
     types = dict(catalog.describe_query(probe.sql(dialect=DIALECT)))
@@ -621,8 +603,10 @@ def _fingerprint(
     sources: list[TableName],
     qualified: exp.Select,
     described: list[tuple[str, str]],
-    upstream_views: list[str],
+    upstreams: Mapping[TableName, UpstreamModel],
 ) -> str:
+    # An upstream's state layout is part of what this state means.
+    upstream_views = [u.view.sql(dialect=DIALECT) for _, u in sorted(upstreams.items(), key=str)]
     payload = json.dumps(
         [
             STATE_FORMAT_VERSION,

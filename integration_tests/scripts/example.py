@@ -91,12 +91,12 @@ def dbt_build(*extra: str) -> list:
 
 def report(title: str, results: list) -> None:
     print(f"\n{title}")
-    print(f"  {'model':<24} {'seconds':>8}  what happened")
+    print(f"  {'model':<30} {'seconds':>8}  what happened")
     for result in results:
         if result.node.resource_type != "model":
             continue
         message = (result.adapter_response or {}).get("_message") or result.message
-        print(f"  {result.node.name:<24} {result.execution_time:>8.2f}  {message}")
+        print(f"  {result.node.name:<30} {result.execution_time:>8.2f}  {message}")
     tests = [r for r in results if r.node.resource_type == "test"]
     passed = sum(1 for r in tests if str(r.status) == "pass")
     print(f"  ivm_matches_query tests: {passed}/{len(tests)} passed")

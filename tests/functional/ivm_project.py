@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
 
 SOURCES_YML = """
 version: 2
@@ -145,3 +148,19 @@ class IvmProject:
     @pytest.fixture(scope="class")
     def project_config_update(self):
         return {"models": {"+materialized": "ivm"}}
+
+
+def random_change_settings(default_examples: int) -> settings:
+    """Hypothesis settings of the property tests.
+
+    CI replays a fixed set of examples (derandomize) so a red run is
+    reproducible; IVM_PROPERTY_EXAMPLES=<n> IVM_PROPERTY_RANDOM=1 explores.
+    Each example runs dbt several times, so the defaults are small.
+    """
+    return settings(
+        max_examples=int(os.environ.get("IVM_PROPERTY_EXAMPLES", str(default_examples))),
+        deadline=None,
+        derandomize=os.environ.get("IVM_PROPERTY_RANDOM", "") != "1",
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )

@@ -11,20 +11,21 @@ rebuilt, and says why.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.functional.ivm_checks import bag_difference, recorded_state
-from tests.functional.ivm_project import SOURCES_YML, IvmProject, create_join_sources
+from tests.functional.ivm_project import (
+    SOURCES_YML,
+    IvmProject,
+    create_join_sources,
+    random_change_settings,
+)
 from tests.functional.test_random_joins import dim_changes, src_changes
-
-EXAMPLES = int(os.environ.get("IVM_PROPERTY_EXAMPLES", "2"))
-DERANDOMIZE = os.environ.get("IVM_PROPERTY_RANDOM", "") != "1"
 
 SOURCES = {name: f"{{{{ source('raw', '{name}') }}}}" for name in ("src", "dim")}
 
@@ -136,13 +137,7 @@ class TestIvmDag(IvmProject):
         )
         assert "model 'dim_table' is materialized as 'table', not 'ivm'" in log
 
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        derandomize=DERANDOMIZE,
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
+    @random_change_settings(default_examples=2)
     @given(
         steps=st.lists(
             st.lists(st.one_of(src_changes, dim_changes), min_size=1, max_size=4),

@@ -9,21 +9,21 @@ covers groups disappearing and the global aggregate over an empty source.
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
 
 import pytest
 from dbt.tests.util import run_dbt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.functional.ivm_checks import assert_model_matches_query, latest_version
-from tests.functional.ivm_project import QUERIES, IvmProject, create_source, model_files
-
-# CI replays a fixed set of examples (derandomize) so a red run is reproducible;
-# set IVM_PROPERTY_EXAMPLES higher and IVM_PROPERTY_RANDOM=1 to explore.
-EXAMPLES = int(os.environ.get("IVM_PROPERTY_EXAMPLES", "4"))
-DERANDOMIZE = os.environ.get("IVM_PROPERTY_RANDOM", "") != "1"
+from tests.functional.ivm_project import (
+    QUERIES,
+    IvmProject,
+    create_source,
+    model_files,
+    random_change_settings,
+)
 
 keys = st.one_of(st.none(), st.integers(min_value=0, max_value=5))
 groups = st.sampled_from([None, "a", "b", "c"])
@@ -90,13 +90,7 @@ class TestRandomChangeSequences(IvmProject):
             version = assert_model_matches_query(spark, project.test_schema, model, query, "src")
             assert version == current, f"{model} records version {version}, source is at {current}"
 
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        derandomize=DERANDOMIZE,
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
+    @random_change_settings(default_examples=4)
     @given(steps=steps)
     def test_models_equal_their_query_after_every_refresh(
         self, project, spark, source_table, steps

@@ -10,12 +10,11 @@ evaluated with each source at the version the model records for it.
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
 
 import pytest
 from dbt.tests.util import run_dbt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.functional.ivm_checks import assert_model_matches_sources, latest_version
@@ -25,12 +24,8 @@ from tests.functional.ivm_project import (
     IvmProject,
     create_join_sources,
     model_files,
+    random_change_settings,
 )
-
-# As in test_random_changes.py: fixed examples in CI, IVM_PROPERTY_RANDOM=1 explores.
-# Two by default: every example refreshes six models over three sources several times.
-EXAMPLES = int(os.environ.get("IVM_PROPERTY_EXAMPLES", "2"))
-DERANDOMIZE = os.environ.get("IVM_PROPERTY_RANDOM", "") != "1"
 
 keys = st.one_of(st.none(), st.integers(min_value=0, max_value=3))
 groups = st.sampled_from([None, "a", "b"])
@@ -111,10 +106,14 @@ class TestRandomJoinChanges(IvmProject):
         run_dbt(["run"])
         return tables
 
-    def _refresh_and_check(self, project, spark, sources: dict[str, str]) -> None:
-        run_dbt(["run"])
+    def _refresh_and_check(
+        self, project, spark, sources: dict[str, str], models: tuple[str, ...] = ()
+    ) -> None:
+        run_dbt(["run", "--select", *models] if models else ["run"])
         current = {name: latest_version(spark, table) for name, table in sources.items()}
         for model, query in JOIN_QUERIES.items():
+            if models and model not in models:
+                continue
             versions = assert_model_matches_sources(
                 spark, project.test_schema, model, query, list(SOURCE_NAMES)
             )
@@ -131,20 +130,15 @@ class TestRandomJoinChanges(IvmProject):
         # argument: every recomputed value must stay as it was.
         for table in sources.values():
             spark.sql(f"DELETE FROM {table}")
+        extremes = ("extremes", "global_extremes")
         spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 2, 1.50), (2, 'b', 3, 0.00)")
-        self._refresh_and_check(project, spark, sources)
+        self._refresh_and_check(project, spark, sources, extremes)
         spark.sql(f"INSERT INTO {sources['src']} VALUES (3, NULL, NULL, NULL)")
-        self._refresh_and_check(project, spark, sources)
+        self._refresh_and_check(project, spark, sources, extremes)
         row = spark.sql(f"SELECT * FROM {project.test_schema}.global_extremes").collect()[0]
         assert (row["mn"], str(row["mx"]), row["ng"], row["n"]) == (2, "1.50", 2, 3)
 
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        derandomize=DERANDOMIZE,
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
+    @random_change_settings(default_examples=2)
     @given(steps=steps)
     def test_models_equal_their_query_after_every_refresh(self, project, spark, sources, steps):
         for table in sources.values():
