@@ -164,3 +164,12 @@ def random_change_settings(default_examples: int) -> settings:
         database=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
+
+
+def sql_literal(value: object) -> str:
+    """A Python value as a Spark SQL literal, for the change statements the tests write."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return str(value)

@@ -23,6 +23,7 @@ from tests.functional.ivm_project import (
     create_source,
     model_files,
     random_change_settings,
+    sql_literal,
 )
 
 keys = st.one_of(st.none(), st.integers(min_value=0, max_value=5))
@@ -32,14 +33,6 @@ decimals = st.sampled_from([None, Decimal("0.00"), Decimal("1.50"), Decimal("-2.
 rows = st.tuples(keys, groups, values, decimals)
 
 
-def _literal(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        return f"'{value}'"
-    return str(value)
-
-
 def _key_predicate(key: int | None) -> str:
     return "k IS NULL" if key is None else f"k = {key}"
 
@@ -47,16 +40,16 @@ def _key_predicate(key: int | None) -> str:
 inserts = st.lists(rows, min_size=1, max_size=6).map(
     lambda batch: (
         "INSERT INTO {table} VALUES "
-        + ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in batch)
+        + ", ".join("(" + ", ".join(sql_literal(v) for v in row) + ")" for row in batch)
     )
 )
 updates = st.tuples(keys, st.sampled_from(["v", "g", "d"]), values, groups, decimals).map(
     lambda u: (
         "UPDATE {table} SET "
         + {
-            "v": f"v = {_literal(u[2])}",
-            "g": f"g = {_literal(u[3])}",
-            "d": f"d = {_literal(u[4])}",
+            "v": f"v = {sql_literal(u[2])}",
+            "g": f"g = {sql_literal(u[3])}",
+            "d": f"d = {sql_literal(u[4])}",
         }[u[1]]
         + f" WHERE {_key_predicate(u[0])}"
     )

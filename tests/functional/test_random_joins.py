@@ -25,6 +25,7 @@ from tests.functional.ivm_project import (
     create_join_sources,
     model_files,
     random_change_settings,
+    sql_literal,
 )
 
 keys = st.one_of(st.none(), st.integers(min_value=0, max_value=3))
@@ -34,20 +35,12 @@ small = st.one_of(st.none(), st.integers(min_value=-2, max_value=3))
 decimals = st.sampled_from([None, Decimal("0.00"), Decimal("1.50"), Decimal("-2.25")])
 
 
-def _literal(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        return f"'{value}'"
-    return str(value)
-
-
 def _equals(column: str, value: object) -> str:
-    return f"{column} IS NULL" if value is None else f"{column} = {_literal(value)}"
+    return f"{column} IS NULL" if value is None else f"{column} = {sql_literal(value)}"
 
 
 def _insert(table: str, rows: list[tuple]) -> str:
-    values = ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in rows)
+    values = ", ".join("(" + ", ".join(sql_literal(v) for v in row) + ")" for row in rows)
     return f"INSERT INTO {{{table}}} VALUES {values}"
 
 
@@ -58,7 +51,7 @@ def _table_changes(table: str, row, columns: dict, where: dict):
         lambda column: st.tuples(columns[column], st.sampled_from(sorted(where))).flatmap(
             lambda pair: where[pair[1]].map(
                 lambda chosen: (
-                    f"UPDATE {{{table}}} SET {column} = {_literal(pair[0])} "
+                    f"UPDATE {{{table}}} SET {column} = {sql_literal(pair[0])} "
                     f"WHERE {_equals(pair[1], chosen)}"
                 )
             )
