@@ -40,7 +40,7 @@ from ivm_compiler.plan import (
     ViewClass,
     ViewPlan,
 )
-from ivm_compiler.rules import aggregates, counting, extremes
+from ivm_compiler.rules import aggregates, counting, extremes, outer_joins
 
 # Bump when the meaning of stored state changes: every model is then rebuilt once.
 STATE_FORMAT_VERSION = 2
@@ -129,13 +129,18 @@ def compile_model(
         OutputColumn(name=name, data_type=data_type, expression=final)
         for (name, data_type), final in zip(described, finals)
     )
+    rows = _flattened_rows(qualified, keys, arguments)
+    column_types = {
+        ref.alias: {name.lower(): data_type for name, data_type in schemas[ref.table]}
+        for ref in sources
+    }
     return ViewPlan(
         model=model,
         view_class=view_class,
         sql=sql,
         query=tree,
         sources=sources,
-        rows=_flattened_rows(qualified, keys, arguments),
+        rows=rows,
         keys=tuple(c.name for c in key_columns),
         state_columns=tuple(state),
         preaggregations=tuple(preaggregations),
@@ -143,6 +148,7 @@ def compile_model(
         outputs=outputs,
         having=having_final,
         fingerprint=_fingerprint(view_class, tables, qualified, described, upstreams),
+        join_terms=outer_joins.expand(model, rows, column_types),
     )
 
 
@@ -241,6 +247,12 @@ def _compile_set_operation(
             raise NotMaintainable(
                 model,
                 f"an operand of {kind} that aggregates or uses DISTINCT",
+                "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
+            )
+        if outer_joins.has_outer_join(operand):
+            raise NotMaintainable(
+                model,
+                f"an outer join inside an operand of {kind}",
                 "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
             )
         if len(operand.expressions) != len(described):

@@ -83,3 +83,13 @@ def recomputed_cte(argument_index: int) -> str:
 def touched_flag_of(argument_index: int) -> str:
     """On a delta row: TRUE when the refresh changed argument i's values in the group."""
     return f"{RESERVED_PREFIX}touched_a{argument_index}"
+
+
+def join_key(index: int) -> str:
+    """The index-th column of an outer join's key relation (plan.KeyRelation)."""
+    return f"{RESERVED_PREFIX}k{index}"
+
+
+def key_relation(join_index: int) -> str:
+    """The alias of the key relation of the model's join_index-th JOIN."""
+    return f"{RESERVED_PREFIX}keys{join_index}"

@@ -363,7 +363,7 @@ def _check_relation_names(model: str, select: exp.Select) -> None:
 
 
 def _check_join(model: str, join: exp.Join) -> None:
-    """Inner and cross joins are maintained (relations.signed_rows); other kinds are refused."""
+    """Inner, cross and outer joins are maintained (relations.py, rules/outer_joins.py)."""
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     method = (join.args.get("method") or "").upper()
@@ -371,13 +371,16 @@ def _check_join(model: str, join: exp.Join) -> None:
         raise NotMaintainable(
             model, "NATURAL JOIN", "name the join columns with JOIN ... USING (...) or ON"
         )
-    if side or kind not in ("", "INNER", "CROSS"):
-        written = " ".join(part for part in (side, kind) if part)
-        raise NotMaintainable(
-            model,
-            f"{written} JOIN (only inner and cross joins are maintained so far)",
-            "keep only the matching rows with an inner JOIN in this model, or " + FALLBACK_HINT,
-        )
+    inner = not side and kind in ("", "INNER", "CROSS")
+    outer = side in ("LEFT", "RIGHT", "FULL") and kind in ("", "OUTER")
+    if inner or outer:
+        return
+    written = " ".join(part for part in (side, kind) if part)
+    raise NotMaintainable(
+        model,
+        f"{written} JOIN (inner, cross, LEFT, RIGHT and FULL joins are maintained)",
+        "write the condition as an inner JOIN, or " + FALLBACK_HINT,
+    )
 
 
 def _check_aggregate(model: str, node: exp.AggFunc) -> None:

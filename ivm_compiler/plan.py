@@ -21,7 +21,7 @@ from ivm_compiler.parse import TableName
 class ViewClass(str, Enum):
     """The view classes of the KV-store and consistency-levels papers that the compiler maintains."""
 
-    # Every class reads FROM one source or an inner join of several.
+    # Every class reads FROM one source or a join of several.
     # SELECT exprs FROM src WHERE p: a bag, kept as distinct rows with a multiplicity.
     PROJECTION = "projection"
     # SELECT DISTINCT exprs FROM src WHERE p: the same state, each row shown once.
@@ -68,6 +68,43 @@ class UpstreamModel:
     state: TableName
     # The view's definition: a SELECT over `state` (as Spark stores it).
     view: exp.Select
+
+
+@dataclass(frozen=True)
+class KeyRelation:
+    """The distinct join keys of an outer join's null-supplying input.
+
+    Read as SELECT DISTINCT <keys> FROM <input> WHERE <condition> AND <keys are
+    not NULL>: the key values that have at least one partner. A row of the
+    other side is NULL-padded exactly when its key is not among them, which
+    turns the padded rows into a difference of inner joins
+    (rules/outer_joins.py).
+    """
+
+    # The name the join term reads it under.
+    alias: str
+    # The input the keys are taken from (its table and the alias its columns use).
+    source: SourceRef
+    # One expression per key column, over source.alias; named names.join_key(i).
+    keys: tuple[exp.Expression, ...]
+    # The ON conjuncts over that input alone (rows failing them have no partner).
+    condition: exp.Expression | None
+
+
+@dataclass(frozen=True)
+class JoinTerm:
+    """One signed inner-join term of a model whose FROM has outer joins.
+
+    The model's rows equal the sum of sign * rows over its terms (as bags with
+    multiplicities), and each term only joins inputs and key relations, so its
+    change follows the telescoping join rule; relations.signed_rows sums them.
+    """
+
+    sign: int
+    # The flattened rows' SELECT with inner joins only; NULL-padded inputs are
+    # gone, their columns replaced by typed NULLs.
+    rows: exp.Select
+    key_relations: tuple[KeyRelation, ...]
 
 
 @dataclass(frozen=True)
@@ -139,6 +176,10 @@ class ViewPlan:
     fingerprint: str
     # For SET_OPERATION: INTERSECT, INTERSECT ALL, EXCEPT or EXCEPT ALL.
     set_operation: str | None = None
+    # With outer joins in FROM: the rows as signed inner-join terms, for the
+    # change (the build reads `rows` itself). Empty: the rows are linear in
+    # every input and change by the join rule directly.
+    join_terms: tuple[JoinTerm, ...] = ()
 
     @property
     def tables(self) -> tuple[TableName, ...]:

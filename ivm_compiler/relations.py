@@ -17,6 +17,10 @@ join changed in one refresh) is counted once: in the term of the later input,
 against the earlier input's new version. Inputs that did not change have
 dR_i = 0, and their terms are left out. A self-join is two inputs that happen
 to read the same table, and the same sum holds.
+
+Outer joins are not linear in their null-supplying input; the compiler
+rewrites them as signed inner-join terms over inputs and key relations
+(rules/outer_joins.py), and the same sum runs over each term's inputs.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.parse import DIALECT, TableName, from_tables, set_operation_branches
-from ivm_compiler.plan import MergeRule, SourceRef, UpstreamModel, ViewPlan
+from ivm_compiler.plan import KeyRelation, MergeRule, SourceRef, UpstreamModel, ViewPlan
 from ivm_compiler.rules import extremes
 
 # Change-feed rows that add a row to the source; the other two types remove one.
@@ -140,12 +144,124 @@ def branch_sources(branch: exp.Select) -> list[SourceRef]:
     return [SourceRef(alias=t.alias_or_name, table=TableName.of(t)) for t in from_tables(branch)]
 
 
-def _reading(branch: exp.Select, read: Callable[[int, SourceRef], exp.Expression]) -> exp.Select:
-    """A branch with its index-th source occurrence replaced by read(index, occurrence)."""
-    rows = branch.copy()
-    for index, (node, ref) in enumerate(zip(from_tables(rows), branch_sources(branch))):
-        node.replace(read(index, ref))
+# What one relation of a FROM clause stands for: a source, or an outer join's key relation.
+Input = SourceRef | KeyRelation
+
+
+def _input_table(relation: Input) -> TableName:
+    return relation.table if isinstance(relation, SourceRef) else relation.source.table
+
+
+def _reading(
+    select: exp.Select, inputs: list[Input], read: Callable[[int, Input], exp.Expression]
+) -> exp.Select:
+    """A SELECT with its index-th FROM relation replaced by read(index, inputs[index])."""
+    rows = select.copy()
+    for index, (node, relation) in enumerate(zip(from_tables(rows), inputs)):
+        node.replace(read(index, relation))
     return rows
+
+
+def linear_terms(plan: ViewPlan) -> list[tuple[int, exp.Select, list[Input]]]:
+    """(sign, SELECT, its inputs) whose signed sum is the rows; each is an inner join.
+
+    Without outer joins: each operand once, positively. With them: the
+    plan's signed join terms (rules/outer_joins.py).
+    """
+    if plan.join_terms:
+        terms = []
+        for term in plan.join_terms:
+            by_alias = {k.alias: k for k in term.key_relations}
+            inputs: list[Input] = [
+                by_alias.get(node.alias_or_name)
+                or SourceRef(alias=node.alias_or_name, table=TableName.of(node))
+                for node in from_tables(term.rows)
+            ]
+            terms.append((term.sign, term.rows, inputs))
+        return terms
+    return [(1, branch, list(branch_sources(branch))) for branch in branches(plan)]
+
+
+def _key_values(relation: KeyRelation, rows: exp.Expression) -> exp.Select:
+    """SELECT DISTINCT <keys> FROM rows WHERE <condition> AND no key is NULL."""
+    conditions = [
+        exp.Not(this=exp.Is(this=key.copy(), expression=exp.Null())) for key in relation.keys
+    ]
+    if relation.condition is not None:
+        conditions.append(relation.condition.copy())
+    return (
+        exp.select(
+            *[
+                exp.alias_(key.copy(), names.join_key(i), quoted=True)
+                for i, key in enumerate(relation.keys)
+            ]
+        )
+        .distinct()
+        .from_(rows)
+        .where(exp.and_(*conditions))
+    )
+
+
+def keys_at_version(
+    relation: KeyRelation, version: int, upstream: UpstreamModel | None = None
+) -> exp.Subquery:
+    """An outer join's key relation with its input at a pinned version."""
+    source = relation.source
+    rows = table_at_version(source.table, version, source.alias, upstream)
+    return _key_values(relation, rows).subquery(ident(relation.alias))
+
+
+def key_changes(
+    relation: KeyRelation, window: Window, upstream: UpstreamModel | None = None
+) -> exp.Subquery:
+    """The keys that gained their first partner (+1) or lost their last (-1) in the window.
+
+    Only keys that occur in the window's change rows can change, so both
+    versions of the input are read for those keys alone.
+    """
+    source = relation.source
+    key_names = [names.join_key(i) for i in range(len(relation.keys))]
+    touched = _key_values(
+        relation, signed_changes(source.table, window, source.alias, upstream)
+    ).subquery(ident("c"))
+
+    def present(version: int, presence: int) -> exp.Select:
+        values = _key_values(
+            relation, table_at_version(source.table, version, source.alias, upstream)
+        ).subquery(ident("v"))
+        return (
+            exp.select(
+                *[exp.column(k, table=ident("v"), quoted=True) for k in key_names],
+                exp.alias_(exp.Literal.number(presence), names.SIGN, quoted=True),
+            )
+            .from_(values)
+            .join(
+                touched.copy(),
+                on=exp.and_(
+                    *[
+                        exp.EQ(
+                            this=exp.column(k, table=ident("v"), quoted=True),
+                            expression=exp.column(k, table=ident("c"), quoted=True),
+                        )
+                        for k in key_names
+                    ]
+                ),
+                join_type="LEFT SEMI",
+            )
+        )
+
+    both = exp.union(present(window.pinned, 1), present(window.recorded, -1), distinct=False)
+    net = exp.Sum(this=exp.column(names.SIGN, quoted=True))
+    return (
+        exp.select(
+            *[exp.column(k, quoted=True) for k in key_names],
+            exp.alias_(net, names.SIGN, quoted=True),
+        )
+        .from_(both.subquery(ident("p")))
+        .group_by(*[exp.column(k, quoted=True) for k in key_names])
+        .having(exp.NEQ(this=net.copy(), expression=exp.Literal.number(0)))
+        .subquery(ident(relation.alias))
+    )
 
 
 def _union_all(selects: list[exp.Select]) -> exp.Query:
@@ -161,6 +277,7 @@ def rows_at(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Query:
         [
             _reading(
                 branch,
+                list(branch_sources(branch)),
                 lambda _, ref: table_at_version(
                     ref.table, versions[ref.table], ref.alias, plan.upstreams.get(ref.table)
                 ),
@@ -174,24 +291,33 @@ def signed_rows(plan: ViewPlan, windows: Mapping[TableName, Window]) -> exp.Quer
     """The signed change of the model's flattened rows over the windows (the sum above).
 
     For a set operation the change is the sum of its operands' changes, each
-    operand's by the join rule over its own sources.
+    operand's by the join rule over its own sources; with outer joins, the
+    sum of the signed inner-join terms' changes (a negative term flips the
+    sign of its change rows).
     """
     terms: list[exp.Select] = []
-    for branch in branches(plan):
-        for position, changed in enumerate(branch_sources(branch)):
-            if not windows[changed.table].changed:
+    for term_sign, select, inputs in linear_terms(plan):
+        for position, changed in enumerate(inputs):
+            if not windows[_input_table(changed)].changed:
                 continue
 
-            def read(index: int, ref: SourceRef, position: int = position) -> exp.Expression:
-                window = windows[ref.table]
-                upstream = plan.upstreams.get(ref.table)
-                if index == position:
-                    return signed_changes(ref.table, window, ref.alias, upstream)
+            def read(index: int, relation: Input, position: int = position) -> exp.Expression:
+                table = _input_table(relation)
+                window = windows[table]
+                upstream = plan.upstreams.get(table)
                 version = window.pinned if index < position else window.recorded
-                return table_at_version(ref.table, version, ref.alias, upstream)
+                if isinstance(relation, KeyRelation):
+                    if index == position:
+                        return key_changes(relation, window, upstream)
+                    return keys_at_version(relation, version, upstream)
+                if index == position:
+                    return signed_changes(table, window, relation.alias, upstream)
+                return table_at_version(table, version, relation.alias, upstream)
 
-            term = _reading(branch, read)
-            sign = exp.column(names.SIGN, table=ident(changed.alias), quoted=True)
+            term = _reading(select, inputs, read)
+            sign: exp.Expression = exp.column(names.SIGN, table=ident(changed.alias), quoted=True)
+            if term_sign < 0:
+                sign = exp.Neg(this=sign)
             terms.append(term.select(exp.alias_(sign, names.SIGN, quoted=True)))
     if not terms:
         raise ValueError("signed_rows needs at least one source with changes in its window")

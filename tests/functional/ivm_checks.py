@@ -84,3 +84,14 @@ def assert_model_matches_sources(
     difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
     assert difference.equal, f"{model} differs from its query at versions {versions}: {difference}"
     return versions
+
+
+def state_builds(spark: SparkSession, schema: str, model: str) -> int:
+    """How many times the model's state table was built whole (its CREATE/REPLACE commits).
+
+    The oracle alone would pass a model that is silently rebuilt on every run;
+    tests of incremental shapes also assert this number stays at one.
+    """
+    state = TableName(db=schema, name=f"{model}__ivm_state")
+    operations = [row["operation"] for row in spark.sql(delta.describe_history(state)).collect()]
+    return sum(1 for operation in operations if "CREATE" in operation or "REPLACE" in operation)

@@ -17,7 +17,11 @@ from dbt.tests.util import run_dbt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.functional.ivm_checks import assert_model_matches_sources, latest_version
+from tests.functional.ivm_checks import (
+    assert_model_matches_sources,
+    latest_version,
+    state_builds,
+)
 from tests.functional.ivm_project import (
     JOIN_QUERIES,
     SOURCE_NAMES,
@@ -88,10 +92,14 @@ statements = st.one_of(src_changes, src_changes, dim_changes, tag_changes)
 steps = st.lists(st.lists(statements, min_size=0, max_size=4), min_size=1, max_size=3)
 
 
-class TestRandomJoinChanges(IvmProject):
+class RandomJoinChanges(IvmProject):
+    """Random change sequences over src, dim and tag against the models of `queries`."""
+
+    queries: dict[str, str] = JOIN_QUERIES
+
     @pytest.fixture(scope="class")
     def models(self):
-        return model_files(queries=JOIN_QUERIES)
+        return model_files(queries=self.queries)
 
     @pytest.fixture(scope="class")
     def sources(self, project):
@@ -104,18 +112,35 @@ class TestRandomJoinChanges(IvmProject):
     ) -> None:
         run_dbt(["run", "--select", *models] if models else ["run"])
         current = {name: latest_version(spark, table) for name, table in sources.items()}
-        for model, query in JOIN_QUERIES.items():
+        for model, query in self.queries.items():
             if models and model not in models:
                 continue
             versions = assert_model_matches_sources(
                 spark, project.test_schema, model, query, list(SOURCE_NAMES)
             )
             assert versions, f"{model} reads none of the sources"
+            # Built once by the `sources` fixture, then maintained incrementally.
+            assert state_builds(spark, project.test_schema, model) == 1, (
+                f"{model} was rebuilt instead of refreshed incrementally"
+            )
             for name, version in versions.items():
                 assert version == current[name], (
                     f"{model} records {name}@{version}, the source is at {current[name]}"
                 )
 
+    @random_change_settings(default_examples=2)
+    @given(steps=steps)
+    def test_models_equal_their_query_after_every_refresh(self, project, spark, sources, steps):
+        for table in sources.values():
+            spark.sql(f"DELETE FROM {table}")
+        self._refresh_and_check(project, spark, sources)
+        for statements_before_refresh in steps:
+            for statement in statements_before_refresh:
+                spark.sql(statement.format(**sources))
+            self._refresh_and_check(project, spark, sources)
+
+
+class TestRandomJoinChanges(RandomJoinChanges):
     def test_extremes_keep_their_value_when_a_refresh_does_not_touch_them(
         self, project, spark, sources
     ):
@@ -130,14 +155,3 @@ class TestRandomJoinChanges(IvmProject):
         self._refresh_and_check(project, spark, sources, extremes)
         row = spark.sql(f"SELECT * FROM {project.test_schema}.global_extremes").collect()[0]
         assert (row["mn"], str(row["mx"]), row["ng"], row["n"]) == (2, "1.50", 2, 3)
-
-    @random_change_settings(default_examples=2)
-    @given(steps=steps)
-    def test_models_equal_their_query_after_every_refresh(self, project, spark, sources, steps):
-        for table in sources.values():
-            spark.sql(f"DELETE FROM {table}")
-        self._refresh_and_check(project, spark, sources)
-        for statements_before_refresh in steps:
-            for statement in statements_before_refresh:
-                spark.sql(statement.format(**sources))
-            self._refresh_and_check(project, spark, sources)

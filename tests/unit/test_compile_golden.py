@@ -213,16 +213,22 @@ def test_changes_are_signed_by_change_type(case: golden.Case) -> None:
     plan, statements = _statements(case)
     merge = statements["merge_changes"]
     signs = [a for a in merge.find_all(exp.Alias) if a.alias == SIGN and isinstance(a.this, exp.If)]
-    # Every source occurrence changed in its window, so each is read once as a change feed.
-    assert len(signs) == len(plan.sources)
+    feeds = [f for f in merge.find_all(exp.Anonymous) if f.name.lower() == "table_changes"]
+    # Every change feed read is signed.
+    assert len(signs) == len(feeds)
     for sign in signs:
         assert sign.this.sql(DIALECT) == (
             "IF(_change_type IN ('insert', 'update_postimage'), 1, -1)"
         )
-    feeds = [f for f in merge.find_all(exp.Anonymous) if f.name.lower() == "table_changes"]
-    assert sorted(f.expressions[0].this for f in feeds) == sorted(
-        ref.table.sql() for ref in plan.sources
-    )
+    if not plan.join_terms:
+        # Every source occurrence changed in its window, so each is read once as a change feed.
+        assert sorted(f.expressions[0].this for f in feeds) == sorted(
+            ref.table.sql() for ref in plan.sources
+        )
+    else:
+        # Outer joins: each changed input in every term it occurs in (and a key
+        # relation's change reads its input's feed too), but only the sources' feeds.
+        assert {f.expressions[0].this for f in feeds} == {ref.table.sql() for ref in plan.sources}
     for feed in feeds:
         assert [e.sql(DIALECT) for e in feed.expressions[1:]] == [
             str(golden.FIRST_CHANGE),
@@ -238,12 +244,20 @@ def _union_terms(query: exp.Expression) -> list[exp.Select]:
 
 
 def _read_as(term: exp.Select) -> dict[str, str]:
-    """Alias -> how a term reads that source occurrence: 'changes' or 'version <n>'."""
+    """Alias -> how a term reads that input: 'changes' or 'version <n>'.
+
+    An outer join's key relation is a subquery over its input: its changes
+    read the input's change feed; at a version, the input at that version.
+    """
     reads = {}
     for node in [term.args["from_"].this, *[j.this for j in term.args.get("joins") or []]]:
         if isinstance(node, exp.Subquery):
-            assert node.find(exp.Anonymous).name.lower() == "table_changes"
-            reads[node.alias] = "changes"
+            feed = node.find(exp.Anonymous)
+            if feed is not None and feed.name.lower() == "table_changes":
+                reads[node.alias] = "changes"
+            else:
+                table = next(t for t in node.find_all(exp.Table) if t.args.get("version"))
+                reads[node.alias] = f"version {table.args['version'].expression.sql(DIALECT)}"
         else:
             reads[node.alias] = f"version {node.args['version'].expression.sql(DIALECT)}"
     return reads
@@ -251,29 +265,31 @@ def _read_as(term: exp.Select) -> dict[str, str]:
 
 @pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
 def test_changes_telescope_over_the_joined_sources(case: golden.Case) -> None:
-    """Term i of an operand reads its occurrence i's changes, earlier ones pinned, later as recorded.
+    """Change term i of a linear term reads its input i's changes, earlier ones pinned, later as recorded.
 
-    A query without a set operation is one operand; a set operation's change is
-    the sum of its operands' terms, in operand order.
+    A query without a set operation or outer join is one linear term; a set
+    operation's change is the sum of its operands' terms, in operand order; an
+    outer join's, the sum of its signed inner-join terms' (a negative term
+    negates its rows' signs).
     """
     plan, statements = _statements(case)
     ctes = {cte.alias: cte.this for cte in statements["merge_changes"].find_all(exp.CTE)}
     terms = iter(_union_terms(ctes[CHANGES_CTE]))
-    for operand in relations.branches(plan):
-        sources = relations.branch_sources(operand)
-        for position, changed in enumerate(sources):
+    for term_sign, _, inputs in relations.linear_terms(plan):
+        for position, changed in enumerate(inputs):
             term = next(terms)
             assert _read_as(term) == {
                 ref.alias: "changes"
                 if index == position
                 else f"version {golden.LAST_CHANGE if index < position else golden.FIRST_CHANGE - 1}"
-                for index, ref in enumerate(sources)
+                for index, ref in enumerate(inputs)
             }
             # The term's row carries the sign of the change row it was made from.
             sign = term.expressions[-1]
             assert sign.alias == SIGN
-            assert sign.this.sql(DIALECT) == f"`{changed.alias}`.`{SIGN}`"
-    assert next(terms, None) is None, "more change terms than source occurrences"
+            expected = f"`{changed.alias}`.`{SIGN}`"
+            assert sign.this.sql(DIALECT) == (expected if term_sign > 0 else f"-{expected}")
+    assert next(terms, None) is None, "more change terms than inputs of the linear terms"
 
 
 @pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))

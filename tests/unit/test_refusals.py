@@ -33,23 +33,50 @@ SOURCES = {
 
 # (id, model SQL, regex the construct named in the message must match, regex for the hint or None)
 REFUSED = [
-    # joins other than inner and cross joins
+    # semi and anti joins (written as joins; EXISTS/IN are refused as subqueries)
     *[
         (
             f"{written.lower().replace(' ', '_')}",
             f"SELECT t.a FROM shop.t {written} shop.u ON t.a = u.a",
-            rf"^{written} \(only inner and cross joins are maintained so far\)$",
-            r"^keep only the matching rows with an inner JOIN in this model, or ",
+            rf"^{written} \(inner, cross, LEFT, RIGHT and FULL joins are maintained\)$",
+            r"^write the condition as an inner JOIN, or ",
         )
-        for written in (
-            "LEFT JOIN",
-            "LEFT OUTER JOIN",
-            "RIGHT JOIN",
-            "FULL OUTER JOIN",
-            "LEFT SEMI JOIN",
-            "LEFT ANTI JOIN",
-        )
+        for written in ("LEFT SEMI JOIN", "LEFT ANTI JOIN")
     ],
+    # outer joins whose padding has no key rule
+    (
+        "right_join_after_another_join",
+        "SELECT t.a FROM shop.t JOIN shop.kv ON t.a = kv.id RIGHT JOIN shop.u ON t.b = u.a",
+        r"^a RIGHT JOIN of 'u' after other joins \(the rows it pads come from several inputs\)$",
+        r"write it as a LEFT JOIN with the inputs swapped",
+    ),
+    (
+        "full_join_after_another_join",
+        "SELECT t.a FROM shop.t LEFT JOIN shop.kv ON t.a = kv.id FULL JOIN shop.u ON t.b = u.a",
+        r"^a FULL JOIN of 'u' after other joins",
+        r"build the joins before it as an ivm model of its own",
+    ),
+    (
+        "outer_join_comparing_sides_by_inequality",
+        "SELECT t.a FROM shop.t LEFT JOIN shop.u ON t.a = u.a AND t.b < u.a",
+        (
+            r"^the condition `t`.`b` < `u`.`a` in the LEFT JOIN of 'u' \(it compares the two "
+            r"sides other than by equality\)$"
+        ),
+        r"keep equalities between the two sides and conditions on one side in ON",
+    ),
+    (
+        "outer_join_without_equality",
+        "SELECT t.a FROM shop.t LEFT JOIN shop.u ON t.b > 0 AND u.a > 0",
+        r"^a LEFT JOIN of 'u' with no equality between the two sides' columns$",
+        r"join on at least one equality",
+    ),
+    (
+        "outer_join_in_a_set_operation",
+        "SELECT t.a FROM shop.t LEFT JOIN shop.u ON t.a = u.a UNION ALL SELECT a FROM shop.u",
+        r"^an outer join inside an operand of UNION ALL$",
+        r"build that operand as an ivm model of its own",
+    ),
     (
         "natural_join",
         "SELECT t.a FROM shop.t NATURAL JOIN shop.u",

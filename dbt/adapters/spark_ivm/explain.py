@@ -93,6 +93,21 @@ def explain(refresh: Refresh) -> Explanation:
             "  join delta:   one term per changed input: its change rows against the "
             "inputs before it at their new version and after it at their recorded version"
         )
+    if plan.join_terms:
+        lines.append(
+            f"  outer joins:  rewritten as {len(plan.join_terms)} signed inner-join terms "
+            "(NULL-padded rows minus those whose key has a partner)"
+        )
+        relations_seen = {k.alias: k for t in plan.join_terms for k in t.key_relations}
+        for relation in relations_seen.values():
+            keys = ", ".join(k.sql(dialect=DIALECT) for k in relation.keys)
+            condition = (
+                f" where {relation.condition.sql(dialect=DIALECT)}" if relation.condition else ""
+            )
+            lines.append(
+                f"    key relation {relation.alias}: distinct ({keys}) of "
+                f"{relation.source.alias}{condition}"
+            )
     for pre in plan.preaggregations:
         kinds = ", ".join(
             kind if kind != "COUNT" else "COUNT(DISTINCT)" for _, kind in pre.recomputed

@@ -1,0 +1,275 @@
+"""LEFT, RIGHT and FULL joins as signed sums of inner joins.
+
+An outer join is not linear in its null-supplying input: a row of the
+preserved side is padded with NULLs exactly while it has no partner, so the
+first partner to arrive removes a padded row, and the last to go brings it
+back. With K(R), the distinct join keys that have at least one partner,
+
+    L LEFT JOIN R ON l.k = r.k AND p(l) AND q(r)
+      =   (L JOIN R ON l.k = r.k AND p(l) AND q(r))
+        + pad(L)
+        - pad(σ_p(L) JOIN K(σ_q(R)) ON l.k = K.k)
+
+where pad(X) is X with every column of R NULL. (A row of L is padded unless
+p holds and a partner exists, and K has at most one row per key, so the last
+term removes each matched row's padding exactly once.) K(R) is a DISTINCT of
+R, and its change is the keys that gained their first or lost their last
+partner in the window (relations.key_changes). Every term is an inner join of
+inputs and key relations, so the telescoping join rule gives each term's
+exact change, and their sum is the outer join's. A NULL key never matches:
+K leaves NULL keys out and `=` never pairs them.
+
+RIGHT JOIN mirrors LEFT; FULL JOIN pads both sides, with one K per side. A
+chain of joins applies the rule join by join to every term so far; a term
+whose join compares a padded (NULL) column can have no rows and is dropped.
+
+Supported: ON conditions that are a conjunction of equalities between the
+two sides (at least one) and conditions on one side alone. RIGHT and FULL
+joins must be the first join of the FROM clause, because the padding of the
+left side needs the distinct keys of everything joined before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from sqlglot import exp
+
+from ivm_compiler import names
+from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
+from ivm_compiler.parse import DIALECT, TableName
+from ivm_compiler.plan import JoinTerm, KeyRelation, SourceRef
+
+OUTER_SIDES = ("LEFT", "RIGHT", "FULL")
+
+
+def outer_side(join: exp.Join) -> str | None:
+    """LEFT, RIGHT or FULL for an outer join; None for inner and cross joins."""
+    side = (join.args.get("side") or "").upper()
+    return side if side in OUTER_SIDES else None
+
+
+def has_outer_join(select: exp.Select) -> bool:
+    return any(outer_side(join) for join in select.args.get("joins") or [])
+
+
+@dataclass(frozen=True)
+class _OnCondition:
+    """An outer join's ON, split: key equalities, and conditions on one side alone."""
+
+    keys: tuple[tuple[exp.Expression, exp.Expression], ...]  # (left side, right side)
+    left_only: tuple[exp.Expression, ...]
+    right_only: tuple[exp.Expression, ...]
+
+
+@dataclass(frozen=True)
+class _Partial:
+    """A term under construction: its sign, FROM, inner JOINs so far and padded aliases."""
+
+    sign: int
+    first: exp.Expression
+    joins: tuple[exp.Join, ...] = ()
+    padded: frozenset[str] = frozenset()
+    key_relations: tuple[KeyRelation, ...] = ()
+
+    def joined(self, join: exp.Join, relation: KeyRelation | None = None) -> _Partial:
+        extra = (relation,) if relation else ()
+        return replace(self, joins=(*self.joins, join), key_relations=(*self.key_relations, *extra))
+
+    def padding(self, alias: str) -> _Partial:
+        return replace(self, padded=self.padded | {alias})
+
+    def negated(self) -> _Partial:
+        return replace(self, sign=-self.sign)
+
+
+def expand(
+    model: str, rows: exp.Select, column_types: Mapping[str, Mapping[str, str]]
+) -> tuple[JoinTerm, ...]:
+    """The model's flattened rows as signed inner-join terms; () when FROM has no outer join.
+
+    `column_types` gives, per alias of the FROM clause, each column's Spark
+    type (lower-case names), for the typed NULLs that stand for padded columns.
+    """
+    joins = rows.args.get("joins") or []
+    if not any(outer_side(join) for join in joins):
+        return ()
+    first = rows.args["from_"].this
+    partials = [_Partial(sign=1, first=first)]
+    left_aliases = {first.alias_or_name}
+    for index, join in enumerate(joins):
+        alias = join.this.alias_or_name
+        side = outer_side(join)
+        if side is None:
+            partials = [p.joined(join.copy()) for p in partials]
+        else:
+            if side != "LEFT" and index > 0:
+                raise NotMaintainable(
+                    model,
+                    f"a {side} JOIN of {alias!r} after other joins (the rows it pads "
+                    "come from several inputs)",
+                    "start the FROM clause with this join, write it as a LEFT JOIN with "
+                    "the inputs swapped, or build the joins before it as an ivm model of "
+                    "its own and ref() it",
+                )
+            condition = _split_on(model, join, left_aliases, alias)
+            partials = [
+                term for p in partials for term in _outer_terms(p, join, condition, index, side)
+            ]
+        left_aliases.add(alias)
+    terms = []
+    for partial in partials:
+        select = _term_rows(rows, partial, column_types)
+        if select is not None:
+            terms.append(
+                JoinTerm(sign=partial.sign, rows=select, key_relations=partial.key_relations)
+            )
+    return tuple(terms)
+
+
+def _outer_terms(
+    partial: _Partial, join: exp.Join, on: _OnCondition, index: int, side: str
+) -> list[_Partial]:
+    right = join.this
+    right_alias = right.alias_or_name
+    inner = exp.Join(this=right.copy(), on=join.args["on"].copy())
+    terms = [partial.joined(inner)]
+    if side in ("LEFT", "FULL"):
+        # The preserved left rows, padded, minus those that have a partner.
+        keys = KeyRelation(
+            alias=names.key_relation(index),
+            source=SourceRef(alias=right_alias, table=TableName.of(right)),
+            keys=tuple(r.copy() for _, r in on.keys),
+            condition=_conjunction(on.right_only),
+        )
+        matched = _key_join(keys, [left for left, _ in on.keys], on.left_only)
+        terms.append(partial.padding(right_alias))
+        terms.append(partial.padding(right_alias).joined(matched, keys).negated())
+    if side in ("RIGHT", "FULL"):
+        # Only as the first join: the left side is the single input `partial.first`.
+        left = partial.first
+        left_alias = left.alias_or_name
+        keys = KeyRelation(
+            alias=names.key_relation(index) + "_left",
+            source=SourceRef(alias=left_alias, table=TableName.of(left)),
+            keys=tuple(left_key.copy() for left_key, _ in on.keys),
+            condition=_conjunction(on.left_only),
+        )
+        padded_left = replace(partial, first=right.copy(), padded=partial.padded | {left_alias})
+        matched = _key_join(keys, [r for _, r in on.keys], on.right_only)
+        terms.append(padded_left)
+        terms.append(padded_left.joined(matched, keys).negated())
+    return terms
+
+
+def _key_join(
+    keys: KeyRelation, preserved_keys: list[exp.Expression], preserved_only: tuple
+) -> exp.Join:
+    """JOIN <key relation> ON each preserved-side key = its key column AND the side's own conditions."""
+    equalities = [
+        exp.EQ(
+            this=key.copy(),
+            expression=exp.column(names.join_key(i), table=_ident(keys.alias), quoted=True),
+        )
+        for i, key in enumerate(preserved_keys)
+    ]
+    return exp.Join(
+        this=exp.Table(this=_ident(keys.alias), alias=exp.TableAlias(this=_ident(keys.alias))),
+        on=exp.and_(*equalities, *[c.copy() for c in preserved_only]),
+    )
+
+
+def _split_on(model: str, join: exp.Join, left_aliases: set[str], right_alias: str) -> _OnCondition:
+    on = join.args.get("on")
+    written = f"{outer_side(join)} JOIN of {right_alias!r}"
+    if on is None:
+        raise NotMaintainable(
+            model,
+            f"a {written} without an ON condition",
+            "join on equalities of the two sides' columns, e.g. ON a.id = b.id",
+        )
+    keys, left_only, right_only = [], [], []
+    for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
+        used = _aliases(conjunct)
+        if used <= {right_alias} and used:
+            right_only.append(conjunct)
+        elif used <= left_aliases:
+            left_only.append(conjunct)
+        elif (pair := _sides(conjunct, left_aliases, right_alias)) is not None:
+            keys.append(pair)
+        else:
+            raise NotMaintainable(
+                model,
+                f"the condition {conjunct.sql(dialect=DIALECT)} in the {written} (it "
+                "compares the two sides other than by equality)",
+                "keep equalities between the two sides and conditions on one side in ON, "
+                "and move the rest to an inner join or a model of its own",
+            )
+    if not keys:
+        raise NotMaintainable(
+            model,
+            f"a {written} with no equality between the two sides' columns",
+            "join on at least one equality, e.g. ON a.id = b.id, or " + FALLBACK_HINT,
+        )
+    return _OnCondition(keys=tuple(keys), left_only=tuple(left_only), right_only=tuple(right_only))
+
+
+def _sides(
+    conjunct: exp.Expression, left_aliases: set[str], right_alias: str
+) -> tuple[exp.Expression, exp.Expression] | None:
+    """(left side, right side) of an equality that compares the two sides, else None."""
+    if not isinstance(conjunct, exp.EQ):
+        return None
+    a, b = conjunct.this, conjunct.expression
+    a_uses, b_uses = _aliases(a), _aliases(b)
+    if a_uses and b_uses and a_uses <= left_aliases and b_uses == {right_alias}:
+        return a, b
+    if a_uses and b_uses and b_uses <= left_aliases and a_uses == {right_alias}:
+        return b, a
+    return None
+
+
+def _term_rows(
+    rows: exp.Select, partial: _Partial, column_types: Mapping[str, Mapping[str, str]]
+) -> exp.Select | None:
+    """The term's SELECT: the rows' columns and WHERE over its inner joins; None when empty."""
+    select = rows.copy()
+    select.set("from_", exp.From(this=partial.first.copy()))
+    select.set("joins", [join.copy() for join in partial.joins] or None)
+
+    def pad(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.table in partial.padded:
+            data_type = column_types[node.table][node.name.lower()]
+            return exp.Cast(this=exp.Null(), to=exp.DataType.build(data_type, dialect=DIALECT))
+        return node
+
+    select = select.transform(pad)
+    for join in select.args.get("joins") or []:
+        on = join.args.get("on")
+        conjuncts = on.flatten() if isinstance(on, exp.And) else [on] if on else []
+        if any(
+            isinstance(c, exp.EQ) and (_is_null(c.this) or _is_null(c.expression))
+            for c in conjuncts
+        ):
+            # An equality with a padded column is never true: the term has no rows.
+            return None
+    return select
+
+
+def _is_null(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Null) or (
+        isinstance(node, exp.Cast) and isinstance(node.this, exp.Null)
+    )
+
+
+def _aliases(node: exp.Expression) -> set[str]:
+    return {column.table for column in node.find_all(exp.Column) if column.table}
+
+
+def _conjunction(conditions: tuple[exp.Expression, ...]) -> exp.Expression | None:
+    return exp.and_(*[c.copy() for c in conditions]) if conditions else None
+
+
+def _ident(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
