@@ -610,6 +610,14 @@ def _finalizer(
     return rewrite
 
 
+def _unpinned(view: exp.Expression) -> exp.Expression:
+    """A view definition without the state version it reads: that moves with every publication."""
+    view = view.copy()
+    for table in view.find_all(exp.Table):
+        table.set("version", None)
+    return view
+
+
 def _fingerprint(
     view_class: ViewClass,
     sources: list[TableName],
@@ -618,7 +626,9 @@ def _fingerprint(
     upstreams: Mapping[TableName, UpstreamModel],
 ) -> str:
     # An upstream's state layout is part of what this state means.
-    upstream_views = [u.view.sql(dialect=DIALECT) for _, u in sorted(upstreams.items(), key=str)]
+    upstream_views = [
+        _unpinned(u.view).sql(dialect=DIALECT) for _, u in sorted(upstreams.items(), key=str)
+    ]
     payload = json.dumps(
         [
             STATE_FORMAT_VERSION,

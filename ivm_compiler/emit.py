@@ -125,8 +125,8 @@ def merge_changes(
     return _sql(merge)
 
 
-def view_query(plan: ViewPlan, state: TableName) -> exp.Select:
-    """The model's rows from the state table: bookkeeping columns stay hidden."""
+def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> exp.Select:
+    """The model's rows from the state table (at `version`): bookkeeping columns stay hidden."""
     outputs = []
     for output in plan.outputs:
         expression = output.expression.copy()
@@ -137,7 +137,13 @@ def view_query(plan: ViewPlan, state: TableName) -> exp.Select:
         if data_type is not None:
             expression = exp.cast(expression, data_type)
         outputs.append(exp.alias_(expression, output.name, quoted=True))
-    select = exp.select(*outputs).from_(state.to_table())
+    table = state.to_table()
+    if version is not None:
+        table.set(
+            "version",
+            exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
+        )
+    select = exp.select(*outputs).from_(table)
     if plan.preaggregations:
         group_rows = exp.EQ(
             this=exp.column(names.SLOT, quoted=True), expression=exp.Literal.number(0)
@@ -200,6 +206,17 @@ def _set_operation_keeps(plan: ViewPlan) -> exp.Expression:
 # View properties that let dbt tests and people find a model's query and state.
 QUERY_PROPERTY = "spark_ivm.query"
 STATE_PROPERTY = "spark_ivm.state"
+# The model's query with every source at the version the shown state reflects:
+# what the view must equal (the ivm_matches_query test reads it).
+QUERY_AT_VERSIONS_PROPERTY = "spark_ivm.query_at_versions"
+
+
+@dataclass(frozen=True)
+class Published:
+    """The state version a view shows, and the source versions that state reflects."""
+
+    state_version: int
+    source_versions: Mapping[TableName, int]
 
 
 @dataclass(frozen=True)
@@ -211,8 +228,18 @@ class ViewDocs:
 
 
 def create_view(
-    plan: ViewPlan, state: TableName, target: TableName, docs: ViewDocs | None = None
+    plan: ViewPlan,
+    state: TableName,
+    target: TableName,
+    docs: ViewDocs | None = None,
+    published: Published | None = None,
 ) -> str:
+    """CREATE OR REPLACE VIEW <model>: the model's rows from its state table.
+
+    With `published`, the view reads the state at that fixed version: the
+    state can then take the next refresh's commit without readers seeing it
+    until the view is pointed at it (how a consistency group publishes).
+    """
     docs = docs or ViewDocs()
     comment = (
         [exp.SchemaCommentProperty(this=exp.Literal.string(docs.description))]
@@ -228,6 +255,16 @@ def create_view(
             ),
             exp.Property(
                 this=exp.Literal.string(STATE_PROPERTY), value=exp.Literal.string(str(state))
+            ),
+            *(
+                [
+                    exp.Property(
+                        this=exp.Literal.string(QUERY_AT_VERSIONS_PROPERTY),
+                        value=exp.Literal.string(model_query(plan, published.source_versions)),
+                    )
+                ]
+                if published
+                else []
             ),
         ]
     )
@@ -247,9 +284,60 @@ def create_view(
         kind="VIEW",
         replace=True,
         properties=properties,
-        expression=view_query(plan, state),
+        expression=view_query(plan, state, published.state_version if published else None),
     )
     return _sql(create)
+
+
+def publish_view(
+    plan: ViewPlan,
+    state: TableName,
+    target: TableName,
+    published: Published,
+    docs: ViewDocs | None = None,
+) -> list[str]:
+    """Point an existing view at another state version: the statements, in order.
+
+    ALTER VIEW ... AS swaps the definition in one metastore update, where
+    CREATE OR REPLACE VIEW drops the view and creates it again (a reader in
+    between finds no view). ALTER keeps the view's comment and properties but
+    not its column comments, so a view with column docs is then created again
+    with them (the one case with a moment without the view).
+    """
+    statements = [
+        _sql(
+            exp.Alter(
+                this=target.to_table(),
+                kind="VIEW",
+                actions=[view_query(plan, state, published.state_version)],
+            )
+        ),
+        _sql(
+            exp.Alter(
+                this=target.to_table(),
+                kind="VIEW",
+                actions=[
+                    exp.AlterSet(
+                        expressions=[
+                            exp.Properties(
+                                expressions=[
+                                    exp.Property(
+                                        this=exp.Literal.string(QUERY_AT_VERSIONS_PROPERTY),
+                                        value=exp.Literal.string(
+                                            model_query(plan, published.source_versions)
+                                        ),
+                                    )
+                                ]
+                            )
+                        ]
+                    )
+                ],
+            )
+        ),
+    ]
+    if docs is not None and any(docs.columns.values()):
+        statements.append(create_view(plan, state, target, docs, published))
+    return statements
 
 
 def _commented_column(name: str, comment: str | None) -> exp.Expression:

@@ -68,6 +68,9 @@ class UpstreamModel:
     state: TableName
     # The view's definition: a SELECT over `state` (as Spark stores it).
     view: exp.Select
+    # The state version the view shows (it reads the state VERSION AS OF it);
+    # None for a view that reads the state's newest version.
+    published_version: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 {#-
-  Generic test: an ivm model equals its own query evaluated now, as a bag.
-
-  The query is the model's compiled SQL as its last build recorded it on the
-  view (property spark_ivm.query). EXCEPT ALL both ways, so duplicate rows
+  Generic test: an ivm model equals its own query, as a bag, evaluated with
+  every source at the version the state the view shows reflects (the view
+  property spark_ivm.query_at_versions; the oracle of the project). The view
+  of a consistency group member that refreshed but waits for its group still
+  shows the group's last committed state, and is checked against that. EXCEPT ALL both ways, so duplicate rows
   count; a failure returns one row with how many rows are missing from the
   model, how many are extra, and both row counts.
   Usage (schema.yml):  data_tests: [dbt_spark_ivm.ivm_matches_query]

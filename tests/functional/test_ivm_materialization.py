@@ -163,10 +163,25 @@ class TestIvmMaterialization(IvmProject):
 
     def test_tampered_state_fails_the_test_and_is_rebuilt(self, project, spark, source_table):
         run_dbt(["run"])
-        # Tamper with the state by hand: the generic test must catch it...
+        view = f"{project.test_schema}.drops_key"
+        before = spark.sql(f"SELECT * FROM {view}").collect()
+        # Tamper with the state by hand: the view reads the published version,
+        # so readers do not see it...
         spark.sql(
             f"UPDATE {project.test_schema}.drops_key__ivm_state SET __ivm_count = __ivm_count + 1"
         )
+        assert sorted(spark.sql(f"SELECT * FROM {view}").collect()) == sorted(before)
+        run_dbt(["test", "--select", "drops_key"])
+        # ...until something points the view at the tampered version: then the
+        # generic test must catch it...
+        text = next(
+            r["data_type"]
+            for r in spark.sql(f"DESCRIBE TABLE EXTENDED {view}").collect()
+            if r["col_name"] == "View Text"
+        )
+        published = int(text.split("VERSION AS OF ")[1].split()[0])
+        tampered = text.replace(f"VERSION AS OF {published}", f"VERSION AS OF {published + 1}")
+        spark.sql(f"ALTER VIEW {view} AS {tampered}")
         results = run_dbt(["test", "--select", "drops_key"], expect_pass=False)
         failed = [r for r in results if str(r.status) == "fail"]
         assert len(failed) == 1 and failed[0].failures == 1

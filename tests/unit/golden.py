@@ -61,6 +61,8 @@ MODEL = "my_model"
 STATE = TableName(db="analytics", name="my_model__ivm_state")
 TARGET = TableName(db="analytics", name="my_model")
 BUILD_VERSION = 7
+# The state version create_view publishes (the view reads the state VERSION AS OF it).
+PUBLISHED_STATE_VERSION = 3
 FIRST_CHANGE, LAST_CHANGE = 8, 10
 
 

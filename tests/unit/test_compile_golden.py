@@ -44,7 +44,14 @@ def emit_all(plan: ViewPlan) -> dict[str, str]:
     return {
         "create_state": emit.create_state(plan, golden.STATE, golden.versions(plan)),
         "merge_changes": emit.merge_changes(plan, golden.STATE, golden.windows(plan)),
-        "create_view": emit.create_view(plan, golden.STATE, golden.TARGET),
+        "create_view": emit.create_view(
+            plan,
+            golden.STATE,
+            golden.TARGET,
+            published=emit.Published(
+                state_version=golden.PUBLISHED_STATE_VERSION, source_versions=golden.versions(plan)
+            ),
+        ),
         "model_query": emit.model_query(plan, golden.versions(plan)),
     }
 

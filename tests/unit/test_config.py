@@ -22,6 +22,8 @@ MODEL = "model.shop.orders_by_customer"
         ),
         pytest.param({"ivm_fallback": None}, id="fallback_unset"),
         pytest.param({"ivm_fallback": "full_refresh"}, id="fallback_full_refresh"),
+        pytest.param({"ivm_group": "nightly-marts_2"}, id="group_named"),
+        pytest.param({"ivm_group": "none"}, id="group_opted_out"),
         # Only the ivm_ prefix is ours; other adapters' configs pass through.
         pytest.param({"fallback": "anything", "file_format": "delta"}, id="foreign_configs"),
     ],
@@ -46,7 +48,7 @@ def test_unknown_config_with_a_close_match_suggests_it(key: str, suggestion: str
     assert f"Model '{MODEL}'" in message
     assert f"unknown config {key!r}" in message
     assert f"did you mean {suggestion!r}?" in message
-    assert "Known ivm configs: ivm_fallback." in message
+    assert "Known ivm configs: ivm_fallback, ivm_group." in message
 
 
 @pytest.mark.parametrize("key", ["ivm_refresh_interval", "ivm_x"])
@@ -73,3 +75,12 @@ def test_bad_fallback_value(value: object) -> None:
 def test_unknown_key_is_reported_before_a_bad_value() -> None:
     with pytest.raises(CompilationError, match="unknown config 'ivm_fallbak'"):
         validate_model_config(MODEL, {"ivm_fallback": "nope", "ivm_fallbak": "full_refresh"})
+
+
+@pytest.mark.parametrize("value", ["", "two words", "a;drop table x", 3, True, ["g"]])
+def test_bad_group_value(value: object) -> None:
+    with pytest.raises(CompilationError) as raised:
+        validate_model_config(MODEL, {"ivm_group": value})
+    message = str(raised.value)
+    assert f"Model '{MODEL}': ivm_group={value!r} is not valid" in message
+    assert "a group name (letters, digits, _ and -), 'none', or unset." in message

@@ -16,7 +16,7 @@ import pytest
 import ivm_compiler
 
 MODULES = sorted(
-    {"ivm_compiler", "tests.unit.golden"}
+    {"ivm_compiler", "tests.unit.golden", "dbt.adapters.spark_ivm.groups"}
     | {info.name for info in pkgutil.walk_packages(ivm_compiler.__path__, prefix="ivm_compiler.")}
 )
 

@@ -8,11 +8,13 @@ from typing import Any
 
 from dbt_common.exceptions import CompilationError
 
+from dbt.adapters.spark_ivm.groups import NO_GROUP
 from dbt.adapters.spark_ivm.refresh import FALLBACK_VALUES
 
 # config name -> what it accepts (documented in README.md, "Configuration").
 IVM_CONFIGS: dict[str, str] = {
     "ivm_fallback": "one of: " + ", ".join(repr(v) for v in FALLBACK_VALUES) + ", or unset",
+    "ivm_group": f"a group name (letters, digits, _ and -), {NO_GROUP!r}, or unset",
 }
 
 
@@ -31,6 +33,14 @@ def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
         raise CompilationError(
             f"Model '{model}': ivm_fallback={fallback!r} is not valid; it must be "
             f"{IVM_CONFIGS['ivm_fallback']}."
+        )
+    group = config.get("ivm_group")
+    if group is not None and not (
+        isinstance(group, str) and group and all(c.isalnum() or c in "_-" for c in group)
+    ):
+        raise CompilationError(
+            f"Model '{model}': ivm_group={group!r} is not valid; it must be "
+            f"{IVM_CONFIGS['ivm_group']}."
         )
 
 

@@ -63,15 +63,26 @@ def explain(refresh: Refresh) -> Explanation:
     statements = {
         "create_state": emit.create_state(plan, refresh.state, current),
         "merge_changes": emit.merge_changes(plan, refresh.state, windows),
-        "create_view": emit.create_view(plan, refresh.state, refresh.target),
+        "create_view": emit.create_view(
+            plan,
+            refresh.state,
+            refresh.target,
+            published=emit.Published(
+                state_version=recorded.state_version if recorded else 0,
+                source_versions=current,
+            ),
+        ),
         "model_query": emit.model_query(plan, current),
     }
 
+    shown = refresh.published_version(refresh.relation_exists(refresh.target))
     lines = [
         f"ivm plan of {refresh.model}",
         f"  view class:   {plan.view_class.value}",
         f"  consistency:  {CONSISTENCY}",
         f"  relation:     view {refresh.target} over Delta table {refresh.state}",
+        f"  published:    the view shows state version {shown}"
+        + (f" (newest refresh commit: {recorded.state_version})" if recorded else ""),
         f"  state rows:   {CLASS_STATE[plan.view_class]}",
         "  sources:",
     ]

@@ -8,6 +8,7 @@ adapter boundary, before any SQL has changed data.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from importlib import import_module
 from pathlib import Path
@@ -24,11 +25,18 @@ from dbt.adapters.spark_ivm import __version__
 from dbt.adapters.spark_ivm.config import validate_model_config
 from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
 from dbt.adapters.spark_ivm.explain import explain, write_statements
+from dbt.adapters.spark_ivm.groups import GroupRun, consistency_groups, members_from_graph
+from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult
 from ivm_compiler import InvalidSource, NotMaintainable, TableName
-from ivm_compiler.emit import QUERY_PROPERTY, ViewDocs
+from ivm_compiler.emit import QUERY_AT_VERSIONS_PROPERTY, QUERY_PROPERTY, ViewDocs
 
 logger = AdapterLogger("SparkIvm")
+
+# The consistency groups of the running invocation (dbt creates adapters anew
+# between invocations in one process, so this lives at module level).
+_GROUP_RUNS: dict[str, GroupRun] = {}
+_GROUP_RUNS_LOCK = threading.Lock()
 
 STATE_SUFFIX = "__ivm_state"
 
@@ -68,30 +76,92 @@ class SparkIvmAdapter(SparkAdapter):
         full_refresh: bool,
         docs: dict[str, Any] | None = None,
         upstream: dict[str, str] | None = None,
+        graph: dict[str, Any] | None = None,
+        selected: list[str] | None = None,
+        invocation_id: str | None = None,
     ) -> RefreshResult:
-        """Bring the ivm model up to date with its sources; see refresh.py for the protocol."""
+        """Bring the ivm model up to date with its sources; see refresh.py for the protocol.
+
+        `graph` (dbt's flat graph), `selected` (the invocation's selected
+        resources) and `invocation_id` place the model in its consistency group.
+        """
         validate_model_config(model_id, config)
         refresh = self._refresh_of(relation, sql, model_id, upstream)
         refresh.full_refresh = full_refresh
         refresh.fallback = config.get("ivm_fallback")
         refresh.docs = _view_docs(docs)
+        group_run = self._group_run(graph, selected, invocation_id)
+        refresh.publisher = Publisher(
+            runner=refresh.runner,
+            log=logger,
+            model=model_id,
+            commit_log=self._commit_log(),
+            group_run=group_run,
+            progress=group_run.progress(model_id) if group_run else None,
+            relation_exists=lambda table: self._relation_type(relation, table),
+        )
+        if group_run is not None and not group_run.repaired:
+            with group_run.lock:
+                if not group_run.repaired:
+                    refresh.publisher.repair()
+                    group_run.repaired = True
         try:
             result = refresh.run()
         except NotMaintainable as refusal:
+            refresh.publisher.fail(refusal)
             raise CompilationError(str(refusal)) from refusal
         except InvalidSource as invalid:
+            refresh.publisher.fail(invalid)
             raise DbtRuntimeError(str(invalid)) from invalid
+        except Exception as error:
+            refresh.publisher.fail(error)
+            raise
         if result.action != "fallback":
             self.cache_added(self.ivm_state_relation(relation))
         logger.info(f"{model_id}: {result.message} in {result.seconds:.2f}s")
         return result
 
     @available
+    def ivm_repair_groups(self) -> str:
+        """Finish group commits whose views did not all move (run-operation ivm_repair_groups)."""
+        log = self._commit_log()
+        anchor = self.Relation.create(schema=log.db, identifier=log.name, type="table")
+        publisher = Publisher(
+            runner=_AdapterRunner(self),
+            log=logger,
+            model="ivm_repair_groups",
+            commit_log=log,
+            relation_exists=lambda table: self._relation_type(anchor, table),
+        )
+        repaired = publisher.repair()
+        return f"ivm_repair_groups: {repaired} unfinished group commit(s) finished (log: {log})"
+
+    def _commit_log(self) -> TableName:
+        """The group commit log: one Delta table in the profile's schema."""
+        return TableName(db=str(self.config.credentials.schema), name=COMMIT_LOG_NAME)
+
+    def _group_run(
+        self, graph: dict[str, Any] | None, selected: list[str] | None, invocation_id: str | None
+    ) -> GroupRun | None:
+        """The invocation's consistency groups, computed once from the graph and selection."""
+        if graph is None or selected is None or invocation_id is None:
+            return None
+        with _GROUP_RUNS_LOCK:
+            run = _GROUP_RUNS.get(invocation_id)
+            if run is None:
+                groups = consistency_groups(members_from_graph(graph, selected))
+                run = GroupRun(invocation_id, groups)
+                # One dbt invocation at a time per process; keep only the newest.
+                _GROUP_RUNS.clear()
+                _GROUP_RUNS[invocation_id] = run
+            return run
+
+    @available
     def ivm_explain(
         self, relation: BaseRelation, model_id: str, upstream: dict[str, str] | None = None
     ) -> str:
         """The plan, state size and refresh SQL of a built ivm model; also written under target/."""
-        refresh = self._refresh_of(relation, self.ivm_model_query(relation), model_id, upstream)
+        refresh = self._refresh_of(relation, self._model_sql(relation), model_id, upstream)
         try:
             explanation = explain(refresh)
         except NotMaintainable as refusal:
@@ -136,17 +206,29 @@ class SparkIvmAdapter(SparkAdapter):
 
     @available
     def ivm_model_query(self, relation: BaseRelation) -> str:
-        """The compiled SQL an ivm model's view was last built from (for ivm_matches_query)."""
-        name = _table_name(relation)
-        _, table = self.execute(f"SHOW TBLPROPERTIES {name.sql()} ('{QUERY_PROPERTY}')", fetch=True)
-        values = [str(row[1]) for row in table.rows if str(row[0]) == QUERY_PROPERTY]
-        if not values:
+        """What an ivm model's view must equal (for ivm_matches_query).
+
+        The model's query with every source read at the version the shown
+        state reflects; for a view built before versions were recorded on it,
+        the model's compiled SQL as its last build recorded it.
+        """
+        properties = self._view_properties(relation)
+        return properties.get(QUERY_AT_VERSIONS_PROPERTY) or self._model_sql(relation, properties)
+
+    def _model_sql(self, relation: BaseRelation, properties: dict[str, str] | None = None) -> str:
+        """The compiled SQL an ivm model's view was last built from."""
+        properties = self._view_properties(relation) if properties is None else properties
+        if QUERY_PROPERTY not in properties:
             raise CompilationError(
-                f"ivm_matches_query: {relation} has no recorded query (property "
-                f"{QUERY_PROPERTY}); the test applies to models materialized as 'ivm' "
-                "that have been built at least once."
+                f"{relation} has no recorded query (property {QUERY_PROPERTY}); this applies "
+                "to models materialized as 'ivm' that have been built at least once."
             )
-        return values[0]
+        return properties[QUERY_PROPERTY]
+
+    def _view_properties(self, relation: BaseRelation) -> dict[str, str]:
+        name = _table_name(relation)
+        _, table = self.execute(f"SHOW TBLPROPERTIES {name.sql()}", fetch=True)
+        return {str(row[0]): str(row[1]) for row in table.rows}
 
     def _relation_type(self, anchor: BaseRelation, table: TableName) -> str | None:
         relation = _relation_at(anchor, table, "table")

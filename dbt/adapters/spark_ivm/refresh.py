@@ -6,7 +6,8 @@ The recipe (DESIGN.md, "Flow of one refresh"):
 3. read what the state table last recorded, in the commit of its own data;
 4. decide: first build, full rebuild (and why), nothing to do, or incremental;
 5. apply with one statement that commits data and recorded versions together;
-6. make sure the relation users query exists and matches the state.
+6. publish: point the model's view at the new state version, at once or, for
+   a consistency group, when every member has applied (publish.py).
 
 Exactly once: the only statements that change the state are single Delta
 commits (CREATE OR REPLACE TABLE ... AS SELECT, MERGE) carrying the source
@@ -28,6 +29,8 @@ from typing import Any, Protocol
 from sqlglot import exp, parse_one
 
 from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.groups import Staged
+from dbt.adapters.spark_ivm.publish import Publisher
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
 from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import first_line
@@ -110,15 +113,21 @@ class Refresh:
     docs: emit.ViewDocs | None = None
     # The materialization of every dbt model this one refs, by "schema.identifier".
     upstream_materializations: dict[str, str] = field(default_factory=dict)
+    # Publishes the refreshed state (alone, or with the model's consistency group)
+    # and shares the group's source pins; None: the view is created directly.
+    publisher: Publisher | None = None
+    _started: float = field(default_factory=time.monotonic, init=False, repr=False)
 
     def run(self) -> RefreshResult:
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         try:
             plan = self.compile()
         except NotMaintainable as refusal:
             if self.fallback != FALLBACK_FULL_REFRESH:
                 raise
             result = self._recompute(str(refusal))
+            if self.publisher is not None:
+                self.publisher.withdraw()
         else:
             result = self._maintain(plan)
         result.seconds = time.monotonic() - started
@@ -144,12 +153,13 @@ class Refresh:
 
         state_exists = self.relation_exists(self.state) is not None
         recorded = self.recorded() if state_exists else None
+        shown_version = self.published_version(target_type)
         reason = self._rebuild_reason(plan, pinned, state_exists, recorded)
         if reason is not None:
             action = "build" if reason == FIRST_BUILD else "rebuild"
             if action == "rebuild" and not self.full_refresh:
                 self.log.warning(f"{self.model}: rebuilding fully: {reason}")
-            return self._build(plan, pinned, action, reason, recorded, target_type)
+            return self._build(plan, pinned, action, reason, shown_version)
 
         assert recorded is not None
         windows = {
@@ -181,10 +191,61 @@ class Refresh:
                     f"({first_line(error, limit=300)})"
                 )
                 self.log.warning(f"{self.model}: rebuilding fully: {reason}")
-                return self._build(plan, pinned, "rebuild", reason, recorded, target_type)
-        if target_type is None or self.docs is not None:
-            self.runner.execute(emit.create_view(plan, self.state, self.target, self.docs))
+                return self._build(plan, pinned, "rebuild", reason, shown_version)
+        state_version = (
+            self._state_version() if result.action == "incremental" else recorded.state_version
+        )
+        self._publish(plan, result, pinned, state_version, shown_version)
         return result
+
+    def _state_version(self) -> int:
+        columns, rows = self.runner.query(delta.describe_history(self.state, limit=1))
+        return int(rows[0][columns.index("version")])
+
+    def _publish(
+        self,
+        plan: ViewPlan,
+        result: RefreshResult,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        state_version: int,
+        shown_version: int | None,
+    ) -> None:
+        """Show the state at `state_version` through the view, now or with the model's group."""
+        published = emit.Published(
+            state_version=state_version,
+            source_versions={t: s.version for t, s in pinned.items()},
+        )
+        view_sql = emit.create_view(plan, self.state, self.target, self.docs, published)
+        shown = shown_version == state_version
+        if shown and self.docs is not None:
+            # Same state, maybe new descriptions: not a publication, so not held back.
+            self.runner.execute(view_sql)
+        elif shown_version is None:
+            # No view showing a version yet (a first build, or a view from before
+            # views were pinned): no reader has seen an earlier state to stay
+            # consistent with, and a later member may read this one through its
+            # view, so it is shown at once, even in a group.
+            self.runner.execute(view_sql)
+            shown = True
+        staged = Staged(
+            model_id=self.model,
+            relation=self.target,
+            state=self.state,
+            state_version=state_version,
+            view_sql=view_sql,
+            action=result.action,
+            seconds=time.monotonic() - self._started,
+            source_versions={str(t): s.version for t, s in pinned.items()},
+            published=shown,
+            publish_sql=tuple(
+                emit.publish_view(plan, self.state, self.target, published, self.docs)
+            ),
+        )
+        if self.publisher is None:
+            for statement in () if shown else staged.publish_sql:
+                self.runner.execute(statement)
+            return
+        self.publisher.publish(staged)
 
     def _rebuild_reason(
         self,
@@ -249,8 +310,23 @@ class Refresh:
             text = next(str(row[1]) for row in rows if str(row[0]) == "View Text")
             view = parse_one(text, read=DIALECT)
             assert isinstance(view, exp.Select), f"{table}'s view text is not a SELECT"
-            found[table] = UpstreamModel(state=_table_name_of(state), view=view)
+            state_table = _table_name_of(state)
+            found[table] = UpstreamModel(
+                state=state_table,
+                view=view,
+                published_version=_version_read(view, state_table),
+            )
         return found
+
+    def published_version(self, target_type: str | None) -> int | None:
+        """The state version the model's view shows (None: no view, or one not pinned)."""
+        if target_type != "view":
+            return None
+        _, rows = self.runner.query(f"DESCRIBE TABLE EXTENDED {self.target.sql()}")
+        text = next((str(row[1]) for row in rows if str(row[0]) == "View Text"), None)
+        if text is None:
+            return None
+        return _version_read(parse_one(text, read=DIALECT), self.state)
 
     def _wholesale(self, table: TableName) -> str | None:
         """'table' or 'seed' when the source is a dbt model that every run replaces entirely."""
@@ -258,11 +334,55 @@ class Refresh:
         return materialized if materialized in WHOLESALE_MATERIALIZATIONS else None
 
     def pin(self, table: TableName, upstream: UpstreamModel | None = None) -> delta.SourceSnapshot:
+        """The version of `table` this refresh reads: one per consistency group and run.
+
+        An upstream ivm model of the same group is read at the state its own
+        refresh just wrote (it publishes in the same commit); any other
+        upstream ivm model at the state its view shows.
+        """
+        progress = self.publisher.progress if self.publisher else None
+        key = str(table).lower()
+        same_group = progress is not None and key in {
+            str(m.relation).lower() for m in progress.group.members
+        }
+        if progress is None or same_group:
+            return self._pin_now(table, upstream, use_published=not same_group)
+        assert self.publisher is not None and self.publisher.group_run is not None
+        with self.publisher.group_run.lock:
+            if not progress.pins:
+                self._pin_group_inputs(progress.group.base_inputs)
+            if key not in progress.pins:
+                progress.pins[key] = self._pin_now(table, upstream, use_published=True)
+            pinned = progress.pins[key]
+        return delta.SourceSnapshot(table=table, table_id=pinned.table_id, version=pinned.version)
+
+    def _pin_group_inputs(self, inputs: dict[str, str]) -> None:
+        """Pin every plain input of the group at once, when its first member starts.
+
+        Inputs that cannot be pinned here (a view, a non-Delta table) are left
+        to the member that reads them, whose refresh then explains the problem.
+        """
+        assert self.publisher is not None and self.publisher.progress is not None
+        for key, materialized in inputs.items():
+            schema, _, name = key.rpartition(".")
+            table = TableName(db=schema or None, name=name)
+            try:
+                self.publisher.progress.pins[key] = self._pin_delta(
+                    table, needs_change_feed=materialized not in WHOLESALE_MATERIALIZATIONS
+                )
+            except InvalidSource:
+                continue
+
+    def _pin_now(
+        self, table: TableName, upstream: UpstreamModel | None, use_published: bool
+    ) -> delta.SourceSnapshot:
         described = upstream.state if upstream else table
         snapshot = self._pin_delta(described, needs_change_feed=self._wholesale(table) is None)
-        return delta.SourceSnapshot(
-            table=table, table_id=snapshot.table_id, version=snapshot.version
-        )
+        version = snapshot.version
+        if upstream is not None and use_published and upstream.published_version is not None:
+            # What the upstream's readers see; a newer state of it is not committed yet.
+            version = upstream.published_version
+        return delta.SourceSnapshot(table=table, table_id=snapshot.table_id, version=version)
 
     def _pin_delta(self, table: TableName, needs_change_feed: bool) -> delta.SourceSnapshot:
         try:
@@ -316,25 +436,23 @@ class Refresh:
         pinned: dict[TableName, delta.SourceSnapshot],
         action: str,
         reason: str,
-        recorded: delta.RecordedState | None,
-        target_type: str | None,
+        shown_version: int | None,
     ) -> RefreshResult:
-        if recorded is not None and recorded.fingerprint != plan.fingerprint and target_type:
-            # The view's columns are about to mean something else: drop it first so
-            # a crash between the two statements leaves no view reading the new
-            # state with the old column mapping.
-            self.drop_relation(self.target, "view")
+        # A view still shows the state's old version (time travel reads it with
+        # its old columns) until the new one is published: no drop needed even
+        # when the model's columns change.
         refresh_id = uuid.uuid4().hex
         self._commit(
             emit.create_state(plan, self.state, {t: s.version for t, s in pinned.items()}),
             delta.commit_metadata(refresh_id, self.state, plan.fingerprint, list(pinned.values())),
         )
-        self.runner.execute(emit.create_view(plan, self.state, self.target, self.docs))
-        return RefreshResult(
+        result = RefreshResult(
             action=action,
             reason=reason,
             source_versions={str(t): s.version for t, s in pinned.items()},
         )
+        self._publish(plan, result, pinned, self._state_version(), shown_version)
+        return result
 
     def _apply_changes(
         self,
@@ -392,6 +510,14 @@ FIRST_BUILD = "first build"
 # dependent ivm model rebuilds after each of their runs, as recomputation is
 # what reading their change feed (if any) would cost anyway.
 WHOLESALE_MATERIALIZATIONS = ("table", "seed")
+
+
+def _version_read(view: exp.Expression, state: TableName) -> int | None:
+    """The VERSION AS OF at which a view reads `state`, if it pins one."""
+    for node in view.find_all(exp.Table):
+        if TableName.of(node) == state and node.args.get("version") is not None:
+            return int(node.args["version"].expression.name)
+    return None
 
 
 def _table_name_of(text: str) -> TableName:

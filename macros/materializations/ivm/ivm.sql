@@ -5,7 +5,9 @@
   runs the whole refresh (compile, pin, decide, apply; see
   dbt/adapters/spark_ivm/refresh.py), grants, docs, hooks. The model's relation is
   a view over the Delta table `<model>__ivm_state`, which keeps the model's rows
-  with their bookkeeping columns.
+  with their bookkeeping columns. The graph and the selection let the adapter
+  place the model in its consistency group (dbt/adapters/spark_ivm/groups.py):
+  models sharing sources publish together when the last of them has refreshed.
 -#}
 {% materialization ivm, adapter='spark_ivm' %}
   {%- set target_relation = this.incorporate(type='view') -%}
@@ -26,7 +28,10 @@
         config=config.model.config,
         full_refresh=should_full_refresh(),
         docs=docs,
-        upstream=ivm_upstream_materializations(model)) -%}
+        upstream=ivm_upstream_materializations(model),
+        graph=graph,
+        selected=selected_resources,
+        invocation_id=invocation_id) -%}
 
   {%- if result.action == 'fallback' -%}
     {#- The query cannot be maintained and the model asked to be recomputed instead. -#}

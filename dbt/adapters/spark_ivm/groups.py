@@ -1,0 +1,230 @@
+"""Consistency groups: ivm models that share sources refresh from one snapshot and publish together.
+
+The multiple-view-consistency paper's relevant view set: views whose
+definitions reach a common source must reflect the same source state
+whenever a reader can see them. Here the views are ivm models, and for one
+dbt invocation:
+
+- the group is the set of selected ivm models connected by shared inputs
+  (a source, a non-ivm model, or an ivm model of the group that another
+  member reads); `ivm_group: <name>` puts models in a named group instead,
+  and `ivm_group: none` keeps a model on its own;
+- every input of the group is pinned once, when its first member starts
+  (relations outside the dbt graph are pinned by the member that reads them);
+- each member writes its new state (a Delta commit the relation users query
+  does not show yet: the view reads its state table at a fixed version);
+- when the last member has written, one append to the commit log table (an
+  atomic Delta commit) decides the group's new state, and every member's view
+  is then re-pointed to its new state version (metadata only, no data moves).
+
+Holding each member's change until every member's is in, then committing
+them together, is the paper's Painting algorithm with Delta versions as the
+action lists.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ivm_compiler import TableName
+
+# The ivm_group value that keeps a model out of every group.
+NO_GROUP = "none"
+
+
+@dataclass(frozen=True)
+class Member:
+    """A selected ivm model as the dbt graph describes it."""
+
+    model_id: str
+    name: str
+    relation: TableName
+    # Every relation it reads (sources and models), lower-case "schema.name".
+    inputs: frozenset[str]
+    # Its ivm_group config: a name, NO_GROUP, or None (grouped by shared inputs).
+    group: str | None = None
+    # (input, what it is): 'source', or the materialization of the model read.
+    input_kinds: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    # Members in the order dbt's graph lists them.
+    members: tuple[Member, ...]
+
+    @property
+    def inputs(self) -> frozenset[str]:
+        """The relations the group reads that are not its own members."""
+        own = {str(m.relation).lower() for m in self.members}
+        return frozenset(i for m in self.members for i in m.inputs if i not in own)
+
+    @property
+    def base_inputs(self) -> dict[str, str]:
+        """Inputs that are sources or non-ivm models (pinned together), with their kind."""
+        own = {str(m.relation).lower() for m in self.members}
+        return {
+            key: kind
+            for m in self.members
+            for key, kind in m.input_kinds
+            if key not in own and kind != "ivm"
+        }
+
+    def member(self, model_id: str) -> Member:
+        return next(m for m in self.members if m.model_id == model_id)
+
+
+def consistency_groups(members: Iterable[Member]) -> dict[str, Group]:
+    """model_id -> its group: connected components over shared inputs, or named groups.
+
+    >>> def m(name, inputs, group=None):
+    ...     return Member(f"model.p.{name}", name, TableName("a", name), frozenset(inputs), group)
+    >>> groups = consistency_groups([
+    ...     m("x", {"raw.src"}), m("y", {"raw.src", "raw.dim"}), m("z", {"raw.other"}),
+    ...     m("w", {"a.y"}), m("solo", {"raw.src"}, "none"), m("n1", {"raw.q"}, "nightly"),
+    ...     m("n2", {"raw.r"}, "nightly")])
+    >>> sorted({g.name: [x.name for x in g.members] for g in groups.values()}.items())
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('nightly', ['n1', 'n2']), ('solo', ['solo']), ('y', ['x', 'y', 'w']), ('z', ['z'])]
+    """
+    members = list(members)
+    parent: dict[str, str] = {}
+
+    def find(node: str) -> str:
+        parent.setdefault(node, node)
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    def union(a: str, b: str) -> None:
+        parent[find(a)] = find(b)
+
+    for member in members:
+        node = f"member:{member.model_id}"
+        find(node)
+        if member.group == NO_GROUP:
+            continue
+        if member.group:
+            union(node, f"group:{member.group}")
+            continue
+        # A member is reachable through its own relation (an ivm model read by
+        # another member) and through every relation it reads.
+        union(node, f"relation:{str(member.relation).lower()}")
+        for relation in member.inputs:
+            union(node, f"relation:{relation}")
+
+    components: dict[str, list[Member]] = {}
+    for member in members:
+        components.setdefault(find(f"member:{member.model_id}"), []).append(member)
+    groups: dict[str, Group] = {}
+    for component in components.values():
+        named = {m.group for m in component if m.group and m.group != NO_GROUP}
+        # A default group is named after its alphabetically last member, so the
+        # name stays the same from one run to the next while the members do.
+        name = named.pop() if named else max(m.name for m in component)
+        group = Group(name=name, members=tuple(component))
+        for member in component:
+            groups[member.model_id] = group
+    return groups
+
+
+@dataclass
+class Staged:
+    """A member's refreshed state, written but not yet shown by its view."""
+
+    model_id: str
+    relation: TableName
+    state: TableName
+    state_version: int
+    # CREATE OR REPLACE VIEW reading the state at state_version (with docs, properties);
+    # its SELECT reads the member at this state (the strict read path).
+    view_sql: str
+    action: str
+    seconds: float
+    source_versions: dict[str, int]
+    # Whether the view already reads state_version (nothing to re-point).
+    published: bool = False
+    # The statements that point the existing view at state_version.
+    publish_sql: tuple[str, ...] = ()
+
+
+@dataclass
+class GroupProgress:
+    """One group's run: its pins, its staged members, whether one failed."""
+
+    group: Group
+    pins: dict[str, Any] = field(default_factory=dict)
+    staged: dict[str, Staged] = field(default_factory=dict)
+    withdrawn: set[str] = field(default_factory=set)
+    failed: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    committed: bool = False
+
+    @property
+    def complete(self) -> bool:
+        waiting = {m.model_id for m in self.group.members} - self.withdrawn
+        return self.failed is None and waiting <= set(self.staged)
+
+
+class GroupRun:
+    """The groups of one dbt invocation, shared by every thread's materializations."""
+
+    def __init__(self, invocation_id: str, groups: Mapping[str, Group]) -> None:
+        self.invocation_id = invocation_id
+        self._groups = dict(groups)
+        self._progress: dict[str, GroupProgress] = {}
+        self.lock = threading.RLock()
+        self.repaired = False
+
+    def progress(self, model_id: str) -> GroupProgress | None:
+        group = self._groups.get(model_id)
+        if group is None:
+            return None
+        with self.lock:
+            return self._progress.setdefault(group.name, GroupProgress(group=group))
+
+
+def members_from_graph(graph: Mapping[str, Any], selected: Iterable[str]) -> list[Member]:
+    """The selected ivm models of dbt's flat graph, with the relations each reads."""
+    nodes = graph.get("nodes", {})
+    sources = graph.get("sources", {})
+
+    def relation_of(node: Mapping[str, Any], identifier_key: str) -> str:
+        name = node.get(identifier_key) or node.get("name")
+        return f"{node.get('schema')}.{name}".lower()
+
+    members = []
+    for model_id in selected:
+        node = nodes.get(model_id)
+        if not node or node.get("resource_type") != "model":
+            continue
+        config = node.get("config") or {}
+        if config.get("materialized") != "ivm":
+            continue
+        kinds = []
+        for parent_id in (node.get("depends_on") or {}).get("nodes", []):
+            if parent_id in sources:
+                kinds.append((relation_of(sources[parent_id], "identifier"), "source"))
+            elif parent_id in nodes:
+                parent = nodes[parent_id]
+                materialized = str((parent.get("config") or {}).get("materialized", ""))
+                kinds.append((relation_of(parent, "alias"), materialized))
+        group = config.get("ivm_group")
+        members.append(
+            Member(
+                model_id=model_id,
+                name=str(node.get("name")),
+                relation=TableName(
+                    db=str(node.get("schema")), name=str(node.get("alias") or node.get("name"))
+                ),
+                inputs=frozenset(key for key, _ in kinds),
+                group=None if group is None else str(group),
+                input_kinds=tuple(kinds),
+            )
+        )
+    return members

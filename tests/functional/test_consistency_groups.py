@@ -1,0 +1,257 @@
+"""Consistency groups: models sharing sources read one snapshot and publish together.
+
+Four ivm models over `src` and `dim` form one default group (they share `src`,
+and `over_by_g` reads the ivm model `by_g`). Their views are tied by an
+invariant: the counts and sums of `by_g` add up to `total`, and `over_by_g`
+re-adds `by_g`'s counts. Each test changes the sources between or during
+`dbt run`s and checks that every published group state satisfies the
+invariant, that the members record the same source versions, and that each
+equals its query at those versions.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sqlglot
+from dbt.tests.util import run_dbt
+
+from dbt.adapters.spark_ivm.impl import _AdapterRunner
+from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME
+from tests.functional.ivm_checks import assert_model_matches_sources, recorded_state
+from tests.functional.ivm_project import IvmProject, create_join_sources, model_files
+
+GROUP_QUERIES = {
+    "by_g": "select g, count(*) as n, sum(v) as sv from {src} group by g",
+    "total": "select count(*) as n, sum(v) as sv from {src}",
+    "joined": (
+        "select s.g, d.name, count(*) as n from {src} s join {dim} d on s.k = d.k "
+        "group by s.g, d.name"
+    ),
+}
+OVER_BY_G = "select sum(n) as n, count(*) as groups from {{ ref('by_g') }}"
+MEMBERS = ("by_g", "joined", "over_by_g", "total")
+
+
+class GroupProject(IvmProject):
+    @pytest.fixture(scope="class")
+    def models(self):
+        files = model_files(queries=GROUP_QUERIES)
+        files["over_by_g.sql"] = OVER_BY_G
+        return files
+
+    @pytest.fixture(scope="class")
+    def sources(self, project):
+        tables = create_join_sources(project)
+        run_dbt(["run"])
+        return tables
+
+    def commits(self, spark, schema: str) -> list[dict]:
+        if not spark.catalog.tableExists(f"{schema}.{COMMIT_LOG_NAME}"):
+            return []  # created by the first group commit
+        rows = spark.sql(
+            f"SELECT commit_id, kind, group_name, to_json(members) AS members, "
+            f"to_json(source_versions) AS versions FROM {schema}.{COMMIT_LOG_NAME} "
+            "ORDER BY committed_at"
+        ).collect()
+        return [
+            {
+                "commit_id": r["commit_id"],
+                "kind": r["kind"],
+                "group": r["group_name"],
+                "members": json.loads(r["members"]) if r["members"] else [],
+                "versions": json.loads(r["versions"]) if r["versions"] else {},
+            }
+            for r in rows
+        ]
+
+    def shown_versions(self, spark, schema: str) -> dict[str, int | None]:
+        """The state version each member's view reads (its VERSION AS OF)."""
+        shown = {}
+        for model in MEMBERS:
+            text = next(
+                r["data_type"]
+                for r in spark.sql(f"DESCRIBE TABLE EXTENDED {schema}.{model}").collect()
+                if r["col_name"] == "View Text"
+            )
+            marker = "VERSION AS OF "
+            shown[model] = int(text.split(marker)[1].split()[0]) if marker in text else None
+        return shown
+
+    def assert_invariant(self, spark, schema: str, relations: dict[str, str] | None = None) -> None:
+        """The members agree; `relations` maps a member to what to read it as (default: its view)."""
+        relations = relations or {m: f"{schema}.{m}" for m in MEMBERS}
+        by_g = spark.sql(f"SELECT sum(n) AS n, sum(sv) AS sv FROM {relations['by_g']}").collect()[0]
+        total = spark.sql(f"SELECT n, sv FROM {relations['total']}").collect()[0]
+        over = spark.sql(f"SELECT n FROM {relations['over_by_g']}").collect()[0]
+        assert (by_g["n"] or 0) == total["n"] == (over["n"] or 0), (by_g, total, over)
+        assert by_g["sv"] == total["sv"], (by_g, total)
+
+    def assert_published_group_is_consistent(self, spark, schema: str) -> None:
+        """Every member equals its query at its versions; shared sources at one version."""
+        self.assert_invariant(spark, schema)
+        src_versions = set()
+        for model, query in GROUP_QUERIES.items():
+            versions = assert_model_matches_sources(spark, schema, model, query, ["src", "dim"])
+            src_versions.add(versions["src"])
+        assert len(src_versions) == 1, f"members read src at {src_versions}"
+        # over_by_g reads by_g at the state by_g publishes in the same commit.
+        over = recorded_state(spark, schema, "over_by_g").sources[f"{schema}.by_g"]
+        assert int(over["version"]) == self.shown_versions(spark, schema)["by_g"]
+
+
+class TestGroupUnderConcurrentWriter(GroupProject):
+    def test_each_commit_publishes_one_snapshot_while_a_writer_keeps_writing(
+        self, project, spark, sources
+    ):
+        schema = project.test_schema
+        stop = threading.Event()
+        written = []
+
+        def writer() -> None:
+            step = 0
+            while not stop.is_set():
+                step += 1
+                spark.sql(
+                    f"INSERT INTO {sources['src']} VALUES ({step % 4}, 'g{step % 3}', {step}, 1.00)"
+                )
+                if step % 3 == 0:
+                    spark.sql(f"UPDATE {sources['src']} SET g = 'moved' WHERE v = {step - 1}")
+                    spark.sql(f"INSERT INTO {sources['dim']} VALUES ({step % 4}, 'n{step}', 1)")
+                if step % 5 == 0:
+                    spark.sql(f"DELETE FROM {sources['src']} WHERE v = {step - 2}")
+                written.append(step)
+                time.sleep(0.2)
+
+        # Plain reads of the views during the runs may straddle a commit (the
+        # publication window): count them. Strict reads, every member at the
+        # versions of one commit row (the README's pattern), never may.
+        observed = {"reads": 0, "mixed": 0, "strict_reads": 0}
+        strict_failures: list[str] = []
+
+        def reader() -> None:
+            while not stop.is_set():
+                try:
+                    self.assert_invariant(spark, schema)
+                except AssertionError:
+                    observed["mixed"] += 1
+                observed["reads"] += 1
+                commits = [c for c in self.commits(spark, schema) if c["kind"] == "commit"]
+                if not commits:
+                    continue
+                at_commit = {
+                    m["model"].split(".")[-1]: "("
+                    + sqlglot.parse_one(m["view_sql"], read="spark").expression.sql("spark")
+                    + ")"
+                    for m in commits[-1]["members"]
+                }
+                try:
+                    self.assert_invariant(spark, schema, at_commit)
+                except AssertionError as error:
+                    strict_failures.append(str(error))
+                observed["strict_reads"] += 1
+
+        threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in range(3):
+                run_dbt(["run"])
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        assert written, "the writer made no commit during the runs"
+        print(f"reads during refreshes: {observed}")
+        assert observed["strict_reads"] > 0
+        assert strict_failures == []
+
+        commits = [c for c in self.commits(spark, schema) if c["kind"] == "commit"]
+        assert len(commits) >= 3
+        last = commits[-1]
+        assert sorted(m["model"].split(".")[-1] for m in last["members"]) == list(MEMBERS)
+        shown = self.shown_versions(spark, schema)
+        assert {m["model"].split(".")[-1]: m["state_version"] for m in last["members"]} == shown
+        self.assert_published_group_is_consistent(spark, schema)
+
+
+@contextmanager
+def failing_statements(matches) -> Iterator[list[str]]:
+    """Make every statement for which matches(sql, ran_so_far) is true fail, as a crash would."""
+    ran: list[str] = []
+    original_query, original_execute = _AdapterRunner.query, _AdapterRunner.execute
+
+    def wrap(original):
+        def run(self, sql):
+            if matches(sql, ran):
+                raise RuntimeError("injected failure")
+            result = original(self, sql)
+            ran.append(sql)
+            return result
+
+        return run
+
+    _AdapterRunner.query = wrap(original_query)
+    _AdapterRunner.execute = wrap(original_execute)
+    try:
+        yield ran
+    finally:
+        _AdapterRunner.query, _AdapterRunner.execute = original_query, original_execute
+
+
+def _is_view_of_member(sql: str) -> bool:
+    """A statement that points a member's view at its new state (emit.publish_view)."""
+    return sql.startswith("ALTER VIEW") and " AS SELECT " in sql
+
+
+class TestGroupAllOrNothing(GroupProject):
+    def test_a_failing_member_publishes_no_member(self, project, spark, sources):
+        schema = project.test_schema
+        before = self.shown_versions(spark, schema)
+        commits_before = len(self.commits(spark, schema))
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 5, 2.00), (2, 'b', 7, 1.00)")
+        # joined's MERGE fails; the others refresh, but nothing may be published.
+        with failing_statements(lambda sql, _: sql.startswith("MERGE") and "joined" in sql):
+            run_dbt(["run"], expect_pass=False)
+        assert self.shown_versions(spark, schema) == before
+        assert len(self.commits(spark, schema)) == commits_before
+        self.assert_invariant(spark, schema)
+
+        run_dbt(["run"])
+        after = self.shown_versions(spark, schema)
+        assert all(after[m] is not None and after[m] > before[m] for m in ("by_g", "total"))
+        self.assert_published_group_is_consistent(spark, schema)
+
+    @pytest.mark.parametrize("views_moved", [0, 1, 3, 4])
+    def test_a_crash_after_the_commit_point_is_finished_by_the_next_run(
+        self, project, spark, sources, views_moved
+    ):
+        schema = project.test_schema
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (3, 'c', {views_moved}, 0.50)")
+
+        def crash(sql: str, ran: list[str]) -> bool:
+            decided = any(
+                s.startswith("INSERT") and COMMIT_LOG_NAME in s and "'commit'" in s for s in ran
+            )
+            moved = sum(1 for s in ran if decided and _is_view_of_member(s))
+            return decided and moved >= views_moved
+
+        with failing_statements(crash):
+            run_dbt(["run"], expect_pass=False)
+        commit = [c for c in self.commits(spark, schema) if c["kind"] == "commit"][-1]
+        decided = {m["model"].split(".")[-1]: m["state_version"] for m in commit["members"]}
+        shown = self.shown_versions(spark, schema)
+        assert sum(shown[m] == v for m, v in decided.items()) >= views_moved
+        # No source change since: the next run only repairs and finds nothing to do.
+        run_dbt(["run"])
+        assert self.shown_versions(spark, schema) == decided
+        published = {
+            c["commit_id"] for c in self.commits(spark, schema) if c["kind"] == "published"
+        }
+        assert commit["commit_id"] in published
+        self.assert_published_group_is_consistent(spark, schema)
