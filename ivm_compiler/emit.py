@@ -312,27 +312,10 @@ def publish_view(
                 actions=[view_query(plan, state, published.state_version)],
             )
         ),
-        _sql(
-            exp.Alter(
-                this=target.to_table(),
-                kind="VIEW",
-                actions=[
-                    exp.AlterSet(
-                        expressions=[
-                            exp.Properties(
-                                expressions=[
-                                    exp.Property(
-                                        this=exp.Literal.string(QUERY_AT_VERSIONS_PROPERTY),
-                                        value=exp.Literal.string(
-                                            model_query(plan, published.source_versions)
-                                        ),
-                                    )
-                                ]
-                            )
-                        ]
-                    )
-                ],
-            )
+        _set_properties(
+            target,
+            "VIEW",
+            {QUERY_AT_VERSIONS_PROPERTY: model_query(plan, published.source_versions)},
         ),
     ]
     if docs is not None and any(docs.columns.values()):
@@ -358,19 +341,24 @@ def model_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> str:
 
 def record_refresh(state: TableName, refresh_id: str) -> str:
     """A commit that changes no data, to carry a refresh's metadata when its MERGE wrote nothing."""
+    return _set_properties(state, "TABLE", {"spark_ivm.last_refresh": refresh_id})
+
+
+def _set_properties(relation: TableName, kind: str, properties: Mapping[str, str]) -> str:
+    """ALTER TABLE|VIEW <relation> SET TBLPROPERTIES (...)."""
     return _sql(
         exp.Alter(
-            this=state.to_table(),
-            kind="TABLE",
+            this=relation.to_table(),
+            kind=kind,
             actions=[
                 exp.AlterSet(
                     expressions=[
                         exp.Properties(
                             expressions=[
                                 exp.Property(
-                                    this=exp.Literal.string("spark_ivm.last_refresh"),
-                                    value=exp.Literal.string(refresh_id),
+                                    this=exp.Literal.string(name), value=exp.Literal.string(value)
                                 )
+                                for name, value in properties.items()
                             ]
                         )
                     ]

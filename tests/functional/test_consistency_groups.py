@@ -160,7 +160,7 @@ class TestGroupUnderConcurrentWriter(GroupProject):
         for thread in threads:
             thread.start()
         try:
-            for _ in range(3):
+            for _ in range(2):
                 run_dbt(["run"])
         finally:
             stop.set()
@@ -172,7 +172,7 @@ class TestGroupUnderConcurrentWriter(GroupProject):
         assert strict_failures == []
 
         commits = [c for c in self.commits(spark, schema) if c["kind"] == "commit"]
-        assert len(commits) >= 3
+        assert len(commits) >= 2
         last = commits[-1]
         assert sorted(m["model"].split(".")[-1] for m in last["members"]) == list(MEMBERS)
         shown = self.shown_versions(spark, schema)

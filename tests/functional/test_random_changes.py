@@ -83,7 +83,7 @@ class TestRandomChangeSequences(IvmProject):
             version = assert_model_matches_query(spark, project.test_schema, model, query, "src")
             assert version == current, f"{model} records version {version}, source is at {current}"
 
-    @random_change_settings(default_examples=4)
+    @random_change_settings(default_examples=3)
     @given(steps=steps)
     def test_models_equal_their_query_after_every_refresh(
         self, project, spark, source_table, steps

@@ -55,6 +55,8 @@ CREATE TABLE IF NOT EXISTS commit_log (
 
 
 class Runner(Protocol):
+    """Runs SQL on the model's connection."""
+
     def query(self, sql: str) -> tuple[list[str], Sequence[Sequence[Any]]]: ...
 
     def execute(self, sql: str) -> None: ...

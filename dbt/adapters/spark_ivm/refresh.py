@@ -24,13 +24,13 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from sqlglot import exp, parse_one
 
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.groups import Staged
-from dbt.adapters.spark_ivm.publish import Publisher
+from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
 from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import first_line
@@ -45,20 +45,6 @@ _COMMIT_LOCK = threading.Lock()
 
 FALLBACK_FULL_REFRESH = "full_refresh"
 FALLBACK_VALUES = (FALLBACK_FULL_REFRESH,)
-
-
-class Runner(Protocol):
-    """Runs SQL on the model's connection."""
-
-    def query(self, sql: str) -> tuple[list[str], Sequence[Sequence[Any]]]: ...
-
-    def execute(self, sql: str) -> None: ...
-
-
-class Log(Protocol):
-    def info(self, message: str) -> None: ...
-
-    def warning(self, message: str) -> None: ...
 
 
 @dataclass
