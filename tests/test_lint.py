@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ["dbt", "ivm_compiler", "tests", "integration_tests"]
+CHECKED = ["dbt", "ivm_compiler", "tests", "integration_tests", "bench"]
 
 
 def _ruff() -> str:

@@ -1,0 +1,259 @@
+"""Command line of the benchmark: ``bench/run [options]`` (see bench/README.md).
+
+One process, one JVM: the SparkSession is started once (its start timed on its
+own), then every scale factor is generated, loaded and measured in turn on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tpch_bench import report
+from tpch_bench.batches import plan_batches
+from tpch_bench.catalog import MODELS, select_models
+from tpch_bench.measure import ScaleExperiment, ScaleResult, wall_clock
+from tpch_bench.settings import (
+    BATCH_KINDS,
+    BENCH_DIR,
+    DEFAULT_BATCH_KINDS,
+    DEFAULT_CHANGE_SIZES,
+    DEFAULT_REPETITIONS,
+    DEFAULT_RESULTS_DIR,
+    DEFAULT_SCALE_FACTORS,
+    DEFAULT_WORK_DIR,
+    BenchSettings,
+    scale_tag,
+)
+from tpch_bench.spark_session import start_session
+
+# Exit codes: a wrong answer or a failed run makes the whole run fail, so that no
+# one quotes the speed of a refresh that was incorrect.
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench/run",
+        description="TPC-H refresh benchmark: dbt-spark-ivm's ivm refreshes vs table rebuilds.",
+    )
+    parser.add_argument(
+        "--scale",
+        dest="scales",
+        type=float,
+        action="append",
+        help=f"TPC-H scale factor, repeatable (default: {_join(DEFAULT_SCALE_FACTORS)})",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=_floats,
+        default=DEFAULT_CHANGE_SIZES,
+        help="change sizes in percent of the changed table's rows, comma separated "
+        f"(default: {','.join(f'{size:g}' for size in DEFAULT_CHANGE_SIZES)})",
+    )
+    parser.add_argument(
+        "--kinds",
+        type=_names,
+        default=DEFAULT_BATCH_KINDS,
+        help=f"batch kinds, comma separated, of {', '.join(BATCH_KINDS)} "
+        f"(default: {','.join(DEFAULT_BATCH_KINDS)})",
+    )
+    parser.add_argument(
+        "--repetitions",
+        type=int,
+        default=DEFAULT_REPETITIONS,
+        help=f"batches per kind and size; times are medians (default: {DEFAULT_REPETITIONS})",
+    )
+    parser.add_argument(
+        "--models",
+        type=_names,
+        default=(),
+        help=f"models to run, comma separated (default: all of {', '.join(m.name for m in MODELS)})",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=DEFAULT_WORK_DIR,
+        help="generated data, the embedded warehouse and dbt's files (default: bench/work)",
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=DEFAULT_RESULTS_DIR,
+        help="where the results JSON, markdown and plots go (default: bench/results)",
+    )
+    parser.add_argument(
+        "--label", help="results file name stem (default: tpch-sf<scale>-..., from the scales)"
+    )
+    parser.add_argument(
+        "--schema-prefix",
+        default="tpch",
+        help="prefix of the schemas created, <prefix>_sf<SF> and <prefix>_sf<SF>_models",
+    )
+    parser.add_argument(
+        "--conf",
+        dest="spark_conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark config over the embedded runtime's defaults, repeatable "
+        "(e.g. --conf spark.driver.memory=8g)",
+    )
+    parser.add_argument(
+        "--report-only",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="redraw the markdown and plots of an earlier run's results file, run nothing",
+    )
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> BenchSettings:
+    scales = tuple(args.scales or DEFAULT_SCALE_FACTORS)
+    return BenchSettings(
+        scale_factors=scales,
+        change_sizes=tuple(args.sizes),
+        batch_kinds=tuple(args.kinds),
+        repetitions=args.repetitions,
+        models=select_models(list(args.models)),
+        work_dir=args.work_dir.resolve(),
+        results_dir=args.results_dir.resolve(),
+        label=args.label or "tpch-" + "-".join(f"sf{scale_tag(sf)}" for sf in scales),
+        schema_prefix=args.schema_prefix,
+        spark_conf=tuple(_key_value(text) for text in args.spark_conf),
+    )
+
+
+def run_benchmark(
+    settings: BenchSettings, log: Callable[[str], None] = print
+) -> tuple[dict[str, Any], list[Path]]:
+    """Run every scale factor of ``settings``; returns the results and the files written."""
+    results: dict[str, Any] = {
+        "label": settings.label,
+        "started_at": wall_clock(),
+        "finished_at": None,
+        "settings": _settings_json(settings),
+        "environment": environment(),
+        "session": None,
+        "scales": [],
+    }
+
+    def checkpoint(scale: ScaleResult, index: int) -> None:
+        # JSON and markdown only: the plots are drawn once, at the end.
+        results["scales"][index] = scale.to_json()
+        report.write_report(results, settings.results_dir, settings.label, with_plots=False)
+
+    settings.runtime_dir.mkdir(parents=True, exist_ok=True)
+    spark, session = start_session(settings.runtime_dir, settings.spark_conf)
+    results["session"] = {
+        "seconds": round(session.seconds, 3),
+        "reused": session.reused,
+        "application_id": session.application_id,
+    }
+    log(
+        "SparkSession "
+        + ("reused" if session.reused else f"started in {session.seconds:.1f}s (JVM start)")
+    )
+    for index, scale_factor in enumerate(settings.scale_factors):
+        results["scales"].append(None)
+        ScaleExperiment(
+            spark, settings, scale_factor, functools.partial(checkpoint, index=index), log
+        ).run()
+    # dbt must have run on the session started above, not on one of its own.
+    results["session"]["same_session_after_dbt"] = (
+        spark.sparkContext.applicationId == session.application_id
+    )
+    results["finished_at"] = wall_clock()
+    written = report.write_report(results, settings.results_dir, settings.label)
+    return results, written
+
+
+def environment() -> dict[str, Any]:
+    from dbt.adapters.spark_ivm.runtime import DELTA_VERSION
+
+    versions = {}
+    for package in ("dbt-spark-ivm", "dbt-core", "dbt-spark", "pyspark", "tpchgen-cli"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "versions": versions,
+        "delta": DELTA_VERSION,
+        "git_commit": _git_commit(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.report_only:
+        results = report.load_results(args.report_only)
+        written = report.write_report(results, args.report_only.parent, results["label"])
+        print("\n".join(str(path) for path in written))
+        return EXIT_OK
+    try:
+        settings = settings_from(args)
+        # Fails now, not hours in, when the batches need more parts than TPC-H has.
+        plan_batches(settings.batch_kinds, settings.change_sizes, settings.repetitions)
+    except ValueError as invalid:
+        parser.error(str(invalid))  # exits with status 2
+    results, written = run_benchmark(settings)
+    print("Wrote " + ", ".join(str(path) for path in written))
+    found = report.problems(results)
+    for problem in found:
+        print(f"PROBLEM: {problem}", file=sys.stderr)
+    return EXIT_PROBLEMS if found else EXIT_OK
+
+
+def _settings_json(settings: BenchSettings) -> dict[str, Any]:
+    return {
+        "scale_factors": list(settings.scale_factors),
+        "change_sizes": list(settings.change_sizes),
+        "batch_kinds": list(settings.batch_kinds),
+        "repetitions": settings.repetitions,
+        "models": [model.name for model in settings.models],
+        "model_reads": {model.name: list(model.reads) for model in settings.models},
+        "schema_prefix": settings.schema_prefix,
+        "spark_conf": dict(settings.spark_conf),
+    }
+
+
+def _git_commit() -> str | None:
+    completed = subprocess.run(
+        ["git", "describe", "--always", "--dirty"],
+        cwd=BENCH_DIR,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return completed.stdout.strip() or None if completed.returncode == 0 else None
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, separator, value = text.partition("=")
+    if not separator or not key.strip():
+        raise ValueError(f"--conf takes KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in text.split(",") if part.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _join(values: tuple[float, ...]) -> str:
+    return ", ".join(f"{value:g}" for value in values)

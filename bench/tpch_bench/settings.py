@@ -1,0 +1,83 @@
+"""What one run of the benchmark covers, and where its files go."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpch_bench.catalog import BenchModel
+
+BENCH_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = BENCH_DIR / "tpch_project"
+DEFAULT_WORK_DIR = BENCH_DIR / "work"
+DEFAULT_RESULTS_DIR = BENCH_DIR / "results"
+
+# Batch kinds (bench/tpch_bench/batches.py says what each changes).
+BATCH_KINDS = ("rf", "lineitem_updates", "customer_updates", "mixed")
+DEFAULT_BATCH_KINDS = ("rf", "lineitem_updates", "customer_updates")
+# Change sizes in percent of the changed table's rows (issue 5: 0.1 %, 1 %, 10 %).
+DEFAULT_CHANGE_SIZES = (0.1, 1.0, 10.0)
+DEFAULT_SCALE_FACTORS = (1.0, 5.0)
+# Median of at least three (issue 5).
+DEFAULT_REPETITIONS = 3
+
+
+def scale_tag(scale_factor: float) -> str:
+    """A name-safe form of a scale factor: 0.01 -> '0_01', 5.0 -> '5'."""
+    return f"{scale_factor:g}".replace(".", "_")
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    scale_factors: tuple[float, ...]
+    change_sizes: tuple[float, ...]
+    batch_kinds: tuple[str, ...]
+    repetitions: int
+    models: tuple[BenchModel, ...]
+    work_dir: Path
+    results_dir: Path
+    label: str
+    # Prefix of the schemas a run creates (sources and models, one pair per scale
+    # factor), so that a smoke run inside the test suite cannot touch a real run's.
+    schema_prefix: str = "tpch"
+    # The embedded runtime's directory (warehouse and metastore); default
+    # <work_dir>/runtime. The smoke test points it at the test suite's runtime,
+    # whose session it shares.
+    runtime_dir_override: Path | None = None
+    # Spark configs over the embedded runtime's defaults (e.g. spark.driver.memory
+    # for SF 5); they apply when the harness starts the session, not to one it reuses.
+    spark_conf: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.batch_kinds) - set(BATCH_KINDS))
+        if unknown:
+            raise ValueError(
+                f"unknown batch kind(s) {', '.join(unknown)}; known: {', '.join(BATCH_KINDS)}"
+            )
+        if self.repetitions < 1:
+            raise ValueError(f"repetitions must be at least 1, got {self.repetitions}")
+        for size in self.change_sizes:
+            if not 0 < size <= 100:
+                raise ValueError(f"change sizes are percentages in (0, 100], got {size}")
+
+    @property
+    def runtime_dir(self) -> Path:
+        """The embedded runtime's warehouse and metastore (shared by every scale factor)."""
+        return self.runtime_dir_override or self.work_dir / "runtime"
+
+    @property
+    def dbt_target_dir(self) -> Path:
+        return self.work_dir / "dbt" / "target"
+
+    @property
+    def dbt_log_dir(self) -> Path:
+        return self.work_dir / "dbt" / "logs"
+
+    def data_dir(self, scale_factor: float) -> Path:
+        return self.work_dir / "data" / f"sf{scale_tag(scale_factor)}"
+
+    def source_schema(self, scale_factor: float) -> str:
+        return f"{self.schema_prefix}_sf{scale_tag(scale_factor)}"
+
+    def model_schema(self, scale_factor: float) -> str:
+        return f"{self.schema_prefix}_sf{scale_tag(scale_factor)}_models"

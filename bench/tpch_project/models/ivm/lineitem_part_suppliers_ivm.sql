@@ -1,0 +1,1 @@
+{{ lineitem_part_suppliers() }}

@@ -1,0 +1,1 @@
+{{ q05_local_supplier_volume() }}

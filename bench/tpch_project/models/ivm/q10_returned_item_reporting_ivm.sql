@@ -1,0 +1,1 @@
+{{ q10_returned_item_reporting() }}

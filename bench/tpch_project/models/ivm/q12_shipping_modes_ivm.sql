@@ -1,0 +1,1 @@
+{{ q12_shipping_modes() }}

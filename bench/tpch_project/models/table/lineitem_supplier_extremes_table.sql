@@ -1,0 +1,1 @@
+{{ lineitem_supplier_extremes() }}

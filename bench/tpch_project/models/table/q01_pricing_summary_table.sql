@@ -1,0 +1,1 @@
+{{ q01_pricing_summary() }}

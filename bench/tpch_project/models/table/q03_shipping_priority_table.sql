@@ -1,0 +1,1 @@
+{{ q03_shipping_priority() }}

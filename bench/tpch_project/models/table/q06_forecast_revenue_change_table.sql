@@ -1,0 +1,1 @@
+{{ q06_forecast_revenue_change() }}

@@ -1,0 +1,1 @@
+{{ q14_promotion_effect() }}
