@@ -166,9 +166,13 @@ class GroupProgress:
     committed: bool = False
 
     @property
+    def waiting(self) -> set[str]:
+        """Members that have neither staged nor withdrawn."""
+        return {m.model_id for m in self.group.members} - set(self.staged) - self.withdrawn
+
+    @property
     def complete(self) -> bool:
-        waiting = {m.model_id for m in self.group.members} - self.withdrawn
-        return self.failed is None and waiting <= set(self.staged)
+        return self.failed is None and not self.waiting
 
 
 class GroupRun:

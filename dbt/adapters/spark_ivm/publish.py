@@ -234,11 +234,7 @@ class Publisher:
         assert self.group_run is not None and self.progress is not None
         progress = self.progress
         if not progress.complete or progress.committed:
-            waiting = (
-                {m.model_id for m in progress.group.members}
-                - set(progress.staged)
-                - progress.withdrawn
-            )
+            waiting = progress.waiting
             if waiting and progress.failed is None:
                 self.log.info(
                     f"{self.model}: refreshed; consistency group {progress.group.name!r} "

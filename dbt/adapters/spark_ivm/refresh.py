@@ -292,8 +292,8 @@ class Refresh:
             state = properties.get(emit.STATE_PROPERTY)
             if not state:
                 continue  # a plain view: pin() explains why it cannot be read
-            _, rows = self.runner.query(f"DESCRIBE TABLE EXTENDED {table.sql()}")
-            text = next(str(row[1]) for row in rows if str(row[0]) == "View Text")
+            text = self._view_text(table)
+            assert text is not None, f"{table} is a view without a view text"
             view = parse_one(text, read=DIALECT)
             assert isinstance(view, exp.Select), f"{table}'s view text is not a SELECT"
             state_table = _table_name_of(state)
@@ -306,13 +306,15 @@ class Refresh:
 
     def published_version(self, target_type: str | None) -> int | None:
         """The state version the model's view shows (None: no view, or one not pinned)."""
-        if target_type != "view":
-            return None
-        _, rows = self.runner.query(f"DESCRIBE TABLE EXTENDED {self.target.sql()}")
-        text = next((str(row[1]) for row in rows if str(row[0]) == "View Text"), None)
+        text = self._view_text(self.target) if target_type == "view" else None
         if text is None:
             return None
         return _version_read(parse_one(text, read=DIALECT), self.state)
+
+    def _view_text(self, view: TableName) -> str | None:
+        """The SELECT a view was defined with, as Spark stores it."""
+        _, rows = self.runner.query(f"DESCRIBE TABLE EXTENDED {view.sql()}")
+        return next((str(row[1]) for row in rows if str(row[0]) == "View Text"), None)
 
     def _wholesale(self, table: TableName) -> str | None:
         """'table' or 'seed' when the source is a dbt model that every run replaces entirely."""
