@@ -68,7 +68,7 @@ class Log(Protocol):
     def warning(self, message: str) -> None: ...
 
 
-def _with_table(template: str, table: TableName) -> str:
+def with_table(template: str, table: TableName) -> str:
     tree = parse_one(template, read=DIALECT)
     for placeholder in [t for t in tree.find_all(exp.Table) if t.name == "commit_log"]:
         named = table.to_table()
@@ -78,7 +78,7 @@ def _with_table(template: str, table: TableName) -> str:
 
 
 def create_commit_log(table: TableName) -> str:
-    return _with_table(_COMMIT_LOG_DDL, table)
+    return with_table(_COMMIT_LOG_DDL, table)
 
 
 def _string(value: str | None) -> exp.Expression:
@@ -147,7 +147,7 @@ def commit_row(
 
 def unpublished_commits(table: TableName) -> str:
     """Commits whose views may not all have moved (no 'published' row), oldest first."""
-    return _with_table(
+    return with_table(
         """
         SELECT c.commit_id, c.group_name, to_json(c.members) AS members, c.committed_at
         FROM commit_log AS c
@@ -161,7 +161,7 @@ def unpublished_commits(table: TableName) -> str:
 
 def latest_commits(table: TableName) -> str:
     """The newest commit naming each model (a repair must not undo a later commit)."""
-    return _with_table(
+    return with_table(
         """
         SELECT m.model, max_by(c.commit_id, c.committed_at) AS commit_id
         FROM commit_log AS c LATERAL VIEW explode(c.members) exploded AS m

@@ -292,7 +292,7 @@ class Refresh:
             state = properties.get(emit.STATE_PROPERTY)
             if not state:
                 continue  # a plain view: pin() explains why it cannot be read
-            text = self._view_text(table)
+            text = view_text(self.runner, table)
             assert text is not None, f"{table} is a view without a view text"
             view = parse_one(text, read=DIALECT)
             assert isinstance(view, exp.Select), f"{table}'s view text is not a SELECT"
@@ -300,21 +300,16 @@ class Refresh:
             found[table] = UpstreamModel(
                 state=state_table,
                 view=view,
-                published_version=_version_read(view, state_table),
+                published_version=version_read(view, state_table),
             )
         return found
 
     def published_version(self, target_type: str | None) -> int | None:
         """The state version the model's view shows (None: no view, or one not pinned)."""
-        text = self._view_text(self.target) if target_type == "view" else None
+        text = view_text(self.runner, self.target) if target_type == "view" else None
         if text is None:
             return None
-        return _version_read(parse_one(text, read=DIALECT), self.state)
-
-    def _view_text(self, view: TableName) -> str | None:
-        """The SELECT a view was defined with, as Spark stores it."""
-        _, rows = self.runner.query(f"DESCRIBE TABLE EXTENDED {view.sql()}")
-        return next((str(row[1]) for row in rows if str(row[0]) == "View Text"), None)
+        return version_read(parse_one(text, read=DIALECT), self.state)
 
     def _wholesale(self, table: TableName) -> str | None:
         """'table' or 'seed' when the source is a dbt model that every run replaces entirely."""
@@ -500,7 +495,13 @@ FIRST_BUILD = "first build"
 WHOLESALE_MATERIALIZATIONS = ("table", "seed")
 
 
-def _version_read(view: exp.Expression, state: TableName) -> int | None:
+def view_text(runner: Runner, view: TableName) -> str | None:
+    """The SELECT a view was defined with, as Spark stores it."""
+    _, rows = runner.query(f"DESCRIBE TABLE EXTENDED {view.sql()}")
+    return next((str(row[1]) for row in rows if str(row[0]) == "View Text"), None)
+
+
+def version_read(view: exp.Expression, state: TableName) -> int | None:
     """The VERSION AS OF at which a view reads `state`, if it pins one."""
     for node in view.find_all(exp.Table):
         if TableName.of(node) == state and node.args.get("version") is not None:
