@@ -28,6 +28,7 @@ from dbt.adapters.spark_ivm.explain import explain, write_statements
 from dbt.adapters.spark_ivm.groups import GroupRun, consistency_groups, members_from_graph
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult
+from dbt.adapters.spark_ivm.strategy import AUTO
 from dbt.adapters.spark_ivm.strict import StrictReads
 from ivm_compiler import InvalidSource, NotMaintainable, TableName
 from ivm_compiler.emit import QUERY_AT_VERSIONS_PROPERTY, QUERY_PROPERTY, ViewDocs
@@ -93,6 +94,7 @@ class SparkIvmAdapter(SparkAdapter):
         refresh = self._refresh_of(relation, sql, model_id, upstream)
         refresh.full_refresh = full_refresh
         refresh.fallback = config.get("ivm_fallback")
+        refresh.strategy = config.get("ivm_strategy") or AUTO
         refresh.docs = _view_docs(docs)
         group_run = self._group_run(graph, selected, invocation_id)
         refresh.publisher = Publisher(

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlglot import exp, parse_one
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm import delta, strategy
 from dbt.adapters.spark_ivm.groups import Staged
 from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
@@ -51,7 +51,7 @@ FALLBACK_VALUES = (FALLBACK_FULL_REFRESH,)
 class RefreshResult:
     """What a refresh did; the materialization stores it as the node's adapter response."""
 
-    action: str  # build | rebuild | incremental | no_change | fallback
+    action: str  # build | rebuild | recompute | incremental | no_change | fallback
     reason: str
     source_versions: dict[str, int] = field(default_factory=dict)
     previous_versions: dict[str, int] = field(default_factory=dict)
@@ -102,7 +102,12 @@ class Refresh:
     # Publishes the refreshed state (alone, or with the model's consistency group)
     # and shares the group's source pins; None: the view is created directly.
     publisher: Publisher | None = None
+    # ivm_strategy: auto | incremental | recompute (strategy.py).
+    strategy: str = strategy.AUTO
     _started: float = field(default_factory=time.monotonic, init=False, repr=False)
+    # The model's refresh history (its view carries it) and this refresh's change size.
+    _history: list[strategy.RefreshRecord] = field(default_factory=list, init=False, repr=False)
+    _change: strategy.ChangeSize | None = field(default=None, init=False, repr=False)
 
     def run(self) -> RefreshResult:
         started = self._started = time.monotonic()
@@ -161,6 +166,12 @@ class Refresh:
             previous_versions={str(t): w.recorded for t, w in windows.items()},
         )
         if any(window.changed for window in windows.values()):
+            choice = self._choose(pinned, windows, target_type)
+            if choice.way == strategy.RECOMPUTE:
+                self.log.info(f"{self.model}: recomputing instead of applying: {choice.reason}")
+                return self._build(plan, pinned, "recompute", choice.reason, shown_version)
+            if choice.estimate is not None:
+                self.log.debug(f"{self.model}: applying the change: {choice.reason}")
             try:
                 self._apply_changes(plan, pinned, windows, result)
             except Exception as error:
@@ -184,6 +195,56 @@ class Refresh:
         self._publish(plan, result, pinned, state_version, shown_version)
         return result
 
+    def _choose(
+        self,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        windows: dict[TableName, Window],
+        target_type: str | None,
+    ) -> strategy.Choice:
+        """Apply the change or recompute (ivm_strategy); remembers the change's size."""
+        if target_type == "view":
+            properties = self._properties(self.target)
+            self._history = strategy.parse_history(properties.get(strategy.HISTORY_PROPERTY))
+        rows = 0
+        per_row: list[float] = []
+        for table, window in windows.items():
+            if not window.changed:
+                continue
+            changed = pinned[table].changed_rows(after=window.recorded)
+            if changed is None:
+                self._change = None
+                return strategy.choose(self.strategy, self._history, None)
+            rows += changed[0]
+            per_row.extend([changed[1]] if changed[1] else [])
+        self._change = strategy.ChangeSize(
+            rows=rows,
+            source_bytes=sum(s.size_bytes for s in pinned.values()),
+            bytes_per_row=max(per_row) if per_row else None,
+        )
+        return strategy.choose(self.strategy, self._history, self._change)
+
+    def _properties(self, relation: TableName) -> dict[str, str]:
+        _, rows = self.runner.query(f"SHOW TBLPROPERTIES {relation.sql()}")
+        return {str(row[0]): str(row[1]) for row in rows}
+
+    def _history_after(
+        self, result: RefreshResult, pinned: dict[TableName, delta.SourceSnapshot]
+    ) -> str | None:
+        """The history property the published view carries after this refresh."""
+        if result.action == "incremental":
+            way = strategy.INCREMENTAL
+        elif result.action in ("build", "rebuild", "recompute"):
+            way = strategy.RECOMPUTE
+        else:  # nothing ran that says what a refresh costs
+            return strategy.history_with(self._history, None) if self._history else None
+        record = strategy.RefreshRecord(
+            way=way,
+            changed_rows=self._change.rows if self._change else 0,
+            source_bytes=sum(s.size_bytes for s in pinned.values()),
+            seconds=round(time.monotonic() - self._started, 3),
+        )
+        return strategy.history_with(self._history, record)
+
     def _state_version(self) -> int:
         columns, rows = self.runner.query(delta.describe_history(self.state, limit=1))
         return int(rows[0][columns.index("version")])
@@ -197,9 +258,11 @@ class Refresh:
         shown_version: int | None,
     ) -> None:
         """Show the state at `state_version` through the view, now or with the model's group."""
+        history = self._history_after(result, pinned)
         published = emit.Published(
             state_version=state_version,
             source_versions={t: s.version for t, s in pinned.items()},
+            properties={strategy.HISTORY_PROPERTY: history} if history else {},
         )
         view_sql = emit.create_view(plan, self.state, self.target, self.docs, published)
         shown = shown_version == state_version
@@ -285,11 +348,7 @@ class Refresh:
         for table in tables:
             if self.relation_exists(table) != "view":
                 continue
-            properties = {
-                str(row[0]): str(row[1])
-                for row in self.runner.query(f"SHOW TBLPROPERTIES {table.sql()}")[1]
-            }
-            state = properties.get(emit.STATE_PROPERTY)
+            state = self._properties(table).get(emit.STATE_PROPERTY)
             if not state:
                 continue  # a plain view: pin() explains why it cannot be read
             text = view_text(self.runner, table)
@@ -399,9 +458,19 @@ class Refresh:
                 f"run ALTER TABLE {table.sql()} SET TBLPROPERTIES "
                 "(delta.enableChangeDataFeed = true), then build again",
             )
-        history_columns, history = self.runner.query(delta.describe_history(table, limit=1))
+        # The newest commits, not just the newest version: their row counts size
+        # the change for ivm_strategy: auto without reading any data.
+        history_columns, history = self.runner.query(
+            delta.describe_history(table, limit=RECENT_COMMITS)
+        )
         version = int(history[0][history_columns.index("version")])
-        return delta.SourceSnapshot(table=table, table_id=str(detail.get("id")), version=version)
+        return delta.SourceSnapshot(
+            table=table,
+            table_id=str(detail.get("id")),
+            version=version,
+            size_bytes=int(detail.get("sizeInBytes") or 0),
+            recent_commits=delta.commit_rows(history_columns, history),
+        )
 
     def recorded(self) -> delta.RecordedState | None:
         # The newest refresh commit is nearly always the newest commit; only
@@ -488,6 +557,10 @@ class Refresh:
 
 
 FIRST_BUILD = "first build"
+
+# Commits of a source read when it is pinned: a window longer than this
+# (refreshes far apart) has an unknown size, and `auto` then applies it.
+RECENT_COMMITS = 20
 
 # dbt materializations that rewrite their whole relation on every run: a
 # dependent ivm model rebuilds after each of their runs, as recomputation is
