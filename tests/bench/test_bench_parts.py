@@ -59,11 +59,19 @@ def _results(batch_changes: dict, action: str, model_reads: list[str]) -> dict:
     [
         ({"lineitem": {"insert": 5}}, "INCREMENTAL", ["lineitem"], False),
         ({"lineitem": {"insert": 5}}, "REBUILD", ["lineitem"], True),
+        ({"lineitem": {"insert": 5}}, "RECOMPUTE", ["lineitem"], False),
         ({"customer": {"update_postimage": 2}}, "NO_CHANGE", ["lineitem"], False),
         ({"customer": {"update_postimage": 2}}, "INCREMENTAL", ["lineitem"], True),
         ({"customer": {}}, "NO_CHANGE", ["customer"], False),
     ],
-    ids=["incremental", "rebuild", "untouched", "untouched-but-refreshed", "empty-batch"],
+    ids=[
+        "incremental",
+        "rebuild",
+        "auto-recompute",
+        "untouched",
+        "untouched-but-refreshed",
+        "empty-batch",
+    ],
 )
 def test_the_report_expects_incremental_only_when_a_source_changed(changes, action, reads, flagged):
     assert bool(report.problems(_results(changes, action, reads))) is flagged
