@@ -26,12 +26,24 @@ from dbt.adapters.spark_ivm.config import validate_model_config
 from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
 from dbt.adapters.spark_ivm.explain import explain, write_statements
 from dbt.adapters.spark_ivm.groups import GroupRun, consistency_groups, members_from_graph
+from dbt.adapters.spark_ivm.housekeeping import (
+    Relation,
+    find_orphans,
+    ivm_models,
+    model_schemas,
+    report,
+)
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
-from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult
+from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult, table_name_of
 from dbt.adapters.spark_ivm.strategy import AUTO
 from dbt.adapters.spark_ivm.strict import StrictReads
 from ivm_compiler import InvalidSource, NotMaintainable, TableName
-from ivm_compiler.emit import QUERY_AT_VERSIONS_PROPERTY, QUERY_PROPERTY, ViewDocs
+from ivm_compiler.emit import (
+    QUERY_AT_VERSIONS_PROPERTY,
+    QUERY_PROPERTY,
+    STATE_PROPERTY,
+    ViewDocs,
+)
 
 logger = AdapterLogger("SparkIvm")
 
@@ -174,6 +186,33 @@ class SparkIvmAdapter(SparkAdapter):
                 f"at commit {read.commit.commit_id[:12]}"
             )
         return read.sql
+
+    @available
+    def ivm_orphans(self, graph: dict[str, Any], drop: bool = False) -> str:
+        """List (and with drop, remove) ivm relations of models that are no ivm models now."""
+        schemas = model_schemas(graph) | {str(self.config.credentials.schema)}
+        relations: list[Relation] = []
+        state_read_by: dict[TableName, TableName] = {}
+        for schema in sorted(schemas):
+            anchor = self.Relation.create(schema=schema)
+            for found in self.list_relations_without_caching(anchor):
+                name = _table_name(found)
+                kind = "view" if str(found.type) == "view" else "table"
+                relations.append(Relation(name, kind))
+                if kind == "view":
+                    state = self._view_properties(found).get(STATE_PROPERTY)
+                    if state:
+                        state_name = table_name_of(state)
+                        state_read_by[name] = TableName(state_name.db or schema, state_name.name)
+        orphans = find_orphans(relations, ivm_models(graph), state_read_by)
+        if drop:
+            for orphan in orphans:
+                self._drop(
+                    self.Relation.create(schema=orphan.relation.name.db),
+                    orphan.relation.name,
+                    orphan.relation.kind,
+                )
+        return report(orphans, dropped=drop)
 
     def _commit_log(self) -> TableName:
         """The group commit log: one Delta table in the profile's schema."""

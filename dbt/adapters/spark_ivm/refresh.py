@@ -355,7 +355,7 @@ class Refresh:
             assert text is not None, f"{table} is a view without a view text"
             view = parse_one(text, read=DIALECT)
             assert isinstance(view, exp.Select), f"{table}'s view text is not a SELECT"
-            state_table = _table_name_of(state)
+            state_table = table_name_of(state)
             found[table] = UpstreamModel(
                 state=state_table,
                 view=view,
@@ -582,7 +582,7 @@ def version_read(view: exp.Expression, state: TableName) -> int | None:
     return None
 
 
-def _table_name_of(text: str) -> TableName:
+def table_name_of(text: str) -> TableName:
     """'schema.name' (as the view property stores it) -> TableName."""
     parts = text.split(".")
     return TableName(db=parts[-2] if len(parts) > 1 else None, name=parts[-1])
