@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from sqlglot import exp, parse_one
 
+from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.groups import GroupProgress, GroupRun, Staged
 from ivm_compiler import TableName
 from ivm_compiler.parse import DIALECT
@@ -265,7 +266,7 @@ class Publisher:
                 )
             self.runner.execute(create_commit_log(self.commit_log))
         # The commit point: from here on the group's new state is decided.
-        self.runner.execute(
+        self._append(
             commit_row(
                 self.commit_log,
                 commit_id,
@@ -280,7 +281,7 @@ class Publisher:
             for statement in staged.publish_sql:
                 self.runner.execute(statement)
         window = time.monotonic() - started
-        self.runner.execute(
+        self._append(
             commit_row(
                 self.commit_log,
                 commit_id,
@@ -305,6 +306,11 @@ class Publisher:
             f"views moved within {window:.2f}s (log: {self.commit_log})"
         )
 
+    def _append(self, row_insert: str) -> None:
+        """Append to the commit log, never while a refresh's commit confs are set (delta.py)."""
+        with delta.COMMIT_LOCK:
+            self.runner.execute(row_insert)
+
     def repair(self) -> int:
         """Finish every commit whose views did not all move; returns how many were repaired."""
         if self.relation_exists(self.commit_log) is None:
@@ -320,7 +326,7 @@ class Publisher:
                 if latest.get(member["model"]) == record["commit_id"]:
                     for statement in member["publish_sql"]:
                         self.runner.execute(statement)
-            self.runner.execute(
+            self._append(
                 _published_marker(
                     self.commit_log, str(record["commit_id"]), str(record["group_name"])
                 )

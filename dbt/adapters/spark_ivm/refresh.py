@@ -19,7 +19,6 @@ versions from that commit and applies exactly the window after it.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -37,11 +36,6 @@ from ivm_compiler.errors import first_line
 from ivm_compiler.parse import DIALECT, parse_model
 from ivm_compiler.plan import UpstreamModel
 from ivm_compiler.relations import Window
-
-# In the embedded runtime every dbt thread shares one SparkSession, so the
-# commit-metadata conf set for one model's commit would be seen by another
-# thread's commit. Commits that carry metadata are therefore serialised.
-_COMMIT_LOCK = threading.Lock()
 
 FALLBACK_FULL_REFRESH = "full_refresh"
 FALLBACK_VALUES = (FALLBACK_FULL_REFRESH,)
@@ -173,7 +167,7 @@ class Refresh:
             if choice.estimate is not None:
                 self.log.debug(f"{self.model}: applying the change: {choice.reason}")
             try:
-                self._apply_changes(plan, pinned, windows, result)
+                self._apply_changes(plan, pinned, windows, result, recorded.state_version)
             except Exception as error:
                 if not delta.is_change_history_unavailable(error):
                     raise
@@ -512,14 +506,30 @@ class Refresh:
         pinned: dict[TableName, delta.SourceSnapshot],
         windows: dict[TableName, Window],
         result: RefreshResult,
+        from_state_version: int,
     ) -> None:
         refresh_id = uuid.uuid4().hex
         metadata = delta.commit_metadata(
             refresh_id, self.state, plan.fingerprint, list(pinned.values())
         )
-        # Delta's MERGE answers with one row of counts (num_affected_rows, ...).
-        columns, rows = self._commit(emit.merge_changes(plan, self.state, windows), metadata)
-        merged = dict(zip(columns, rows[0])) if rows else {}
+        # The change is computed against the state at from_state_version. A
+        # second refresh of this model that started from the same version (a
+        # concurrent dbt invocation) must not apply it again: the MERGE is an
+        # idempotent Delta write keyed by that version, so only the first of
+        # them commits and Delta skips the other.
+        columns, rows = self._commit(
+            emit.merge_changes(plan, self.state, windows), metadata, txn_version=from_state_version
+        )
+        if not rows:
+            # Delta's MERGE answers with one row of counts; none means it was skipped.
+            raise ConcurrentRefresh(
+                f"{self.model}: another refresh of this model, started from the same state "
+                f"(version {from_state_version} of {self.state}), committed first; this one "
+                "applied nothing. The model is correct at that refresh's source versions; "
+                "run it again to bring it further. (Two refreshes of one model at once: "
+                "one of them always stops like this.)"
+            )
+        merged = dict(zip(columns, rows[0]))
         result.action = "incremental"
         result.rows_inserted = int(merged.get("num_inserted_rows") or 0)
         result.rows_updated = int(merged.get("num_updated_rows") or 0)
@@ -532,15 +542,23 @@ class Refresh:
             result.reason = "source changes cancelled out"
 
     def _commit(
-        self, statement: str, metadata: dict[str, Any]
+        self, statement: str, metadata: dict[str, Any], txn_version: int | None = None
     ) -> tuple[list[str], Sequence[Sequence[Any]]]:
-        """Run one committing statement with the refresh's metadata attached to its commit."""
-        with _COMMIT_LOCK:
-            self.runner.execute(delta.set_commit_metadata(metadata))
+        """Run one committing statement with the refresh's metadata attached to its commit.
+
+        With txn_version, the statement is an idempotent Delta write keyed by
+        it (delta.set_idempotent_txn).
+        """
+        txn = delta.set_idempotent_txn(self.state, txn_version) if txn_version is not None else []
+        with delta.COMMIT_LOCK:
+            for setting in [delta.set_commit_metadata(metadata), *txn]:
+                self.runner.execute(setting)
             try:
                 return self.runner.query(statement)
             finally:
-                self.runner.execute(delta.reset_commit_metadata())
+                resets = delta.reset_idempotent_txn() if txn else []
+                for reset in [delta.reset_commit_metadata(), *resets]:
+                    self.runner.execute(reset)
 
     # -- the fallback path --------------------------------------------------
 
@@ -557,6 +575,11 @@ class Refresh:
 
 
 FIRST_BUILD = "first build"
+
+
+class ConcurrentRefresh(RuntimeError):
+    """Another refresh of the same model committed the change this one computed."""
+
 
 # Commits of a source read when it is pinned: a window longer than this
 # (refreshes far apart) has an unknown size, and `auto` then applies it.
