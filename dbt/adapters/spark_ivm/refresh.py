@@ -197,8 +197,7 @@ class Refresh:
     ) -> strategy.Choice:
         """Apply the change or recompute (ivm_strategy); remembers the change's size."""
         if target_type == "view":
-            properties = self._properties(self.target)
-            self._history = strategy.parse_history(properties.get(strategy.HISTORY_PROPERTY))
+            self._load_history()
         rows = 0
         per_row: list[float] = []
         for table, window in windows.items():
@@ -216,6 +215,10 @@ class Refresh:
             bytes_per_row=max(per_row) if per_row else None,
         )
         return strategy.choose(self.strategy, self._history, self._change)
+
+    def _load_history(self) -> None:
+        properties = self._properties(self.target)
+        self._history = strategy.parse_history(properties.get(strategy.HISTORY_PROPERTY))
 
     def _properties(self, relation: TableName) -> dict[str, str]:
         _, rows = self.runner.query(f"SHOW TBLPROPERTIES {relation.sql()}")
@@ -252,6 +255,9 @@ class Refresh:
         shown_version: int | None,
     ) -> None:
         """Show the state at `state_version` through the view, now or with the model's group."""
+        if shown_version == state_version and self.docs is not None and not self._history:
+            # The view is created again for its docs: keep the history it carries.
+            self._load_history()
         history = self._history_after(result, pinned)
         published = emit.Published(
             state_version=state_version,
