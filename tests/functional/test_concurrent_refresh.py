@@ -10,22 +10,15 @@ model must hold the change exactly once.
 
 from __future__ import annotations
 
-import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
 from tests.functional.ivm_checks import assert_model_matches_query, latest_version, state_builds
-from tests.functional.ivm_project import QUERIES, IvmProject, create_source, model_files
+from tests.functional.ivm_project import QUERIES, OneSourceProject
 
 
-class TestConcurrentRefresh(IvmProject):
-    @pytest.fixture(scope="class")
-    def models(self):
-        return model_files(["grouped"])
-
-    @pytest.fixture(scope="class")
-    def source_table(self, project):
-        return create_source(project)
+class TestConcurrentRefresh(OneSourceProject):
+    model_names = ("grouped",)
 
     def test_the_second_refresh_of_the_same_change_applies_nothing(
         self, project, spark, source_table

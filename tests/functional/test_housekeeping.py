@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 from dbt.tests.util import rm_file, run_dbt, run_dbt_and_capture, write_file
 
-from tests.functional.ivm_project import QUERIES, IvmProject, create_source, model_files
+from tests.functional.ivm_project import QUERIES, OneSourceProject
 
 
-class TestOrphans(IvmProject):
-    @pytest.fixture(scope="class")
-    def models(self):
-        return model_files(["grouped"])
-
-    @pytest.fixture(scope="class")
-    def source_table(self, project):
-        return create_source(project)
+class TestOrphans(OneSourceProject):
+    model_names = ("grouped",)
 
     def test_a_renamed_model_leaves_orphans_that_can_be_dropped(self, project, spark, source_table):
         schema = project.test_schema

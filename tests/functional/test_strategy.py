@@ -14,7 +14,7 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.spark_ivm.strategy import HISTORY_PROPERTY, MIN_RECOMPUTE_ROWS
 from tests.functional.ivm_checks import assert_model_matches_query, state_builds
-from tests.functional.ivm_project import QUERIES, IvmProject, create_source, model_files
+from tests.functional.ivm_project import QUERIES, OneSourceProject, model_files
 
 
 def _actions(results) -> dict[str, str]:
@@ -29,7 +29,7 @@ def _history(spark, schema: str, model: str) -> list[dict]:
     return json.loads(properties[HISTORY_PROPERTY])
 
 
-class TestStrategy(IvmProject):
+class TestStrategy(OneSourceProject):
     @pytest.fixture(scope="class")
     def models(self):
         files = model_files(["grouped"])
@@ -37,10 +37,6 @@ class TestStrategy(IvmProject):
             "grouped"
         ].format(src="{{ source('raw', 'src') }}")
         return files
-
-    @pytest.fixture(scope="class")
-    def source_table(self, project):
-        return create_source(project)
 
     def test_auto_applies_small_changes_and_recomputes_a_large_one(
         self, project, spark, source_table
