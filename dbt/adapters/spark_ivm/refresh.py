@@ -22,7 +22,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp, parse_one
@@ -396,7 +396,7 @@ class Refresh:
             if key not in progress.pins:
                 progress.pins[key] = self._pin_now(table, upstream, use_published=True)
             pinned = progress.pins[key]
-        return delta.SourceSnapshot(table=table, table_id=pinned.table_id, version=pinned.version)
+        return replace(pinned, table=table)
 
     def _pin_group_inputs(self, inputs: dict[str, str]) -> None:
         """Pin every plain input of the group at once, when its first member starts.
@@ -424,7 +424,7 @@ class Refresh:
         if upstream is not None and use_published and upstream.published_version is not None:
             # What the upstream's readers see; a newer state of it is not committed yet.
             version = upstream.published_version
-        return delta.SourceSnapshot(table=table, table_id=snapshot.table_id, version=version)
+        return replace(snapshot, table=table, version=version)
 
     def _pin_delta(self, table: TableName, needs_change_feed: bool) -> delta.SourceSnapshot:
         try:
