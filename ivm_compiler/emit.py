@@ -217,6 +217,9 @@ class Published:
 
     state_version: int
     source_versions: Mapping[TableName, int]
+    # Further view properties the refresh keeps with the published state
+    # (its refresh history, for ivm_strategy: auto).
+    properties: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -257,14 +260,10 @@ def create_view(
                 this=exp.Literal.string(STATE_PROPERTY), value=exp.Literal.string(str(state))
             ),
             *(
-                [
-                    exp.Property(
-                        this=exp.Literal.string(QUERY_AT_VERSIONS_PROPERTY),
-                        value=exp.Literal.string(model_query(plan, published.source_versions)),
-                    )
-                ]
-                if published
-                else []
+                exp.Property(this=exp.Literal.string(name), value=exp.Literal.string(value))
+                for name, value in (
+                    _published_properties(plan, published) if published else {}
+                ).items()
             ),
         ]
     )
@@ -312,15 +311,18 @@ def publish_view(
                 actions=[view_query(plan, state, published.state_version)],
             )
         ),
-        _set_properties(
-            target,
-            "VIEW",
-            {QUERY_AT_VERSIONS_PROPERTY: model_query(plan, published.source_versions)},
-        ),
+        _set_properties(target, "VIEW", _published_properties(plan, published)),
     ]
     if docs is not None and any(docs.columns.values()):
         statements.append(create_view(plan, state, target, docs, published))
     return statements
+
+
+def _published_properties(plan: ViewPlan, published: Published) -> dict[str, str]:
+    return {
+        QUERY_AT_VERSIONS_PROPERTY: model_query(plan, published.source_versions),
+        **published.properties,
+    }
 
 
 def _commented_column(name: str, comment: str | None) -> exp.Expression:

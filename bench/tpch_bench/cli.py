@@ -108,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(e.g. --conf spark.driver.memory=8g)",
     )
     parser.add_argument(
+        "--dbt-log-level-file",
+        choices=("info", "debug"),
+        default="info",
+        help="dbt's log level in <work-dir>/dbt/logs/dbt.log; debug records every statement "
+        "a refresh runs and how long it took (default: info)",
+    )
+    parser.add_argument(
         "--report-only",
         type=Path,
         metavar="RESULTS_JSON",
@@ -129,6 +136,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         label=args.label or "tpch-" + "-".join(f"sf{scale_tag(sf)}" for sf in scales),
         schema_prefix=args.schema_prefix,
         spark_conf=tuple(_key_value(text) for text in args.spark_conf),
+        dbt_log_level_file=args.dbt_log_level_file,
     )
 
 

@@ -41,6 +41,7 @@ class DbtProject:
         source_schema: str,
         target_dir: Path,
         log_dir: Path,
+        log_level_file: str = "info",
     ) -> None:
         self.project_dir = project_dir
         self.runtime_dir = runtime_dir
@@ -48,6 +49,9 @@ class DbtProject:
         self.source_schema = source_schema
         self.target_dir = target_dir
         self.log_dir = log_dir
+        # "debug" writes every statement with its duration to dbt.log: a profile
+        # of where a refresh's time goes.
+        self.log_level_file = log_level_file
         self._manifest: Any = None
 
     def parse(self) -> float:
@@ -108,6 +112,6 @@ class DbtProject:
                 # and a benchmark should not wait on one) and no .user.yml file.
                 "--no-send-anonymous-usage-stats",
                 "--log-level-file",
-                "info",
+                self.log_level_file,
             ]
         )

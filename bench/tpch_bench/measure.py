@@ -163,6 +163,7 @@ class ScaleExperiment:
             source_schema=self.source_schema,
             target_dir=self.settings.dbt_target_dir,
             log_dir=self.settings.dbt_log_dir,
+            log_level_file=self.settings.dbt_log_level_file,
         )
         parse_seconds = project.parse()
         self.result = ScaleResult(

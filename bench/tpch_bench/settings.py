@@ -47,6 +47,8 @@ class BenchSettings:
     # Spark configs over the embedded runtime's defaults (e.g. spark.driver.memory
     # for SF 5); they apply when the harness starts the session, not to one it reuses.
     spark_conf: tuple[tuple[str, str], ...] = ()
+    # dbt's file log level: "debug" logs every statement with its duration.
+    dbt_log_level_file: str = "info"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.batch_kinds) - set(BATCH_KINDS))

@@ -59,11 +59,19 @@ def _results(batch_changes: dict, action: str, model_reads: list[str]) -> dict:
     [
         ({"lineitem": {"insert": 5}}, "INCREMENTAL", ["lineitem"], False),
         ({"lineitem": {"insert": 5}}, "REBUILD", ["lineitem"], True),
+        ({"lineitem": {"insert": 5}}, "RECOMPUTE", ["lineitem"], False),
         ({"customer": {"update_postimage": 2}}, "NO_CHANGE", ["lineitem"], False),
         ({"customer": {"update_postimage": 2}}, "INCREMENTAL", ["lineitem"], True),
         ({"customer": {}}, "NO_CHANGE", ["customer"], False),
     ],
-    ids=["incremental", "rebuild", "untouched", "untouched-but-refreshed", "empty-batch"],
+    ids=[
+        "incremental",
+        "rebuild",
+        "auto-recompute",
+        "untouched",
+        "untouched-but-refreshed",
+        "empty-batch",
+    ],
 )
 def test_the_report_expects_incremental_only_when_a_source_changed(changes, action, reads, flagged):
     assert bool(report.problems(_results(changes, action, reads))) is flagged
@@ -76,3 +84,38 @@ def test_a_compiler_refusal_is_reported_not_failed():
     assert report.problems(results) == []
     results["scales"][0]["models"][0]["ivm_error"] = "Runtime Error: out of memory"
     assert report.problems(results) == ["SF 1: m ivm failed: Runtime Error: out of memory"]
+
+
+def test_the_profile_sums_each_node_s_statements_by_kind():
+    from tpch_bench.profile import profile, render, statements
+
+    log = [
+        '\x1b[0m12:00:00.000001 [debug] [Thread-1 ]: On model.b.q01_ivm: /* {"app": "dbt"} */\n',
+        "MERGE INTO `s`.`q01_ivm__ivm_state` AS t\n",
+        "USING (SELECT 1) AS d ON true\n",
+        "\x1b[0m12:00:00.000002 [debug] [Thread-2 ]: On model.b.q01_table: select 1\n",
+        "\x1b[0m12:00:02.000000 [debug] [Thread-1 ]: SQL status: OK in 2.500 seconds\n",
+        "\x1b[0m12:00:02.100000 [debug] [Thread-2 ]: SQL status: OK in 0.500 seconds\n",
+        "\x1b[0m12:00:02.200000 [debug] [Thread-1 ]: On model.b.q01_ivm: ALTER VIEW `s`.`v` AS SELECT 1\n",
+        "\x1b[0m12:00:02.300000 [debug] [Thread-1 ]: SQL status: OK in 0.250 seconds\n",
+        "\x1b[0m12:00:02.400000 [debug] [Thread-1 ]: On model.b.q01_ivm: DESCRIBE HISTORY `s`.`x` LIMIT 1\n",
+        "\x1b[0m12:00:02.500000 [debug] [Thread-1 ]: SQL status: OK in 0.125 seconds\n",
+        "\x1b[0m12:00:02.600000 [debug] [Thread-1 ]: On model.b.q01_ivm: SET k=v\n",
+    ]
+    found = statements(log)
+    assert [s.kind for s in found] == [
+        "MERGE",
+        "SELECT",
+        "ALTER VIEW ... AS",
+        "DESCRIBE HISTORY",
+        "SET",
+    ]
+    assert "USING (SELECT 1)" in found[0].sql
+    (ivm,) = profile(found, nodes=("q01_ivm",))
+    assert ivm.total == 2.875
+    assert dict(ivm.by_kind) == {
+        "MERGE": [2.5],
+        "ALTER VIEW ... AS": [0.25],
+        "DESCRIBE HISTORY": [0.125],
+    }
+    assert render([ivm]).splitlines()[1].split()[:2] == ["MERGE", "x1"]

@@ -194,6 +194,20 @@ class IvmProject:
         return {"models": {"+materialized": "ivm"}}
 
 
+class OneSourceProject(IvmProject):
+    """Models named in `model_names` (keys of QUERIES) over the one source `src`."""
+
+    model_names: tuple[str, ...] = ()
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return model_files(list(self.model_names))
+
+    @pytest.fixture(scope="class")
+    def source_table(self, project):
+        return create_source(project)
+
+
 def random_change_settings(default_examples: int) -> settings:
     """Hypothesis settings of the property tests.
 

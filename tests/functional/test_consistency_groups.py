@@ -36,6 +36,17 @@ GROUP_QUERIES = {
 }
 OVER_BY_G = "select sum(n) as n, count(*) as groups from {{ ref('by_g') }}"
 MEMBERS = ("by_g", "joined", "over_by_g", "total")
+# A downstream dbt model that reads three members strictly (the ivm_committed
+# macro): it must see one committed group state, whatever the views show.
+STRICT_CHECK = """
+{{ config(materialized='table') }}
+select t.n as total_n, t.sv as total_sv, g.n as by_g_n, g.sv as by_g_sv, o.n as over_n
+from {{ ivm_committed(ref('total')) }} as t
+cross join (
+  select sum(n) as n, sum(sv) as sv from {{ ivm_committed(ref('by_g')) }} as b
+) as g
+cross join {{ ivm_committed(ref('over_by_g')) }} as o
+"""
 
 
 class GroupProject(IvmProject):
@@ -43,6 +54,7 @@ class GroupProject(IvmProject):
     def models(self):
         files = model_files(queries=GROUP_QUERIES)
         files["over_by_g.sql"] = OVER_BY_G
+        files["strict_check.sql"] = STRICT_CHECK
         return files
 
     @pytest.fixture(scope="class")
@@ -91,6 +103,33 @@ class GroupProject(IvmProject):
         over = spark.sql(f"SELECT n FROM {relations['over_by_g']}").collect()[0]
         assert (by_g["n"] or 0) == total["n"] == (over["n"] or 0), (by_g, total, over)
         assert by_g["sv"] == total["sv"], (by_g, total)
+
+    def assert_strict_check_reads_one_commit(
+        self, spark, schema: str, commits: list[dict]
+    ) -> dict | None:
+        """strict_check (built by the last run) agrees with itself and with one of `commits`.
+
+        Returns that commit; None when no commit row exists yet (the first
+        build shows every member at once), and strict_check then equals the views.
+        """
+        row = spark.sql(f"SELECT * FROM {schema}.strict_check").collect()[0]
+        assert (row["by_g_n"] or 0) == row["total_n"] == (row["over_n"] or 0), row
+        assert row["by_g_sv"] == row["total_sv"], row
+        selects = [
+            sqlglot.parse_one(m["view_sql"], read="spark").expression.sql("spark")
+            for commit in commits
+            for m in commit["members"]
+            if m["model"].endswith(".total")
+        ]
+        for commit, select in reversed(list(zip(commits, selects))):
+            at_commit = spark.sql(f"SELECT n, sv FROM ({select})").collect()[0]
+            if (row["total_n"], row["total_sv"]) == (at_commit["n"], at_commit["sv"]):
+                return commit
+        if not commits:
+            shown = spark.sql(f"SELECT n, sv FROM {schema}.total").collect()[0]
+            assert (row["total_n"], row["total_sv"]) == (shown["n"], shown["sv"]), (row, shown)
+            return None
+        raise AssertionError(f"strict_check {row} matches no commit's state")
 
     def assert_published_group_is_consistent(self, spark, schema: str) -> None:
         """Every member equals its query at its versions; shared sources at one version."""
@@ -173,6 +212,8 @@ class TestGroupUnderConcurrentWriter(GroupProject):
 
         commits = [c for c in self.commits(spark, schema) if c["kind"] == "commit"]
         assert len(commits) >= 2
+        # Built while the group may still have been refreshing: one commit, old or new.
+        self.assert_strict_check_reads_one_commit(spark, schema, commits)
         last = commits[-1]
         assert sorted(m["model"].split(".")[-1] for m in last["members"]) == list(MEMBERS)
         shown = self.shown_versions(spark, schema)
@@ -221,6 +262,10 @@ class TestGroupAllOrNothing(GroupProject):
         assert self.shown_versions(spark, schema) == before
         assert len(self.commits(spark, schema)) == commits_before
         self.assert_invariant(spark, schema)
+        # strict_check's inputs refreshed, but it reads the last committed state.
+        committed = [c for c in self.commits(spark, schema) if c["kind"] == "commit"]
+        read = self.assert_strict_check_reads_one_commit(spark, schema, committed)
+        assert read == (committed[-1] if committed else None)
 
         run_dbt(["run"])
         after = self.shown_versions(spark, schema)
@@ -247,6 +292,12 @@ class TestGroupAllOrNothing(GroupProject):
         decided = {m["model"].split(".")[-1]: m["state_version"] for m in commit["members"]}
         shown = self.shown_versions(spark, schema)
         assert sum(shown[m] == v for m, v in decided.items()) >= views_moved
+        # Views half-moved, no repair yet (no ivm model runs): a strict reader
+        # already reads the decided commit, all members at once.
+        run_dbt(["run", "--select", "strict_check"])
+        assert self.shown_versions(spark, schema) == shown
+        read = self.assert_strict_check_reads_one_commit(spark, schema, [commit])
+        assert read is not None and read["commit_id"] == commit["commit_id"]
         # No source change since: the next run only repairs and finds nothing to do.
         run_dbt(["run"])
         assert self.shown_versions(spark, schema) == decided

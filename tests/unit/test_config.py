@@ -24,6 +24,10 @@ MODEL = "model.shop.orders_by_customer"
         pytest.param({"ivm_fallback": "full_refresh"}, id="fallback_full_refresh"),
         pytest.param({"ivm_group": "nightly-marts_2"}, id="group_named"),
         pytest.param({"ivm_group": "none"}, id="group_opted_out"),
+        pytest.param({"ivm_strategy": "auto"}, id="strategy_auto"),
+        pytest.param({"ivm_strategy": "incremental"}, id="strategy_incremental"),
+        pytest.param({"ivm_strategy": "recompute"}, id="strategy_recompute"),
+        pytest.param({"ivm_strategy": None}, id="strategy_unset"),
         # Only the ivm_ prefix is ours; other adapters' configs pass through.
         pytest.param({"fallback": "anything", "file_format": "delta"}, id="foreign_configs"),
     ],
@@ -48,7 +52,7 @@ def test_unknown_config_with_a_close_match_suggests_it(key: str, suggestion: str
     assert f"Model '{MODEL}'" in message
     assert f"unknown config {key!r}" in message
     assert f"did you mean {suggestion!r}?" in message
-    assert "Known ivm configs: ivm_fallback, ivm_group." in message
+    assert "Known ivm configs: " + ", ".join(sorted(IVM_CONFIGS)) + "." in message
 
 
 @pytest.mark.parametrize("key", ["ivm_refresh_interval", "ivm_x"])
@@ -84,3 +88,12 @@ def test_bad_group_value(value: object) -> None:
     message = str(raised.value)
     assert f"Model '{MODEL}': ivm_group={value!r} is not valid" in message
     assert "a group name (letters, digits, _ and -), 'none', or unset." in message
+
+
+@pytest.mark.parametrize("value", ["Auto", "full", "", 1, ["auto"]])
+def test_bad_strategy_value(value: object) -> None:
+    with pytest.raises(CompilationError) as raised:
+        validate_model_config(MODEL, {"ivm_strategy": value})
+    message = str(raised.value)
+    assert f"Model '{MODEL}': ivm_strategy={value!r} is not valid" in message
+    assert "one of: 'auto', 'incremental', 'recompute', or unset (auto)." in message

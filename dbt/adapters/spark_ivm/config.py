@@ -10,11 +10,13 @@ from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm.groups import NO_GROUP
 from dbt.adapters.spark_ivm.refresh import FALLBACK_VALUES
+from dbt.adapters.spark_ivm.strategy import STRATEGIES
 
 # config name -> what it accepts (documented in README.md, "Configuration").
 IVM_CONFIGS: dict[str, str] = {
     "ivm_fallback": "one of: " + ", ".join(repr(v) for v in FALLBACK_VALUES) + ", or unset",
     "ivm_group": f"a group name (letters, digits, _ and -), {NO_GROUP!r}, or unset",
+    "ivm_strategy": "one of: " + ", ".join(repr(v) for v in STRATEGIES) + ", or unset (auto)",
 }
 
 
@@ -41,6 +43,13 @@ def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
         raise CompilationError(
             f"Model '{model}': ivm_group={group!r} is not valid; it must be "
             f"{IVM_CONFIGS['ivm_group']}."
+        )
+
+    chosen = config.get("ivm_strategy")
+    if chosen is not None and chosen not in STRATEGIES:
+        raise CompilationError(
+            f"Model '{model}': ivm_strategy={chosen!r} is not valid; it must be "
+            f"{IVM_CONFIGS['ivm_strategy']}."
         )
 
 

@@ -8,6 +8,7 @@ quoted by sqlglot through TableName.sql(), never pasted from user input.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +21,30 @@ from ivm_compiler import TableName
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 METADATA_MARKER = "spark_ivm"
 
+# In the embedded runtime every dbt thread shares one SparkSession, so a
+# session conf set for one commit (its metadata, its idempotent-write key) is
+# seen by any statement another thread runs meanwhile. Every commit the plugin
+# makes therefore runs under this lock: refresh commits set and reset their
+# confs inside it, and the commit log's appends wait for it, so an append can
+# never carry another commit's idempotent-write key (Delta would skip it as a
+# repeat). dbt's own statements on other threads (a table model's rebuild) may
+# still carry a refresh's confs: harmless, as each table is written at most once
+# while the confs are set, and Delta only skips a repeated (id, version) pair.
+COMMIT_LOCK = threading.Lock()
+
 Rows = Sequence[Sequence[Any]]
 Query = Callable[[str], tuple[list[str], Rows]]
+
+
+@dataclass(frozen=True)
+class CommitRows:
+    """How many change-feed rows one commit made, from its operation metrics."""
+
+    version: int
+    # None: the operation's metrics do not say (the change's size is unknown).
+    rows: int | None
+    # Bytes per row written, when the commit wrote rows and says how many bytes.
+    bytes_per_row: float | None = None
 
 
 @dataclass(frozen=True)
@@ -31,6 +54,22 @@ class SourceSnapshot:
     table: TableName
     table_id: str
     version: int
+    # The table's size now (DESCRIBE DETAIL sizeInBytes), and its newest commits'
+    # row counts, newest first (what ivm_strategy: auto sizes a change with).
+    size_bytes: int = 0
+    recent_commits: tuple[CommitRows, ...] = ()
+
+    def changed_rows(self, after: int) -> tuple[int, float | None] | None:
+        """Change-feed rows after version `after` up to this pin, and bytes per row if known.
+
+        None when a commit in that window is not among the recent ones read,
+        or does not say how many rows it changed.
+        """
+        window = [c for c in self.recent_commits if after < c.version <= self.version]
+        if len(window) != self.version - after or any(c.rows is None for c in window):
+            return None
+        sizes = [c.bytes_per_row for c in window if c.bytes_per_row]
+        return sum(c.rows or 0 for c in window), (max(sizes) if sizes else None)
 
 
 @dataclass(frozen=True)
@@ -61,6 +100,58 @@ def describe_history(table: TableName, limit: int | None = None) -> str:
     return f"DESCRIBE HISTORY {table.sql()}" + (f" LIMIT {int(limit)}" if limit else "")
 
 
+# Operations that add rows and count them in numOutputRows (MERGE counts copied
+# rows there too, so its own metrics are used instead).
+_APPENDING_OPERATIONS = frozenset(
+    {
+        "WRITE",
+        "STREAMING UPDATE",
+        "CREATE TABLE AS SELECT",
+        "REPLACE TABLE AS SELECT",
+        "CREATE OR REPLACE TABLE AS SELECT",
+        "COPY INTO",
+    }
+)
+
+
+def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
+    """Each DESCRIBE HISTORY row's change-feed row count (an update is two rows), newest first."""
+    version_at = columns.index("version")
+    operation_at = columns.index("operation")
+    metrics_at = columns.index("operationMetrics")
+    found = []
+    for row in sorted(rows, key=lambda r: int(r[version_at]), reverse=True):
+        operation = str(row[operation_at])
+        metrics = row[metrics_at] or {}
+        if isinstance(metrics, str):  # agate hands maps over as JSON text
+            metrics = json.loads(metrics)
+
+        def count(*names: str, metrics: dict[str, Any] = metrics) -> int | None:
+            """The sum of the named metrics; None if the commit lacks one of them."""
+            values = [metrics.get(name) for name in names]
+            return None if any(v is None for v in values) else sum(int(v) for v in values)
+
+        changed: int | None = None
+        if operation in DATA_PRESERVING_OPERATIONS:
+            changed = 0
+        elif operation == "MERGE":
+            merged = count("numTargetRowsInserted", "numTargetRowsDeleted")
+            updated = count("numTargetRowsUpdated")
+            changed = None if merged is None or updated is None else merged + 2 * updated
+        elif operation == "DELETE":
+            changed = count("numDeletedRows")
+        elif operation == "UPDATE":
+            updated = count("numUpdatedRows")
+            changed = None if updated is None else 2 * updated
+        elif operation in _APPENDING_OPERATIONS:
+            changed = count("numOutputRows")
+        written = changed if operation in _APPENDING_OPERATIONS else None
+        written_bytes = count("numOutputBytes")
+        per_row = written_bytes / written if written and written_bytes else None
+        found.append(CommitRows(int(row[version_at]), changed, per_row))
+    return tuple(found)
+
+
 def set_commit_metadata(metadata: dict[str, Any]) -> str:
     # SET takes the rest of the statement as the value; JSON escapes keep a ';'
     # from a table name from ending the statement early in any client.
@@ -70,6 +161,29 @@ def set_commit_metadata(metadata: dict[str, Any]) -> str:
 
 def reset_commit_metadata() -> str:
     return f"RESET {USER_METADATA_CONF}"
+
+
+# Delta's idempotent DML: while both are set, a MERGE/INSERT/UPDATE/DELETE into a
+# table that has already committed a transaction of this application id with
+# this version or a later one is skipped (it commits nothing, returns no rows).
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+
+
+def refresh_app_id(state: TableName) -> str:
+    """The application id of every refresh of one state table."""
+    return f"{METADATA_MARKER}:{state}"
+
+
+def set_idempotent_txn(state: TableName, version: int) -> list[str]:
+    # The value is the rest of the statement: a table name cannot end it early
+    # (its ';' is escaped as in set_commit_metadata).
+    app_id = refresh_app_id(state).replace(";", "\\u003b")
+    return [f"SET {TXN_APP_ID_CONF}={app_id}", f"SET {TXN_VERSION_CONF}={int(version)}"]
+
+
+def reset_idempotent_txn() -> list[str]:
+    return [f"RESET {TXN_APP_ID_CONF}", f"RESET {TXN_VERSION_CONF}"]
 
 
 def commit_metadata(

@@ -26,10 +26,24 @@ from dbt.adapters.spark_ivm.config import validate_model_config
 from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
 from dbt.adapters.spark_ivm.explain import explain, write_statements
 from dbt.adapters.spark_ivm.groups import GroupRun, consistency_groups, members_from_graph
+from dbt.adapters.spark_ivm.housekeeping import (
+    Relation,
+    find_orphans,
+    ivm_models,
+    model_schemas,
+    report,
+)
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
-from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult
+from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult, table_name_of
+from dbt.adapters.spark_ivm.strategy import AUTO
+from dbt.adapters.spark_ivm.strict import StrictReads
 from ivm_compiler import InvalidSource, NotMaintainable, TableName
-from ivm_compiler.emit import QUERY_AT_VERSIONS_PROPERTY, QUERY_PROPERTY, ViewDocs
+from ivm_compiler.emit import (
+    QUERY_AT_VERSIONS_PROPERTY,
+    QUERY_PROPERTY,
+    STATE_PROPERTY,
+    ViewDocs,
+)
 
 logger = AdapterLogger("SparkIvm")
 
@@ -37,6 +51,9 @@ logger = AdapterLogger("SparkIvm")
 # between invocations in one process, so this lives at module level).
 _GROUP_RUNS: dict[str, GroupRun] = {}
 _GROUP_RUNS_LOCK = threading.Lock()
+# The strict reads of the running invocation: one commit per group (strict.py).
+_STRICT_READS: dict[str, StrictReads] = {}
+_STRICT_READS_LOCK = threading.Lock()
 
 STATE_SUFFIX = "__ivm_state"
 
@@ -89,6 +106,7 @@ class SparkIvmAdapter(SparkAdapter):
         refresh = self._refresh_of(relation, sql, model_id, upstream)
         refresh.full_refresh = full_refresh
         refresh.fallback = config.get("ivm_fallback")
+        refresh.strategy = config.get("ivm_strategy") or AUTO
         refresh.docs = _view_docs(docs)
         group_run = self._group_run(graph, selected, invocation_id)
         refresh.publisher = Publisher(
@@ -135,6 +153,66 @@ class SparkIvmAdapter(SparkAdapter):
         )
         repaired = publisher.repair()
         return f"ivm_repair_groups: {repaired} unfinished group commit(s) finished (log: {log})"
+
+    @available
+    def ivm_committed(self, relation: BaseRelation, invocation_id: str) -> str:
+        """A relation to read `relation` at its consistency group's last committed state.
+
+        Backs the ivm_committed macro: a parenthesised SELECT of the member at
+        the commit this invocation reads its group at, or the relation itself
+        when no group commit names it.
+        """
+        with _STRICT_READS_LOCK:
+            reads = _STRICT_READS.get(invocation_id)
+            if reads is None:
+                _STRICT_READS.clear()
+                reads = _STRICT_READS[invocation_id] = StrictReads(invocation_id)
+        log = self._commit_log()
+        name = _table_name(relation)
+        with _STRICT_READS_LOCK:  # one choice of commit per group, even with threads
+            read = reads.read(
+                runner=_AdapterRunner(self),
+                log=logger,
+                commit_log=log,
+                commit_log_exists=self._relation_type(relation, log) is not None,
+                relation=name,
+                state=_table_name(self.ivm_state_relation(relation)),
+            )
+        if read.commit is None:
+            logger.debug(f"ivm_committed({name}): read as is: {read.reason}")
+        else:
+            logger.debug(
+                f"ivm_committed({name}): group {read.commit.group!r} "
+                f"at commit {read.commit.commit_id[:12]}"
+            )
+        return read.sql
+
+    @available
+    def ivm_orphans(self, graph: dict[str, Any], drop: bool = False) -> str:
+        """List (and with drop, remove) ivm relations of models that are no ivm models now."""
+        schemas = model_schemas(graph) | {str(self.config.credentials.schema)}
+        relations: list[Relation] = []
+        state_read_by: dict[TableName, TableName] = {}
+        for schema in sorted(schemas):
+            anchor = self.Relation.create(schema=schema)
+            for found in self.list_relations_without_caching(anchor):
+                name = _table_name(found)
+                kind = "view" if str(found.type) == "view" else "table"
+                relations.append(Relation(name, kind))
+                if kind == "view":
+                    state = self._view_properties(found).get(STATE_PROPERTY)
+                    if state:
+                        state_name = table_name_of(state)
+                        state_read_by[name] = TableName(state_name.db or schema, state_name.name)
+        orphans = find_orphans(relations, ivm_models(graph), state_read_by)
+        if drop:
+            for orphan in orphans:
+                self._drop(
+                    self.Relation.create(schema=orphan.relation.name.db),
+                    orphan.relation.name,
+                    orphan.relation.kind,
+                )
+        return report(orphans, dropped=drop)
 
     def _commit_log(self) -> TableName:
         """The group commit log: one Delta table in the profile's schema."""

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from sqlglot import exp, parse_one
 
+from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.groups import GroupProgress, GroupRun, Staged
 from ivm_compiler import TableName
 from ivm_compiler.parse import DIALECT
@@ -68,7 +69,7 @@ class Log(Protocol):
     def warning(self, message: str) -> None: ...
 
 
-def _with_table(template: str, table: TableName) -> str:
+def with_table(template: str, table: TableName) -> str:
     tree = parse_one(template, read=DIALECT)
     for placeholder in [t for t in tree.find_all(exp.Table) if t.name == "commit_log"]:
         named = table.to_table()
@@ -78,7 +79,7 @@ def _with_table(template: str, table: TableName) -> str:
 
 
 def create_commit_log(table: TableName) -> str:
-    return _with_table(_COMMIT_LOG_DDL, table)
+    return with_table(_COMMIT_LOG_DDL, table)
 
 
 def _string(value: str | None) -> exp.Expression:
@@ -147,7 +148,7 @@ def commit_row(
 
 def unpublished_commits(table: TableName) -> str:
     """Commits whose views may not all have moved (no 'published' row), oldest first."""
-    return _with_table(
+    return with_table(
         """
         SELECT c.commit_id, c.group_name, to_json(c.members) AS members, c.committed_at
         FROM commit_log AS c
@@ -161,7 +162,7 @@ def unpublished_commits(table: TableName) -> str:
 
 def latest_commits(table: TableName) -> str:
     """The newest commit naming each model (a repair must not undo a later commit)."""
-    return _with_table(
+    return with_table(
         """
         SELECT m.model, max_by(c.commit_id, c.committed_at) AS commit_id
         FROM commit_log AS c LATERAL VIEW explode(c.members) exploded AS m
@@ -265,7 +266,7 @@ class Publisher:
                 )
             self.runner.execute(create_commit_log(self.commit_log))
         # The commit point: from here on the group's new state is decided.
-        self.runner.execute(
+        self._append(
             commit_row(
                 self.commit_log,
                 commit_id,
@@ -280,7 +281,7 @@ class Publisher:
             for statement in staged.publish_sql:
                 self.runner.execute(statement)
         window = time.monotonic() - started
-        self.runner.execute(
+        self._append(
             commit_row(
                 self.commit_log,
                 commit_id,
@@ -305,6 +306,11 @@ class Publisher:
             f"views moved within {window:.2f}s (log: {self.commit_log})"
         )
 
+    def _append(self, row_insert: str) -> None:
+        """Append to the commit log, never while a refresh's commit confs are set (delta.py)."""
+        with delta.COMMIT_LOCK:
+            self.runner.execute(row_insert)
+
     def repair(self) -> int:
         """Finish every commit whose views did not all move; returns how many were repaired."""
         if self.relation_exists(self.commit_log) is None:
@@ -320,7 +326,7 @@ class Publisher:
                 if latest.get(member["model"]) == record["commit_id"]:
                     for statement in member["publish_sql"]:
                         self.runner.execute(statement)
-            self.runner.execute(
+            self._append(
                 _published_marker(
                     self.commit_log, str(record["commit_id"]), str(record["group_name"])
                 )

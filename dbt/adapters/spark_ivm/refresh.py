@@ -19,16 +19,15 @@ versions from that commit and applies exactly the window after it.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp, parse_one
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm import delta, strategy
 from dbt.adapters.spark_ivm.groups import Staged
 from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
@@ -38,11 +37,6 @@ from ivm_compiler.parse import DIALECT, parse_model
 from ivm_compiler.plan import UpstreamModel
 from ivm_compiler.relations import Window
 
-# In the embedded runtime every dbt thread shares one SparkSession, so the
-# commit-metadata conf set for one model's commit would be seen by another
-# thread's commit. Commits that carry metadata are therefore serialised.
-_COMMIT_LOCK = threading.Lock()
-
 FALLBACK_FULL_REFRESH = "full_refresh"
 FALLBACK_VALUES = (FALLBACK_FULL_REFRESH,)
 
@@ -51,7 +45,7 @@ FALLBACK_VALUES = (FALLBACK_FULL_REFRESH,)
 class RefreshResult:
     """What a refresh did; the materialization stores it as the node's adapter response."""
 
-    action: str  # build | rebuild | incremental | no_change | fallback
+    action: str  # build | rebuild | recompute | incremental | no_change | fallback
     reason: str
     source_versions: dict[str, int] = field(default_factory=dict)
     previous_versions: dict[str, int] = field(default_factory=dict)
@@ -102,7 +96,12 @@ class Refresh:
     # Publishes the refreshed state (alone, or with the model's consistency group)
     # and shares the group's source pins; None: the view is created directly.
     publisher: Publisher | None = None
+    # ivm_strategy: auto | incremental | recompute (strategy.py).
+    strategy: str = strategy.AUTO
     _started: float = field(default_factory=time.monotonic, init=False, repr=False)
+    # The model's refresh history (its view carries it) and this refresh's change size.
+    _history: list[strategy.RefreshRecord] = field(default_factory=list, init=False, repr=False)
+    _change: strategy.ChangeSize | None = field(default=None, init=False, repr=False)
 
     def run(self) -> RefreshResult:
         started = self._started = time.monotonic()
@@ -161,8 +160,14 @@ class Refresh:
             previous_versions={str(t): w.recorded for t, w in windows.items()},
         )
         if any(window.changed for window in windows.values()):
+            choice = self._choose(pinned, windows, target_type)
+            if choice.way == strategy.RECOMPUTE:
+                self.log.info(f"{self.model}: recomputing instead of applying: {choice.reason}")
+                return self._build(plan, pinned, "recompute", choice.reason, shown_version)
+            if choice.estimate is not None:
+                self.log.debug(f"{self.model}: applying the change: {choice.reason}")
             try:
-                self._apply_changes(plan, pinned, windows, result)
+                self._apply_changes(plan, pinned, windows, result, recorded.state_version)
             except Exception as error:
                 if not delta.is_change_history_unavailable(error):
                     raise
@@ -184,6 +189,59 @@ class Refresh:
         self._publish(plan, result, pinned, state_version, shown_version)
         return result
 
+    def _choose(
+        self,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        windows: dict[TableName, Window],
+        target_type: str | None,
+    ) -> strategy.Choice:
+        """Apply the change or recompute (ivm_strategy); remembers the change's size."""
+        if target_type == "view":
+            self._load_history()
+        rows = 0
+        per_row: list[float] = []
+        for table, window in windows.items():
+            if not window.changed:
+                continue
+            changed = pinned[table].changed_rows(after=window.recorded)
+            if changed is None:
+                self._change = None
+                return strategy.choose(self.strategy, self._history, None)
+            rows += changed[0]
+            per_row.extend([changed[1]] if changed[1] else [])
+        self._change = strategy.ChangeSize(
+            rows=rows,
+            source_bytes=sum(s.size_bytes for s in pinned.values()),
+            bytes_per_row=max(per_row) if per_row else None,
+        )
+        return strategy.choose(self.strategy, self._history, self._change)
+
+    def _load_history(self) -> None:
+        properties = self._properties(self.target)
+        self._history = strategy.parse_history(properties.get(strategy.HISTORY_PROPERTY))
+
+    def _properties(self, relation: TableName) -> dict[str, str]:
+        _, rows = self.runner.query(f"SHOW TBLPROPERTIES {relation.sql()}")
+        return {str(row[0]): str(row[1]) for row in rows}
+
+    def _history_after(
+        self, result: RefreshResult, pinned: dict[TableName, delta.SourceSnapshot]
+    ) -> str | None:
+        """The history property the published view carries after this refresh."""
+        if result.action == "incremental":
+            way = strategy.INCREMENTAL
+        elif result.action in ("build", "rebuild", "recompute"):
+            way = strategy.RECOMPUTE
+        else:  # nothing ran that says what a refresh costs
+            return strategy.history_with(self._history, None) if self._history else None
+        record = strategy.RefreshRecord(
+            way=way,
+            changed_rows=self._change.rows if self._change else 0,
+            source_bytes=sum(s.size_bytes for s in pinned.values()),
+            seconds=round(time.monotonic() - self._started, 3),
+        )
+        return strategy.history_with(self._history, record)
+
     def _state_version(self) -> int:
         columns, rows = self.runner.query(delta.describe_history(self.state, limit=1))
         return int(rows[0][columns.index("version")])
@@ -197,9 +255,14 @@ class Refresh:
         shown_version: int | None,
     ) -> None:
         """Show the state at `state_version` through the view, now or with the model's group."""
+        if shown_version == state_version and self.docs is not None and not self._history:
+            # The view is created again for its docs: keep the history it carries.
+            self._load_history()
+        history = self._history_after(result, pinned)
         published = emit.Published(
             state_version=state_version,
             source_versions={t: s.version for t, s in pinned.items()},
+            properties={strategy.HISTORY_PROPERTY: history} if history else {},
         )
         view_sql = emit.create_view(plan, self.state, self.target, self.docs, published)
         shown = shown_version == state_version
@@ -285,36 +348,27 @@ class Refresh:
         for table in tables:
             if self.relation_exists(table) != "view":
                 continue
-            properties = {
-                str(row[0]): str(row[1])
-                for row in self.runner.query(f"SHOW TBLPROPERTIES {table.sql()}")[1]
-            }
-            state = properties.get(emit.STATE_PROPERTY)
+            state = self._properties(table).get(emit.STATE_PROPERTY)
             if not state:
                 continue  # a plain view: pin() explains why it cannot be read
-            text = self._view_text(table)
+            text = view_text(self.runner, table)
             assert text is not None, f"{table} is a view without a view text"
             view = parse_one(text, read=DIALECT)
             assert isinstance(view, exp.Select), f"{table}'s view text is not a SELECT"
-            state_table = _table_name_of(state)
+            state_table = table_name_of(state)
             found[table] = UpstreamModel(
                 state=state_table,
                 view=view,
-                published_version=_version_read(view, state_table),
+                published_version=version_read(view, state_table),
             )
         return found
 
     def published_version(self, target_type: str | None) -> int | None:
         """The state version the model's view shows (None: no view, or one not pinned)."""
-        text = self._view_text(self.target) if target_type == "view" else None
+        text = view_text(self.runner, self.target) if target_type == "view" else None
         if text is None:
             return None
-        return _version_read(parse_one(text, read=DIALECT), self.state)
-
-    def _view_text(self, view: TableName) -> str | None:
-        """The SELECT a view was defined with, as Spark stores it."""
-        _, rows = self.runner.query(f"DESCRIBE TABLE EXTENDED {view.sql()}")
-        return next((str(row[1]) for row in rows if str(row[0]) == "View Text"), None)
+        return version_read(parse_one(text, read=DIALECT), self.state)
 
     def _wholesale(self, table: TableName) -> str | None:
         """'table' or 'seed' when the source is a dbt model that every run replaces entirely."""
@@ -342,7 +396,7 @@ class Refresh:
             if key not in progress.pins:
                 progress.pins[key] = self._pin_now(table, upstream, use_published=True)
             pinned = progress.pins[key]
-        return delta.SourceSnapshot(table=table, table_id=pinned.table_id, version=pinned.version)
+        return replace(pinned, table=table)
 
     def _pin_group_inputs(self, inputs: dict[str, str]) -> None:
         """Pin every plain input of the group at once, when its first member starts.
@@ -370,7 +424,7 @@ class Refresh:
         if upstream is not None and use_published and upstream.published_version is not None:
             # What the upstream's readers see; a newer state of it is not committed yet.
             version = upstream.published_version
-        return delta.SourceSnapshot(table=table, table_id=snapshot.table_id, version=version)
+        return replace(snapshot, table=table, version=version)
 
     def _pin_delta(self, table: TableName, needs_change_feed: bool) -> delta.SourceSnapshot:
         try:
@@ -404,9 +458,19 @@ class Refresh:
                 f"run ALTER TABLE {table.sql()} SET TBLPROPERTIES "
                 "(delta.enableChangeDataFeed = true), then build again",
             )
-        history_columns, history = self.runner.query(delta.describe_history(table, limit=1))
+        # The newest commits, not just the newest version: their row counts size
+        # the change for ivm_strategy: auto without reading any data.
+        history_columns, history = self.runner.query(
+            delta.describe_history(table, limit=RECENT_COMMITS)
+        )
         version = int(history[0][history_columns.index("version")])
-        return delta.SourceSnapshot(table=table, table_id=str(detail.get("id")), version=version)
+        return delta.SourceSnapshot(
+            table=table,
+            table_id=str(detail.get("id")),
+            version=version,
+            size_bytes=int(detail.get("sizeInBytes") or 0),
+            recent_commits=delta.commit_rows(history_columns, history),
+        )
 
     def recorded(self) -> delta.RecordedState | None:
         # The newest refresh commit is nearly always the newest commit; only
@@ -448,14 +512,30 @@ class Refresh:
         pinned: dict[TableName, delta.SourceSnapshot],
         windows: dict[TableName, Window],
         result: RefreshResult,
+        from_state_version: int,
     ) -> None:
         refresh_id = uuid.uuid4().hex
         metadata = delta.commit_metadata(
             refresh_id, self.state, plan.fingerprint, list(pinned.values())
         )
-        # Delta's MERGE answers with one row of counts (num_affected_rows, ...).
-        columns, rows = self._commit(emit.merge_changes(plan, self.state, windows), metadata)
-        merged = dict(zip(columns, rows[0])) if rows else {}
+        # The change is computed against the state at from_state_version. A
+        # second refresh of this model that started from the same version (a
+        # concurrent dbt invocation) must not apply it again: the MERGE is an
+        # idempotent Delta write keyed by that version, so only the first of
+        # them commits and Delta skips the other.
+        columns, rows = self._commit(
+            emit.merge_changes(plan, self.state, windows), metadata, txn_version=from_state_version
+        )
+        if not rows:
+            # Delta's MERGE answers with one row of counts; none means it was skipped.
+            raise ConcurrentRefresh(
+                f"{self.model}: another refresh of this model, started from the same state "
+                f"(version {from_state_version} of {self.state}), committed first; this one "
+                "applied nothing. The model is correct at that refresh's source versions; "
+                "run it again to bring it further. (Two refreshes of one model at once: "
+                "one of them always stops like this.)"
+            )
+        merged = dict(zip(columns, rows[0]))
         result.action = "incremental"
         result.rows_inserted = int(merged.get("num_inserted_rows") or 0)
         result.rows_updated = int(merged.get("num_updated_rows") or 0)
@@ -468,15 +548,23 @@ class Refresh:
             result.reason = "source changes cancelled out"
 
     def _commit(
-        self, statement: str, metadata: dict[str, Any]
+        self, statement: str, metadata: dict[str, Any], txn_version: int | None = None
     ) -> tuple[list[str], Sequence[Sequence[Any]]]:
-        """Run one committing statement with the refresh's metadata attached to its commit."""
-        with _COMMIT_LOCK:
-            self.runner.execute(delta.set_commit_metadata(metadata))
+        """Run one committing statement with the refresh's metadata attached to its commit.
+
+        With txn_version, the statement is an idempotent Delta write keyed by
+        it (delta.set_idempotent_txn).
+        """
+        txn = delta.set_idempotent_txn(self.state, txn_version) if txn_version is not None else []
+        with delta.COMMIT_LOCK:
+            for setting in [delta.set_commit_metadata(metadata), *txn]:
+                self.runner.execute(setting)
             try:
                 return self.runner.query(statement)
             finally:
-                self.runner.execute(delta.reset_commit_metadata())
+                resets = delta.reset_idempotent_txn() if txn else []
+                for reset in [delta.reset_commit_metadata(), *resets]:
+                    self.runner.execute(reset)
 
     # -- the fallback path --------------------------------------------------
 
@@ -494,13 +582,28 @@ class Refresh:
 
 FIRST_BUILD = "first build"
 
+
+class ConcurrentRefresh(RuntimeError):
+    """Another refresh of the same model committed the change this one computed."""
+
+
+# Commits of a source read when it is pinned: a window longer than this
+# (refreshes far apart) has an unknown size, and `auto` then applies it.
+RECENT_COMMITS = 20
+
 # dbt materializations that rewrite their whole relation on every run: a
 # dependent ivm model rebuilds after each of their runs, as recomputation is
 # what reading their change feed (if any) would cost anyway.
 WHOLESALE_MATERIALIZATIONS = ("table", "seed")
 
 
-def _version_read(view: exp.Expression, state: TableName) -> int | None:
+def view_text(runner: Runner, view: TableName) -> str | None:
+    """The SELECT a view was defined with, as Spark stores it."""
+    _, rows = runner.query(f"DESCRIBE TABLE EXTENDED {view.sql()}")
+    return next((str(row[1]) for row in rows if str(row[0]) == "View Text"), None)
+
+
+def version_read(view: exp.Expression, state: TableName) -> int | None:
     """The VERSION AS OF at which a view reads `state`, if it pins one."""
     for node in view.find_all(exp.Table):
         if TableName.of(node) == state and node.args.get("version") is not None:
@@ -508,7 +611,7 @@ def _version_read(view: exp.Expression, state: TableName) -> int | None:
     return None
 
 
-def _table_name_of(text: str) -> TableName:
+def table_name_of(text: str) -> TableName:
     """'schema.name' (as the view property stores it) -> TableName."""
     parts = text.split(".")
     return TableName(db=parts[-2] if len(parts) > 1 else None, name=parts[-1])

@@ -1,0 +1,174 @@
+"""ivm_strategy: apply the change, or recompute the state, whichever is estimated cheaper.
+
+An incremental refresh costs a floor (planning, the MERGE's fixed work) plus
+an amount that grows with the change; recomputing costs about the same per
+source byte every time. So for each refresh with changes, `auto` estimates
+both from the model's own history of refreshes:
+
+- recompute: seconds per source byte of its past builds and recomputes,
+  times the sources' size now;
+- incremental: a line through its past incremental refreshes' (changed rows,
+  seconds); with fewer than two distinct points, the floor it has seen plus a
+  default cost per changed row (below).
+
+The change's size is the number of change-feed rows the window holds, read
+from the sources' commit metrics (DESCRIBE HISTORY's operationMetrics): no
+data is read to estimate it. Each refresh appends (way, changed rows, source
+bytes, seconds) to the history, which the model's view carries as a property,
+so the estimate corrects itself as the model runs.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+AUTO = "auto"
+INCREMENTAL = "incremental"
+RECOMPUTE = "recompute"
+STRATEGIES = (AUTO, INCREMENTAL, RECOMPUTE)
+
+HISTORY_PROPERTY = "spark_ivm.refresh_history"
+# Enough points for a line through recent refreshes; old ones stop counting,
+# so the estimate follows the data as it grows.
+HISTORY_LENGTH = 12
+
+# Before a model has a history of incremental refreshes: an incremental refresh
+# costs as much per changed row as recomputing costs for this many rows of
+# source. TPC-H refreshes on this machine (bench/, SF 1) read about 10 bytes of
+# state and sources per byte of change for aggregates and far more for joins, so
+# 10 makes `auto` recompute once the change reaches about a tenth of the
+# sources, and the history takes over after two refreshes.
+DEFAULT_ROW_COST_FACTOR = 10.0
+# Below this many changed rows an incremental refresh runs at its floor on
+# this machine (bench/: the 0.1 % TPC-H batches at SF 1, 15k change rows, cost
+# about what a no-op MERGE does), and on small tables fixed costs make both
+# ways' estimates noise: such changes are always applied.
+MIN_RECOMPUTE_ROWS = 10_000
+# Bytes per source row when no commit in the window says (Parquet, TPC-H-like rows).
+DEFAULT_BYTES_PER_ROW = 40.0
+
+
+@dataclass(frozen=True)
+class RefreshRecord:
+    """One past refresh of the model, as the history keeps it."""
+
+    way: str  # INCREMENTAL or RECOMPUTE (a first build counts as a recompute)
+    changed_rows: int
+    source_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ChangeSize:
+    """How big a refresh's change is, from the sources' commit metrics."""
+
+    rows: int
+    source_bytes: int
+    # Bytes per source row as the window's own writes show it (None: unknown).
+    bytes_per_row: float | None = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    incremental_seconds: float
+    recompute_seconds: float
+    # "history" when both come from the model's own refreshes, else what was assumed.
+    basis: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    way: str
+    estimate: Estimate | None
+    reason: str
+
+
+def parse_history(text: str | None) -> list[RefreshRecord]:
+    """The view property's records, oldest first; unreadable text counts as no history."""
+    if not text:
+        return []
+    try:
+        loaded = json.loads(text)
+        return [RefreshRecord(**item) for item in loaded]
+    except (ValueError, TypeError):
+        return []
+
+
+def history_with(history: Sequence[RefreshRecord], record: RefreshRecord | None) -> str:
+    """The property value after `record` (if any): the newest HISTORY_LENGTH records as JSON."""
+    kept = [*history, *([record] if record else [])][-HISTORY_LENGTH:]
+    return json.dumps([asdict(r) for r in kept], separators=(",", ":"))
+
+
+def estimate(history: Sequence[RefreshRecord], change: ChangeSize) -> Estimate | None:
+    """Seconds to apply `change` and to recompute; None without any recompute to scale from.
+
+    A recompute costs its past seconds per source byte (fixed costs included:
+    on small tables that overstates it, and the default per-row cost below,
+    scaled from the same rate, overstates an incremental refresh as much). An
+    incremental refresh costs the floor seen plus a cost per changed row.
+    """
+    recomputes = [r for r in history if r.way == RECOMPUTE and r.source_bytes > 0]
+    if not recomputes:
+        return None
+    incrementals = [r for r in history if r.way == INCREMENTAL]
+    floor = min((r.seconds for r in incrementals), default=0.0)
+    seconds_per_byte = statistics.median(r.seconds / r.source_bytes for r in recomputes)
+    bytes_per_row = change.bytes_per_row or DEFAULT_BYTES_PER_ROW
+    default_per_row = seconds_per_byte * bytes_per_row * DEFAULT_ROW_COST_FACTOR
+    line = _line(incrementals)
+    if line is None:
+        per_row = default_per_row
+        basis = "history for recompute; default cost per changed row"
+    else:
+        floor, per_row = line
+        basis = "history"
+        if change.rows > 2 * max(r.changed_rows for r in incrementals):
+            # Far beyond any change seen: a line through small changes says
+            # little about the slope, and underestimating it is the costly
+            # mistake (a huge change applied row by row), so never assume
+            # less than the default.
+            per_row = max(per_row, default_per_row)
+            basis = "history, extrapolated"
+    return Estimate(
+        incremental_seconds=floor + per_row * change.rows,
+        recompute_seconds=seconds_per_byte * change.source_bytes,
+        basis=basis,
+    )
+
+
+def choose(strategy: str, history: Sequence[RefreshRecord], change: ChangeSize | None) -> Choice:
+    if strategy == RECOMPUTE:
+        return Choice(RECOMPUTE, None, "ivm_strategy is 'recompute'")
+    if strategy == INCREMENTAL:
+        return Choice(INCREMENTAL, None, "ivm_strategy is 'incremental'")
+    if change is None:
+        return Choice(
+            INCREMENTAL, None, "the change's size is unknown (a commit without row metrics)"
+        )
+    found = estimate(history, change)
+    if found is None:
+        return Choice(INCREMENTAL, None, "no recompute in the model's history to compare with")
+    cheaper = found.incremental_seconds > found.recompute_seconds
+    way = RECOMPUTE if cheaper and change.rows >= MIN_RECOMPUTE_ROWS else INCREMENTAL
+    reason = (
+        f"{change.rows:,} changed rows: estimated {found.incremental_seconds:.1f}s incremental "
+        f"vs {found.recompute_seconds:.1f}s recompute ({found.basis})"
+    )
+    return Choice(way, found, reason)
+
+
+def _line(records: Sequence[RefreshRecord]) -> tuple[float, float] | None:
+    """(floor, seconds per changed row) by least squares, both kept non-negative."""
+    points = [(float(r.changed_rows), r.seconds) for r in records]
+    if len({x for x, _ in points}) < 2:
+        return None
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in points) / spread)
+    floor = max(0.0, mean_y - slope * mean_x)
+    return floor, slope

@@ -1,0 +1,169 @@
+"""ivm_strategy: sizing a change from commit metrics, and the incremental-or-recompute choice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.strategy import (
+    AUTO,
+    DEFAULT_ROW_COST_FACTOR,
+    HISTORY_LENGTH,
+    INCREMENTAL,
+    MIN_RECOMPUTE_ROWS,
+    RECOMPUTE,
+    ChangeSize,
+    RefreshRecord,
+    choose,
+    estimate,
+    history_with,
+    parse_history,
+)
+from ivm_compiler import TableName
+
+HISTORY_COLUMNS = ["version", "operation", "operationMetrics"]
+
+
+def _history(*commits: tuple[int, str, dict[str, str]]) -> list[list]:
+    # DESCRIBE HISTORY answers newest first; agate hands the metrics map over as JSON.
+    return [[v, op, json.dumps(m)] for v, op, m in sorted(commits, reverse=True)]
+
+
+def test_commit_rows_count_change_feed_rows_per_operation():
+    rows = delta.commit_rows(
+        HISTORY_COLUMNS,
+        _history(
+            (1, "WRITE", {"numOutputRows": "100", "numOutputBytes": "4000", "numFiles": "1"}),
+            (2, "DELETE", {"numDeletedRows": "7", "numRemovedFiles": "1"}),
+            (3, "UPDATE", {"numUpdatedRows": "5"}),
+            (
+                4,
+                "MERGE",
+                {
+                    "numTargetRowsInserted": "3",
+                    "numTargetRowsUpdated": "2",
+                    "numTargetRowsDeleted": "1",
+                    "numOutputRows": "900",  # copied rows too: not a change
+                },
+            ),
+            (5, "OPTIMIZE", {"numRemovedFiles": "9"}),
+            (6, "RESTORE", {"numRestoredFiles": "2"}),
+            (7, "DELETE", {"numRemovedFiles": "3"}),  # no row count: unknown
+        ),
+    )
+    by_version = {c.version: c for c in rows}
+    assert [c.version for c in rows] == [7, 6, 5, 4, 3, 2, 1]
+    assert by_version[1].rows == 100 and by_version[1].bytes_per_row == 40.0
+    assert by_version[2].rows == 7
+    assert by_version[3].rows == 10  # an update is a pre- and a post-image
+    assert by_version[4].rows == 3 + 1 + 2 * 2
+    assert by_version[5].rows == 0
+    assert by_version[6].rows is None
+    assert by_version[7].rows is None
+
+
+def _snapshot(version: int, commits: tuple[delta.CommitRows, ...]) -> delta.SourceSnapshot:
+    return delta.SourceSnapshot(
+        TableName("raw", "src"), "id", version, size_bytes=10_000, recent_commits=commits
+    )
+
+
+def test_a_window_is_sized_only_when_every_commit_in_it_is_known():
+    commits = (
+        delta.CommitRows(5, 4),
+        delta.CommitRows(4, 6, bytes_per_row=50.0),
+        delta.CommitRows(3, None),
+    )
+    snapshot = _snapshot(5, commits)
+    assert snapshot.changed_rows(after=3) == (10, 50.0)
+    assert snapshot.changed_rows(after=4) == (4, None)
+    assert snapshot.changed_rows(after=2) is None  # version 3's size is unknown
+    assert snapshot.changed_rows(after=0) is None  # versions 1-2 were not read
+
+
+def _records(*items: tuple[str, int, int, float]) -> list[RefreshRecord]:
+    return [RefreshRecord(way, rows, size, seconds) for way, rows, size, seconds in items]
+
+
+def test_without_a_recompute_in_the_history_auto_applies_the_change():
+    change = ChangeSize(rows=10**9, source_bytes=10**6)
+    assert estimate([], change) is None
+    choice = choose(AUTO, [], change)
+    assert choice.way == INCREMENTAL and "no recompute" in choice.reason
+
+
+def test_defaults_scale_the_change_by_the_cost_of_recomputing():
+    # A build took 10 s for 1e9 bytes: 1e-8 s per byte, 40 bytes per row by default.
+    history = _records((RECOMPUTE, 0, 10**9, 10.0))
+    small = estimate(history, ChangeSize(rows=10_000, source_bytes=10**9))
+    assert small is not None
+    assert small.recompute_seconds == pytest.approx(10.0)
+    assert small.incremental_seconds == pytest.approx(1e-8 * 40 * DEFAULT_ROW_COST_FACTOR * 10_000)
+    assert choose(AUTO, history, ChangeSize(rows=10_000, source_bytes=10**9)).way == INCREMENTAL
+    # 1e9 bytes / 40 bytes per row = 25M rows; a tenth of that costs as much as recomputing.
+    assert choose(AUTO, history, ChangeSize(rows=3_000_000, source_bytes=10**9)).way == RECOMPUTE
+
+
+def test_the_history_of_incremental_refreshes_corrects_the_estimate():
+    # This model's refreshes cost 2 s + 1 ms per changed row, and recomputing 30 s.
+    history = _records(
+        (RECOMPUTE, 0, 10**9, 30.0),
+        (INCREMENTAL, 1_000, 10**9, 3.0),
+        (INCREMENTAL, 5_000, 10**9, 7.0),
+        (INCREMENTAL, 2_000, 10**9, 4.0),
+    )
+    found = estimate(history, ChangeSize(rows=9_000, source_bytes=10**9))
+    assert found is not None and found.basis == "history"
+    assert found.incremental_seconds == pytest.approx(11.0)
+    assert choose(AUTO, history, ChangeSize(rows=9_000, source_bytes=10**9)).way == INCREMENTAL
+    # 40,000 rows: about 42 s incremental against 30 s recompute.
+    late = choose(AUTO, history, ChangeSize(rows=40_000, source_bytes=10**9))
+    assert late.way == RECOMPUTE
+    assert "incremental" in late.reason and "recompute" in late.reason
+
+
+def test_far_beyond_the_history_the_slope_is_never_below_the_default():
+    # Two small refreshes that cost the same: the fitted slope is 0.
+    history = _records(
+        (RECOMPUTE, 0, 10**9, 10.0),
+        (INCREMENTAL, 100, 10**9, 2.0),
+        (INCREMENTAL, 200, 10**9, 2.0),
+    )
+    near = estimate(history, ChangeSize(rows=300, source_bytes=10**9))
+    assert near is not None and near.incremental_seconds == pytest.approx(2.0)
+    far = estimate(history, ChangeSize(rows=10_000_000, source_bytes=10**9))
+    assert far is not None and far.basis == "history, extrapolated"
+    assert far.incremental_seconds > far.recompute_seconds
+
+
+def test_fixed_strategies_and_unknown_sizes():
+    history = _records((RECOMPUTE, 0, 10, 1.0))
+    huge = ChangeSize(rows=10**12, source_bytes=10)
+    assert choose(INCREMENTAL, history, huge).way == INCREMENTAL
+    assert choose(RECOMPUTE, history, ChangeSize(rows=1, source_bytes=10)).way == RECOMPUTE
+    unknown = choose(AUTO, history, None)
+    assert unknown.way == INCREMENTAL and "unknown" in unknown.reason
+
+
+def test_the_history_keeps_the_newest_records_and_survives_bad_text():
+    history: list[RefreshRecord] = []
+    for i in range(HISTORY_LENGTH + 3):
+        history = parse_history(history_with(history, RefreshRecord(INCREMENTAL, i, 100, 1.0)))
+    assert len(history) == HISTORY_LENGTH
+    assert history[-1].changed_rows == HISTORY_LENGTH + 2
+    assert history[0].changed_rows == 3
+    assert parse_history("not json") == []
+    assert parse_history('[{"unexpected": 1}]') == []
+    assert parse_history(None) == []
+
+
+def test_small_changes_are_always_applied():
+    # A tiny table: recomputing costs what any refresh costs, so the estimates
+    # are noise; a change below MIN_RECOMPUTE_ROWS is applied anyway.
+    history = _records((RECOMPUTE, 0, 2_000, 3.0), (INCREMENTAL, 4, 2_000, 2.5))
+    change = ChangeSize(rows=MIN_RECOMPUTE_ROWS - 1, source_bytes=2_000)
+    found = estimate(history, change)
+    assert found is not None and found.incremental_seconds > found.recompute_seconds
+    assert choose(AUTO, history, change).way == INCREMENTAL
