@@ -19,7 +19,9 @@ moved within" figure of the dbt log's commit line.
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +97,11 @@ class GroupOverheadRecord:
     input_bytes: int
     metrics_complete: bool
     invocation_id: str | None
+    # When the invocation started (wall clock), and the machine's 1-minute load
+    # average right after it: a load well above the session's 2 cores means
+    # another process was competing for them during the run.
+    started_at: str = ""
+    load_average: float = 0.0
     nodes: list[NodeRecord] = field(default_factory=list)
     commits: list[CommitRecord] = field(default_factory=list)
     # "views moved within X s" of each commit line the adapter logged.
@@ -143,9 +150,11 @@ class GroupOverheadPhase:
     ) -> GroupOverheadRecord:
         applied = apply_batch(self.spark, self.data, self.source_schema, batch)
         mark = self.metrics.mark()
+        started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         invocation = self.project.run_models(
             [model.ivm_model for model in models], extra_vars=MODE_VARS[mode]
         )
+        load_average = os.getloadavg()[0]
         work = self.metrics.since(mark)
         return GroupOverheadRecord(
             pair=pair,
@@ -162,6 +171,8 @@ class GroupOverheadPhase:
             input_bytes=work.input_bytes,
             metrics_complete=work.complete,
             invocation_id=invocation.invocation_id,
+            started_at=started_at,
+            load_average=round(load_average, 2),
             nodes=[
                 NodeRecord(
                     model=node.model,

@@ -344,6 +344,7 @@ def markdown(results: dict[str, Any], plots: list[Path]) -> str:
         overhead = group_overhead_summary(scale)
         if overhead is not None:
             lines += _group_overhead_section(overhead, results["settings"]["model_reads"])
+            lines += _group_overhead_runs(scale["group_overhead"])
     if plots:
         lines += ["## Plots", ""]
         lines += [f"![{plot.stem}]({plot.name})" for plot in plots]
@@ -440,6 +441,36 @@ def group_overhead_explained(shared_pins: int, own_pins: int) -> str:
         "Delta commit) around the same one ALTER VIEW per model that independent "
         "refreshes run right after each refresh; the last member's time carries the commit."
     )
+
+
+def _group_overhead_runs(records: list[dict[str, Any]]) -> list[str]:
+    """Every run of the phase, so a reader can see the spread behind the medians."""
+    lines = [
+        (
+            "Every run (load: the machine's 1-minute load average right after the run; well "
+            "above the session's 2 cores, another process competed for them):"
+        ),
+        "",
+        (
+            "| pair | mode | started | invocation s | models s | Spark jobs "
+            "| publication window s | load |"
+        ),
+        "|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for record in records:
+        windows = [
+            c["publication_window_seconds"]
+            for c in record["commits"]
+            if c["publication_window_seconds"] is not None
+        ]
+        load = record.get("load_average")
+        lines.append(
+            f"| {record['pair']} | {record['mode']} | {record.get('started_at') or '?'} | "
+            f"{record['invocation_seconds']:.2f} | {record['models_seconds']:.2f} | "
+            f"{record['jobs']} | {', '.join(f'{w:.2f}' for w in windows) or '-'} | "
+            f"{'?' if load is None else f'{load:.1f}'} |"
+        )
+    return [*lines, ""]
 
 
 def _group_overhead_setting(settings: dict[str, Any]) -> str:

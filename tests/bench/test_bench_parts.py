@@ -210,6 +210,9 @@ def test_the_group_overhead_summary_compares_the_modes_medians():
     text = report.markdown(results, [])
     assert "### Group commit overhead" in text
     assert "| invocation wall time, s | 13.00 | 11.00 | +2.00 | 1.182 |" in text
+    # Every run listed under the medians, the grouped ones with their window.
+    assert "| 2 | grouped | ? | 14.00 | 13.00 | 100 | 0.40 | ? |" in text
+    assert "| 3 | independent | ? | 30.00 | 9.00 | 110 | - | ? |" in text
     # The pins: q01 and q06 share lineitem, so 2 sources pinned once vs 3 in all.
     assert "2 sources, where the independent refreshes pin each model's own, 3 in all" in text
 
