@@ -32,12 +32,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from tpch_bench import sql_names
 from tpch_bench.generate import PART_COUNT, GeneratedData
+
+if TYPE_CHECKING:
+    from tpch_bench.settings import BenchSettings
 
 # Residues 0-7 modulo 32 hold tpchgen-cli's order keys; 8-15 are free. Each part
 # is copied at most once (see BatchPlanner), so one shift is enough.
@@ -93,6 +97,17 @@ class AppliedBatch:
             if change_type != "update_preimage"
         )
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sequence": self.sequence,
+            "kind": self.kind,
+            "size": self.size,
+            "seconds": round(self.seconds, 3),
+            "changed_rows": self.changed_rows,
+            "versions": self.versions,
+            "changes": self.changes,
+        }
+
 
 class BatchPlanner:
     """Hands out batches whose rows never collide with earlier batches' of the same run.
@@ -137,19 +152,59 @@ class BatchPlanner:
         )
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """Every batch one scale factor of a run applies, drawn from one planner."""
+
+    batches: list[ChangeBatch]
+    group_overhead: list[tuple[ChangeBatch, ChangeBatch]]
+
+
+def plan_run(settings: BenchSettings) -> RunPlan:
+    """The run's batches, then the group-overhead phase's; raises if they do not fit."""
+    planner = BatchPlanner()
+    batches = plan_batches(
+        settings.batch_kinds, settings.change_sizes, settings.repetitions, planner
+    )
+    overhead = (
+        plan_group_overhead(planner, settings.group_overhead_size, settings.group_overhead_pairs)
+        if settings.group_overhead_pairs
+        else []
+    )
+    return RunPlan(batches=batches, group_overhead=overhead)
+
+
 def plan_batches(
-    kinds: tuple[str, ...], sizes: tuple[float, ...], repetitions: int
+    kinds: tuple[str, ...],
+    sizes: tuple[float, ...],
+    repetitions: int,
+    planner: BatchPlanner | None = None,
 ) -> list[ChangeBatch]:
     """Every batch of a run, in order; raises before anything runs if they do not fit.
 
-    Kind by kind, size by size, ``repetitions`` fresh batches each.
+    Kind by kind, size by size, ``repetitions`` fresh batches each. Pass the run's
+    ``planner`` to draw more batches after these (the group-overhead phase's).
     """
-    planner = BatchPlanner()
+    planner = planner or BatchPlanner()
     return [
         planner.next_batch(kind, size, repetition)
         for kind in kinds
         for size in sizes
         for repetition in range(repetitions)
+    ]
+
+
+def plan_group_overhead(
+    planner: BatchPlanner, size: float, pairs: int
+) -> list[tuple[ChangeBatch, ChangeBatch]]:
+    """The group-overhead phase's ``rf`` batches: per pair, one for each mode's run.
+
+    Drawn from the run's planner after its other batches, so they touch parts no
+    other batch of the run touched and every measurement refreshes a change.
+    """
+    return [
+        (planner.next_batch("rf", size, pair), planner.next_batch("rf", size, pair))
+        for pair in range(pairs)
     ]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tpch_bench import report
-from tpch_bench.batches import plan_batches
+from tpch_bench.batches import plan_run
 from tpch_bench.catalog import MODELS, select_models
 from tpch_bench.measure import ScaleExperiment, ScaleResult, wall_clock
 from tpch_bench.settings import (
@@ -70,7 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--repetitions",
         type=int,
         default=DEFAULT_REPETITIONS,
-        help=f"batches per kind and size; times are medians (default: {DEFAULT_REPETITIONS})",
+        help="batches per kind and size, and no-change refreshes; times are medians; "
+        f"0 skips both, e.g. to run only --group-overhead (default: {DEFAULT_REPETITIONS})",
+    )
+    parser.add_argument(
+        "--group-overhead",
+        dest="group_overhead_pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the batches, N pairs of runs of every ivm model in one dbt invocation, "
+        "as one consistency group and each on its own (ivm_group 'none'), each after a "
+        "fresh rf batch of the smallest --sizes (default: 0, no such phase)",
     )
     parser.add_argument(
         "--models",
@@ -137,6 +148,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         schema_prefix=args.schema_prefix,
         spark_conf=tuple(_key_value(text) for text in args.spark_conf),
         dbt_log_level_file=args.dbt_log_level_file,
+        group_overhead_pairs=args.group_overhead_pairs,
     )
 
 
@@ -213,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = settings_from(args)
         # Fails now, not hours in, when the batches need more parts than TPC-H has.
-        plan_batches(settings.batch_kinds, settings.change_sizes, settings.repetitions)
+        plan_run(settings)
     except ValueError as invalid:
         parser.error(str(invalid))  # exits with status 2
     results, written = run_benchmark(settings)
@@ -234,6 +246,10 @@ def _settings_json(settings: BenchSettings) -> dict[str, Any]:
         "model_reads": {model.name: list(model.reads) for model in settings.models},
         "schema_prefix": settings.schema_prefix,
         "spark_conf": dict(settings.spark_conf),
+        "group_overhead_pairs": settings.group_overhead_pairs,
+        "group_overhead_size": (
+            settings.group_overhead_size if settings.group_overhead_pairs else None
+        ),
     }
 
 

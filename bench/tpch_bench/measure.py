@@ -11,7 +11,11 @@ For each scale factor:
    each model run the `ivm` refresh and the `table` rebuild back to back, the
    order alternating between repetitions (so neither way always gets the caches
    the other warmed), Spark's jobs and input bytes counted for each, and the
-   guard comparing the two afterwards.
+   guard comparing the two afterwards;
+5. with ``--group-overhead N``: N pairs of group-overhead measurements (every
+   ivm model refreshed in one invocation, as one consistency group and each on
+   its own; group_overhead.py), then the table models rebuilt once and the
+   guard run on every model.
 
 Every run is recorded; medians and ratios are the report's business. The results
 file is rewritten after every batch, so a long run that is stopped keeps what it
@@ -28,10 +32,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from tpch_bench import sql_names
-from tpch_bench.batches import AppliedBatch, apply_batch, plan_batches
+from tpch_bench.batches import AppliedBatch, ChangeBatch, RunPlan, apply_batch, plan_run
 from tpch_bench.catalog import BenchModel
 from tpch_bench.dbt_driver import DbtProject, ModelRun
 from tpch_bench.generate import GeneratedData, generate
+from tpch_bench.group_overhead import MODES, GroupOverheadPhase, GroupOverheadRecord
 from tpch_bench.load import drop_schemas, load
 from tpch_bench.settings import PROJECT_DIR, BenchSettings
 from tpch_bench.spark_session import SparkMetrics
@@ -46,7 +51,9 @@ class RunRecord:
 
     model: str
     way: str  # ivm | table
-    phase: str  # first_build | no_change | batch
+    # first_build | no_change | batch | group_overhead_guard (the table rebuilds
+    # before the guard that follows the group-overhead phase)
+    phase: str
     repetition: int
     seconds: float
     invocation_seconds: float
@@ -121,6 +128,7 @@ class ScaleResult:
     checks: list[CheckRecord] = field(default_factory=list)
     storage: list[StorageRecord] = field(default_factory=list)
     batches: list[dict[str, Any]] = field(default_factory=list)
+    group_overhead: list[GroupOverheadRecord] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,6 +158,7 @@ class ScaleExperiment:
 
     def run(self) -> ScaleResult:
         sf = self.scale_factor
+        plan = plan_run(self.settings)
         self.log(f"SF {sf:g}: generating TPC-H parquet with tpchgen-cli")
         data = generate(sf, self.settings.data_dir(sf))
         self.log(f"SF {sf:g}: loading Delta sources into {self.source_schema}")
@@ -187,7 +196,9 @@ class ScaleExperiment:
 
         self._phase("first_builds", self._first_builds, project)
         self._phase("no_change_refreshes", self._no_change_refreshes, project)
-        self._phase("batches", self._batches, project, data)
+        self._phase("batches", self._batches, project, data, plan)
+        if plan.group_overhead:
+            self._phase("group_overhead", self._group_overhead, project, data, plan)
         for model in self._measurable():
             self._record_storage(model, "end")
         self.checkpoint(self.result)
@@ -220,14 +231,11 @@ class ScaleExperiment:
             for model in self._measurable():
                 self._timed_run(project, model, "ivm", "no_change", repetition, 0)
 
-    def _batches(self, project: DbtProject, data: GeneratedData) -> None:
-        settings = self.settings
-        for batch in plan_batches(
-            settings.batch_kinds, settings.change_sizes, settings.repetitions
-        ):
+    def _batches(self, project: DbtProject, data: GeneratedData, plan: RunPlan) -> None:
+        for batch in plan.batches:
             applied = apply_batch(self.spark, data, self.source_schema, batch)
             assert self.result is not None
-            self.result.batches.append(_batch_json(applied))
+            self.result.batches.append(applied.to_json())
             self.log(
                 f"SF {self.scale_factor:g}: batch {applied.sequence} {batch.kind} {batch.size:g}% "
                 f"({applied.changed_rows:,} rows changed in {applied.seconds:.1f}s)"
@@ -243,6 +251,45 @@ class ScaleExperiment:
                 if self._measurable_model(model):
                     self._check(model, "batch", applied.sequence)
             self.checkpoint(self.result)
+
+    def _group_overhead(self, project: DbtProject, data: GeneratedData, plan: RunPlan) -> None:
+        phase = GroupOverheadPhase(
+            self.spark, self.metrics, project, data, self.source_schema, self.model_schema
+        )
+        parse_seconds = phase.prepare()
+        self.log(
+            f"SF {self.scale_factor:g}: group overhead: independent mode parsed in "
+            f"{parse_seconds:.1f}s"
+        )
+        assert self.result is not None
+        models = self._measurable()
+        last: ChangeBatch | None = None
+        for pair, batches in enumerate(plan.group_overhead):
+            # Alternate which mode goes first, as the batches alternate ways.
+            modes = MODES if pair % 2 == 0 else tuple(reversed(MODES))
+            for position, (mode, batch) in enumerate(zip(modes, batches, strict=True)):
+                record = phase.measure(models, mode, batch, pair, position)
+                self.result.group_overhead.append(record)
+                last = batch
+                window = ", ".join(
+                    f"{c.publication_window_seconds:.2f}s"
+                    for c in record.commits
+                    if c.publication_window_seconds is not None
+                )
+                self.log(
+                    f"  group overhead pair {pair} {mode:<11} {record.invocation_seconds:7.2f}s "
+                    f"invocation, {record.models_seconds:7.2f}s models, {record.jobs:4d} jobs"
+                    + (f", publication window {window}" if window else "")
+                    + ("" if record.ok else f"  FAILED: {record.error or 'a model failed'}")
+                )
+                self.checkpoint(self.result)
+        # The phase refreshed only the ivm models: rebuild the tables once (their
+        # times are recorded, not reported) and check every ivm model against its
+        # table. A refresh that lost a change would still differ at the end.
+        for model in models:
+            self._timed_run(project, model, "table", "group_overhead_guard", 0, 0)
+            if self._measurable_model(model):
+                self._check(model, "group_overhead", last.sequence if last else None)
 
     # -- one run, one check -------------------------------------------------
 
@@ -356,18 +403,6 @@ class ScaleExperiment:
     def _measurable(self) -> list[BenchModel]:
         """Models built both ways without error so far: the others are reported, not timed."""
         return [model for model in self.settings.models if self._measurable_model(model)]
-
-
-def _batch_json(applied: AppliedBatch) -> dict[str, Any]:
-    return {
-        "sequence": applied.sequence,
-        "kind": applied.kind,
-        "size": applied.size,
-        "seconds": round(applied.seconds, 3),
-        "changed_rows": applied.changed_rows,
-        "versions": applied.versions,
-        "changes": applied.changes,
-    }
 
 
 def wall_clock() -> str:

@@ -96,6 +96,128 @@ def batch_summaries(results: dict[str, Any]) -> list[BatchSummary]:
     return sorted(summaries, key=lambda s: (s.scale_factor, s.kind, model_order(s.model), s.size))
 
 
+@dataclass(frozen=True)
+class ModeSummary:
+    """One mode of the group-overhead phase: medians over its successful runs."""
+
+    mode: str
+    runs: int
+    invocation_seconds: float
+    models_seconds: float  # the sum of the models' dbt execution times
+    jobs: float
+    input_bytes: float
+    # Each model's median execution time.
+    model_seconds: dict[str, float]
+
+
+@dataclass(frozen=True)
+class GroupOverheadSummary:
+    scale_factor: float
+    size: float
+    changed_rows: float
+    grouped: ModeSummary
+    independent: ModeSummary
+    # Medians over the grouped runs' commits: 'commit' row to 'published' row
+    # (the commit log's committed_at), the dbt log's "views moved within", and
+    # the group's time from its first member's start to the 'commit' row.
+    publication_window_seconds: float
+    views_moved_seconds: float
+    group_seconds: float
+
+    @property
+    def invocation_difference(self) -> float:
+        return self.grouped.invocation_seconds - self.independent.invocation_seconds
+
+    @property
+    def invocation_ratio(self) -> float:
+        return _quotient(self.grouped.invocation_seconds, self.independent.invocation_seconds)
+
+    @property
+    def models_difference(self) -> float:
+        return self.grouped.models_seconds - self.independent.models_seconds
+
+    @property
+    def models_ratio(self) -> float:
+        return _quotient(self.grouped.models_seconds, self.independent.models_seconds)
+
+
+def group_overhead_summary(scale: dict[str, Any]) -> GroupOverheadSummary | None:
+    """The scale factor's group-overhead phase, or None when it has no successful run of a mode."""
+    records = [r for r in scale.get("group_overhead") or [] if r["ok"]]
+    modes = {}
+    for mode in ("grouped", "independent"):
+        runs = [r for r in records if r["mode"] == mode]
+        if not runs:
+            return None
+        per_model: dict[str, list[float]] = defaultdict(list)
+        for run in runs:
+            for node in run["nodes"]:
+                per_model[node["model"]].append(node["seconds"])
+        modes[mode] = ModeSummary(
+            mode=mode,
+            runs=len(runs),
+            invocation_seconds=_median(r["invocation_seconds"] for r in runs),
+            models_seconds=_median(r["models_seconds"] for r in runs),
+            jobs=_median(r["jobs"] for r in runs),
+            input_bytes=_median(r["input_bytes"] for r in runs),
+            model_seconds={model: _median(times) for model, times in per_model.items()},
+        )
+    commits = [c for r in records if r["mode"] == "grouped" for c in r["commits"]]
+    return GroupOverheadSummary(
+        scale_factor=scale["scale_factor"],
+        size=records[0]["batch"]["size"],
+        changed_rows=_median(r["batch"]["changed_rows"] for r in records),
+        grouped=modes["grouped"],
+        independent=modes["independent"],
+        publication_window_seconds=_median(
+            c["publication_window_seconds"]
+            for c in commits
+            if c["publication_window_seconds"] is not None
+        ),
+        views_moved_seconds=_median(
+            seconds
+            for r in records
+            if r["mode"] == "grouped"
+            for seconds in r["views_moved_seconds"]
+        ),
+        group_seconds=_median(
+            c["group_seconds"] for c in commits if c["group_seconds"] is not None
+        ),
+    )
+
+
+def _group_overhead_problems(scale: dict[str, Any]) -> list[str]:
+    """A run that failed, did not refresh incrementally, or did not publish as its mode says."""
+    found = []
+    sf = f"SF {scale['scale_factor']:g}"
+    for record in scale.get("group_overhead") or []:
+        run = f"{sf}: group-overhead pair {record['pair']} {record['mode']}"
+        if record["error"]:
+            found.append(f"{run} failed: {record['error']}")
+        for node in record["nodes"]:
+            if not node["ok"]:
+                found.append(f"{run}: {node['model']} failed: {node['message']}")
+            elif node["action"] not in ("INCREMENTAL", "RECOMPUTE"):
+                # Every model reads lineitem, which every rf batch changes
+                # (RECOMPUTE: ivm_strategy auto chose to recompute it).
+                found.append(
+                    f"{run}: {node['model']} refresh was {node['action']}, not INCREMENTAL "
+                    f"or RECOMPUTE: {node['message']}"
+                )
+        commits = record["commits"]
+        if record["mode"] == "independent" and commits:
+            found.append(f"{run} wrote {len(commits)} group commit(s): its models were grouped")
+        if record["mode"] == "grouped" and record["ok"]:
+            if len(commits) != 1 or commits[0]["members"] != len(record["nodes"]):
+                found.append(
+                    f"{run}: expected one group commit of {len(record['nodes'])} members, "
+                    f"the commit log has {[c['members'] for c in commits]}"
+                )
+            elif commits[0]["publication_window_seconds"] is None:
+                found.append(f"{run}: its commit has no 'published' row")
+    return found
+
+
 def problems(results: dict[str, Any]) -> list[str]:
     """What makes a run's numbers untrustworthy: wrong answers, failed runs, non-incremental refreshes."""
     found = []
@@ -127,6 +249,7 @@ def problems(results: dict[str, Any]) -> list[str]:
                     f"{sf}: {run['model']} ivm {run['phase']} refresh was {run['action']}, "
                     f"not {' or '.join(expected)}: {run['message']}"
                 )
+        found += _group_overhead_problems(scale)
     return found
 
 
@@ -170,7 +293,7 @@ def markdown(results: dict[str, Any], plots: list[Path]) -> str:
             f"Settings: scale factors {_join(results['settings']['scale_factors'])}; change sizes "
             f"{_join(results['settings']['change_sizes'])} %; batch kinds "
             f"{', '.join(results['settings']['batch_kinds'])}; {results['settings']['repetitions']} "
-            "repetition(s), times are medians."
+            "repetition(s), times are medians" + _group_overhead_setting(results["settings"]) + "."
         ),
         "",
         "JVM and SparkSession start (not in any figure below): "
@@ -222,6 +345,10 @@ def markdown(results: dict[str, Any], plots: list[Path]) -> str:
             rows = [s for s in summaries if s.scale_factor == sf and s.kind == kind]
             if rows:
                 lines += _batch_table(kind, rows, scale)
+        overhead = group_overhead_summary(scale)
+        if overhead is not None:
+            lines += _group_overhead_section(overhead, results["settings"]["model_reads"])
+            lines += _group_overhead_runs(scale["group_overhead"])
     if plots:
         lines += ["## Plots", ""]
         lines += [f"![{plot.stem}]({plot.name})" for plot in plots]
@@ -260,6 +387,8 @@ def _no_change_table(scale: dict[str, Any]) -> list[str]:
     for run in scale["runs"]:
         if run["phase"] == "no_change" and run["ok"]:
             runs[run["model"]].append(run)
+    if not runs:  # --repetitions 0 skips them
+        return []
     lines = [
         "### Refresh with no source change",
         "",
@@ -301,6 +430,116 @@ def _batch_table(kind: str, rows: list[BatchSummary], scale: dict[str, Any]) -> 
             f"{_size(row.ivm_input_bytes)} | {_size(row.table_input_bytes)} | "
             f"{', '.join(row.ivm_actions)} | {'equal' if row.guard_ok else 'DIFFERS'} |"
         )
+    return [*lines, ""]
+
+
+def group_overhead_explained(shared_pins: int, own_pins: int) -> str:
+    """What a grouped run does that independent refreshes do not (publish.py, refresh.py's pin)."""
+    return (
+        "What the difference consists of: a grouped run pins every source of the group "
+        "once, when its first member starts (a DESCRIBE DETAIL and a DESCRIBE HISTORY per "
+        f"source: {shared_pins} sources, where the independent refreshes pin each model's "
+        f"own, {own_pins} in all), holds every member's view until the last member has "
+        "written its state, then appends two rows to the commit log (the 'commit' row "
+        "that decides the group's state and the 'published' row that closes it, each a "
+        "Delta commit) around the same one ALTER VIEW per model that independent "
+        "refreshes run right after each refresh; the last member's time carries the commit."
+    )
+
+
+def _group_overhead_runs(records: list[dict[str, Any]]) -> list[str]:
+    """Every run of the phase, so a reader can see the spread behind the medians."""
+    lines = [
+        (
+            "Every run (load: the machine's 1-minute load average right after the run; well "
+            "above the session's 2 cores, another process competed for them):"
+        ),
+        "",
+        (
+            "| pair | mode | started | invocation s | models s | Spark jobs "
+            "| publication window s | load |"
+        ),
+        "|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for record in records:
+        windows = [
+            c["publication_window_seconds"]
+            for c in record["commits"]
+            if c["publication_window_seconds"] is not None
+        ]
+        load = record.get("load_average")
+        lines.append(
+            f"| {record['pair']} | {record['mode']} | {record.get('started_at') or '?'} | "
+            f"{record['invocation_seconds']:.2f} | {record['models_seconds']:.2f} | "
+            f"{record['jobs']} | {', '.join(f'{w:.2f}' for w in windows) or '-'} | "
+            f"{'?' if load is None else f'{load:.1f}'} |"
+        )
+    return [*lines, ""]
+
+
+def _group_overhead_setting(settings: dict[str, Any]) -> str:
+    pairs = settings.get("group_overhead_pairs") or 0
+    if not pairs:
+        return ""
+    return f"; group overhead: {pairs} pair(s) of rf {settings['group_overhead_size']:g} % runs"
+
+
+def _group_overhead_section(
+    summary: GroupOverheadSummary, model_reads: dict[str, list[str]]
+) -> list[str]:
+    grouped, independent = summary.grouped, summary.independent
+    reads = [
+        set(model_reads.get(model.removesuffix("_ivm"), ())) for model in grouped.model_seconds
+    ]
+    shared_pins = len(set().union(*reads)) if reads else 0
+    lines = [
+        "### Group commit overhead",
+        "",
+        (
+            f"Every ivm model ({len(grouped.model_seconds)}) refreshed in one dbt invocation "
+            f"after a fresh `rf` batch of {summary.size:g} % ({summary.changed_rows:,.0f} rows "
+            "changed): **grouped**, as one consistency group (they all read lineitem), or "
+            "**independent**, each with `ivm_group: 'none'`, published on its own. "
+            f"{grouped.runs} grouped and {independent.runs} independent runs, the mode going "
+            "first alternating between pairs; medians."
+        ),
+        "",
+        "| | grouped | independent | grouped - independent | grouped / independent |",
+        "|---|---:|---:|---:|---:|",
+        (
+            f"| invocation wall time, s | {grouped.invocation_seconds:.2f} | "
+            f"{independent.invocation_seconds:.2f} | {summary.invocation_difference:+.2f} | "
+            f"{summary.invocation_ratio:.3f} |"
+        ),
+        (
+            f"| models' execution time (sum), s | {grouped.models_seconds:.2f} | "
+            f"{independent.models_seconds:.2f} | {summary.models_difference:+.2f} | "
+            f"{summary.models_ratio:.3f} |"
+        ),
+        (
+            f"| Spark jobs | {grouped.jobs:g} | {independent.jobs:g} | "
+            f"{grouped.jobs - independent.jobs:+g} | {_quotient(grouped.jobs, independent.jobs):.3f} |"
+        ),
+        (
+            f"| read | {_size(grouped.input_bytes)} | {_size(independent.input_bytes)} | | "
+            f"{_quotient(grouped.input_bytes, independent.input_bytes):.3f} |"
+        ),
+        "",
+        (
+            "Publication window (the commit log's 'commit' row to its 'published' row): "
+            f"{_seconds(summary.publication_window_seconds)}; the dbt log's \"views moved "
+            f"within\": {_seconds(summary.views_moved_seconds)}; the group's refresh, from its "
+            f"first member's start to the commit row: {_seconds(summary.group_seconds)}."
+        ),
+        "",
+        group_overhead_explained(shared_pins, sum(len(tables) for tables in reads)),
+        "",
+        "| model | grouped s | independent s | grouped - independent |",
+        "|---|---:|---:|---:|",
+    ]
+    for model, seconds in grouped.model_seconds.items():
+        alone = independent.model_seconds.get(model, float("nan"))
+        lines.append(f"| {model} | {seconds:.2f} | {alone:.2f} | {seconds - alone:+.2f} |")
     return [*lines, ""]
 
 
@@ -444,6 +683,14 @@ def _size(count: float) -> str:
     return f"{count:.0f} B"
 
 
+def _quotient(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else float("nan")
+
+
+def _seconds(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.3f} s"
+
+
 def _ratio(numerator: float, denominator: float) -> str:
     return f"{numerator / denominator:.2f}" if denominator else "n/a"
 
@@ -453,6 +700,8 @@ def _join(values: Iterable[float]) -> str:
 
 
 def _batch_name(check: dict[str, Any]) -> str:
+    if check["phase"] == "group_overhead":
+        return "the group-overhead phase"
     if check["batch_sequence"] is None:
         return "the first build"
     return f"batch {check['batch_sequence']}"

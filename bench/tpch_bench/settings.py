@@ -49,6 +49,10 @@ class BenchSettings:
     spark_conf: tuple[tuple[str, str], ...] = ()
     # dbt's file log level: "debug" logs every statement with its duration.
     dbt_log_level_file: str = "info"
+    # Pairs of group-overhead measurements after the batches (0: no such phase):
+    # all ivm models refreshed in one invocation as one consistency group, and
+    # each on its own (bench/tpch_bench/group_overhead.py).
+    group_overhead_pairs: int = 0
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.batch_kinds) - set(BATCH_KINDS))
@@ -56,11 +60,24 @@ class BenchSettings:
             raise ValueError(
                 f"unknown batch kind(s) {', '.join(unknown)}; known: {', '.join(BATCH_KINDS)}"
             )
-        if self.repetitions < 1:
-            raise ValueError(f"repetitions must be at least 1, got {self.repetitions}")
+        # 0 repetitions skips the no-change refreshes and the batches: first
+        # builds, then the group-overhead phase alone.
+        if self.repetitions < 0:
+            raise ValueError(f"repetitions must be 0 or more, got {self.repetitions}")
+        if self.group_overhead_pairs < 0:
+            raise ValueError(
+                f"group-overhead pairs must be 0 or more, got {self.group_overhead_pairs}"
+            )
+        if self.group_overhead_pairs and not self.change_sizes:
+            raise ValueError("the group-overhead phase takes its batch size from --sizes: give one")
         for size in self.change_sizes:
             if not 0 < size <= 100:
                 raise ValueError(f"change sizes are percentages in (0, 100], got {size}")
+
+    @property
+    def group_overhead_size(self) -> float:
+        """The group-overhead phase's batch size: the smallest change size of the run."""
+        return min(self.change_sizes)
 
     @property
     def runtime_dir(self) -> Path:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tpch_bench import report
-from tpch_bench.batches import ORDER_KEY_SHIFT, plan_batches
+from tpch_bench.batches import ORDER_KEY_SHIFT, plan_batches, plan_run
+from tpch_bench.catalog import MODELS
+from tpch_bench.group_overhead import commits_from_rows, views_moved_seconds
+from tpch_bench.settings import BenchSettings
 
 
 def test_rf_batches_use_fresh_parts_and_free_key_slots():
@@ -119,3 +124,196 @@ def test_the_profile_sums_each_node_s_statements_by_kind():
         "DESCRIBE HISTORY": [0.125],
     }
     assert render([ivm]).splitlines()[1].split()[:2] == ["MERGE", "x1"]
+
+
+# -- the group-overhead phase -----------------------------------------------------
+
+
+def test_group_overhead_batches_come_after_the_runs_batches_on_fresh_parts():
+    settings = BenchSettings(
+        scale_factors=(1.0,),
+        change_sizes=(1.0, 0.1),
+        batch_kinds=("rf",),
+        repetitions=1,
+        models=MODELS,
+        work_dir=Path("work"),
+        results_dir=Path("results"),
+        label="t",
+        group_overhead_pairs=3,
+    )
+    plan = plan_run(settings)
+    overhead = [batch for pair in plan.group_overhead for batch in pair]
+    assert len(overhead) == 6
+    # The smallest of --sizes, always rf (it changes lineitem, which every model reads).
+    assert {(b.kind, b.size) for b in overhead} == {("rf", 0.1)}
+    assert [b.repetition for b in overhead] == [0, 0, 1, 1, 2, 2]
+    everything = [*plan.batches, *overhead]
+    assert [b.sequence for b in everything] == list(range(1, 9))
+    parts = [part for b in everything for part in (*b.insert_parts, *b.delete_parts)]
+    assert len(parts) == len(set(parts))
+
+
+def test_zero_repetitions_leaves_only_the_group_overhead_phase():
+    settings = BenchSettings(
+        scale_factors=(1.0,),
+        change_sizes=(0.1,),
+        batch_kinds=("rf",),
+        repetitions=0,
+        models=MODELS,
+        work_dir=Path("work"),
+        results_dir=Path("results"),
+        label="t",
+        group_overhead_pairs=1,
+    )
+    plan = plan_run(settings)
+    assert plan.batches == []
+    assert len(plan.group_overhead) == 1
+
+
+def _overhead_run(mode, pair, invocation, q01, q06, *, commits=None, action="INCREMENTAL"):
+    nodes = [
+        {"model": "q01_ivm", "seconds": q01, "action": action, "message": "", "ok": True},
+        {"model": "q06_ivm", "seconds": q06, "action": "INCREMENTAL", "message": "", "ok": True},
+    ]
+    if commits is None:
+        commits = (
+            [{"members": 2, "group_seconds": q01 + q06, "publication_window_seconds": 0.2 * pair}]
+            if mode == "grouped"
+            else []
+        )
+    return {
+        "pair": pair,
+        "mode": mode,
+        "position": 0,
+        "batch": {"size": 0.1, "changed_rows": 15_000},
+        "ok": True,
+        "error": None,
+        "invocation_seconds": invocation,
+        "models_seconds": q01 + q06,
+        "jobs": 100 if mode == "grouped" else 110,
+        "input_bytes": 1_000_000,
+        "nodes": nodes,
+        "commits": commits,
+        "views_moved_seconds": [0.1 * pair] if mode == "grouped" else [],
+    }
+
+
+def _overhead_results(runs):
+    """A results file with only a group-overhead phase, complete enough to draw the markdown."""
+    results = _results({}, "NO_CHANGE", ["lineitem"])
+    results.update(
+        label="t",
+        started_at="2026-11-26T13:00:00+0000",
+        environment={"cores": 2, "versions": {}, "delta": "4.0.1"},
+        session={"reused": True},
+    )
+    results["settings"].update(
+        models=["q01", "q06"],
+        model_reads={"q01": ["lineitem"], "q06": ["lineitem", "part"]},
+        scale_factors=[1],
+        change_sizes=[0.1],
+        batch_kinds=["rf"],
+        repetitions=0,
+        group_overhead_pairs=3,
+        group_overhead_size=0.1,
+    )
+    results["scales"][0].update(
+        runs=[],
+        batches=[],
+        storage=[],
+        group_overhead=runs,
+        source_rows={"lineitem": 6_001_215, "orders": 1_500_000},
+        generate_reused=True,
+        load_seconds=30.0,
+        dbt_parse_seconds=1.5,
+    )
+    return results
+
+
+def test_the_group_overhead_summary_compares_the_modes_medians():
+    runs = [
+        _overhead_run("grouped", 1, 12.0, 5.0, 6.0),
+        _overhead_run("grouped", 2, 14.0, 6.0, 7.0),
+        _overhead_run("grouped", 3, 13.0, 5.5, 6.5),
+        _overhead_run("independent", 1, 10.0, 5.0, 4.0),
+        _overhead_run("independent", 2, 11.0, 4.0, 5.0),
+        _overhead_run("independent", 3, 30.0, 4.5, 4.5),
+    ]
+    results = _overhead_results(runs)
+    summary = report.group_overhead_summary(results["scales"][0])
+    assert summary.grouped.invocation_seconds == 13.0
+    assert summary.independent.invocation_seconds == 11.0
+    assert summary.invocation_difference == 2.0
+    assert summary.invocation_ratio == pytest.approx(13 / 11)
+    assert summary.models_difference == pytest.approx(12.0 - 9.0)
+    assert summary.grouped.model_seconds == {"q01_ivm": 5.5, "q06_ivm": 6.5}
+    assert summary.publication_window_seconds == pytest.approx(0.4)
+    assert summary.views_moved_seconds == pytest.approx(0.2)
+    assert report.problems(results) == []
+    text = report.markdown(results, [])
+    assert "### Group commit overhead" in text
+    assert "| invocation wall time, s | 13.00 | 11.00 | +2.00 | 1.182 |" in text
+    # Every run listed under the medians, the grouped ones with their window.
+    assert "| 2 | grouped | ? | 14.00 | 13.00 | 100 | 0.40 | ? |" in text
+    assert "| 3 | independent | ? | 30.00 | 9.00 | 110 | - | ? |" in text
+    # The pins: q01 and q06 share lineitem, so 2 sources pinned once vs 3 in all.
+    assert "2 sources, where the independent refreshes pin each model's own, 3 in all" in text
+
+
+def test_no_group_overhead_section_without_both_modes():
+    results = _overhead_results([_overhead_run("grouped", 1, 12.0, 5.0, 6.0)])
+    assert report.group_overhead_summary(results["scales"][0]) is None
+    assert "Group commit overhead" not in report.markdown(results, [])
+
+
+@pytest.mark.parametrize(
+    ("run", "flagged"),
+    [
+        (_overhead_run("grouped", 1, 1.0, 1.0, 1.0, action="REBUILD"), "refresh was REBUILD"),
+        (_overhead_run("grouped", 1, 1.0, 1.0, 1.0, commits=[]), "expected one group commit"),
+        (
+            _overhead_run(
+                "grouped",
+                1,
+                1.0,
+                1.0,
+                1.0,
+                commits=[{"members": 2, "group_seconds": 2.0, "publication_window_seconds": None}],
+            ),
+            "no 'published' row",
+        ),
+        (
+            _overhead_run("independent", 1, 1.0, 1.0, 1.0, commits=[{"members": 2}]),
+            "its models were grouped",
+        ),
+    ],
+    ids=["not-incremental", "no-commit", "unpublished", "independent-but-grouped"],
+)
+def test_the_report_flags_group_overhead_runs_that_did_not_do_what_their_mode_says(run, flagged):
+    (problem,) = report.problems(_overhead_results([run]))
+    assert flagged in problem
+
+
+def test_commit_rows_pair_into_publication_windows():
+    rows = [
+        {"commit_id": "c1", "kind": "published", "group_name": "g", "members": 2,
+         "group_seconds": 9.5, "committed_at": "t1", "micros": 3_250_000},
+        {"commit_id": "c1", "kind": "commit", "group_name": "g", "members": 2,
+         "group_seconds": 9.0, "committed_at": "t0", "micros": 3_000_000},
+    ]  # fmt: skip
+    (commit,) = commits_from_rows(rows)
+    assert commit.group_seconds == 9.0
+    assert commit.publication_window_seconds == 0.25
+    assert (commit.committed_at, commit.published_at) == ("t0", "t1")
+    (unpublished,) = commits_from_rows(rows[1:])
+    assert unpublished.publication_window_seconds is None
+
+
+def test_the_commit_line_of_the_dbt_log_gives_the_views_moved_time():
+    line = (
+        "consistency group 'q14_promotion_effect_ivm' committed 3f2a9c1e0b7d: "
+        "tpch_sf1_models.q01_pricing_summary_ivm@7 (incremental, 3.1s); sources "
+        "tpch_sf1.lineitem@12; group refresh 41.2s, views moved within 0.41s "
+        "(log: tpch_sf1_models.ivm_group_commits)"
+    )
+    assert views_moved_seconds(["q01: refreshed; consistency group ...", line]) == [0.41]

@@ -1,7 +1,8 @@
 """The benchmark harness (bench/) end to end at SF 0.01, so that it cannot rot.
 
 One `mixed` batch of 1 % (RF1 inserts, RF2 deletes, lineitem and customer
-updates, all in one batch), one repetition. It runs in this process on the
+updates, all in one batch), one repetition, then one group-overhead pair (the
+three ivm models refreshed in one invocation, grouped and independent). It runs in this process on the
 suite's shared SparkSession (tests/conftest.py): the harness starts its session
 with getOrCreate, exactly as dbt-spark's session method does, so it finds the
 suite's session and no second JVM is started.
@@ -47,6 +48,7 @@ def smoke_run(spark, tmp_path_factory):
         label="smoke",
         schema_prefix=SCHEMA_PREFIX,
         runtime_dir_override=Path(RUNTIME_DIR),
+        group_overhead_pairs=1,
     )
     try:
         results, written = run_benchmark(settings, log=lambda line: None)
@@ -110,6 +112,29 @@ def test_every_model_has_a_timing_both_ways_and_an_incremental_refresh(smoke_run
     assert {s.model for s in summaries} == {model.name for model in MODELS}
 
 
+def test_the_group_overhead_pair_measures_both_modes(smoke_run):
+    _, results, _ = smoke_run
+    (scale,) = results["scales"]
+    records = {record["mode"]: record for record in scale["group_overhead"]}
+    assert set(records) == {"grouped", "independent"}
+    for record in records.values():
+        assert record["ok"], record["error"]
+        assert {node["model"] for node in record["nodes"]} == {m.ivm_model for m in MODELS}
+        assert {node["action"] for node in record["nodes"]} == {"INCREMENTAL"}
+        assert record["invocation_seconds"] >= record["models_seconds"] > 0
+        assert record["jobs"] > 0
+    # The three models all read lineitem: one group, one commit, published.
+    (commit,) = records["grouped"]["commits"]
+    assert commit["members"] == len(MODELS)
+    assert commit["publication_window_seconds"] >= 0
+    assert len(records["grouped"]["views_moved_seconds"]) == 1
+    assert records["independent"]["commits"] == []
+    guard = {c["model"]: c for c in scale["checks"] if c["phase"] == "group_overhead"}
+    assert set(guard) == {model.name for model in MODELS}
+    assert all(check["equal"] for check in guard.values()), guard
+    assert report.group_overhead_summary(scale) is not None
+
+
 def test_the_report_is_written(smoke_run):
     settings, _, written = smoke_run
     names = {path.name for path in written}
@@ -118,3 +143,4 @@ def test_the_report_is_written(smoke_run):
     for model in MODELS:
         assert model.name in text
     assert "WRONG" not in text
+    assert "### Group commit overhead" in text

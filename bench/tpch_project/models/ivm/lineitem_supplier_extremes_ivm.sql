@@ -1,1 +1,2 @@
+{{ config(ivm_group=var('bench_ivm_group', none)) }}
 {{ lineitem_supplier_extremes() }}

@@ -1,1 +1,2 @@
+{{ config(ivm_group=var('bench_ivm_group', none)) }}
 {{ q01_pricing_summary() }}

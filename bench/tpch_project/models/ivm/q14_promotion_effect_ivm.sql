@@ -1,1 +1,2 @@
+{{ config(ivm_group=var('bench_ivm_group', none)) }}
 {{ q14_promotion_effect() }}
