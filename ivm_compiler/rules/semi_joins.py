@@ -141,14 +141,14 @@ def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin,
     plain.set("joins", kept or None)
 
     predicates = subquery_predicates(plain)
-    for index, predicate in enumerate(predicates):
+    for predicate in predicates:
         subquery = predicate.subquery.copy()
         table = subquery.args["from_"].this
         alias = table.alias_or_name
         if alias.lower() in taken:
             # The outer query uses this name too; inside the subquery every
             # column qualified by it is the subquery's (the inner scope shadows).
-            alias = names.subquery_alias(len(found) + index)
+            alias = names.subquery_alias(len(found))
             for column in subquery.find_all(exp.Column):
                 if column.table == table.alias_or_name:
                     column.set("table", exp.to_identifier(alias, quoted=True))
@@ -175,14 +175,7 @@ def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin,
             anti=predicate.negated,
         )
         if predicate.kind == "NOT IN":
-            x, y = compared[0].this, compared[0].expression
-            if not _aliases(x) <= outer_aliases:
-                raise NotMaintainable(
-                    model,
-                    f"NOT IN testing {x.sql(dialect=DIALECT)}, which is not a value of the outer row",
-                    "test an expression over the outer query's columns",
-                )
-            semi = replace(semi, null_aware=(x, y))
+            semi = replace(semi, null_aware=(compared[0].this, compared[0].expression))
         found.append(semi)
     if predicates:
         tested = {id(p.conjunct) for p in predicates}
