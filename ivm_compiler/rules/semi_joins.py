@@ -249,14 +249,14 @@ def as_joins(rows: exp.Select, semi_joins: tuple[SemiJoin, ...]) -> exp.Select:
         conditions = [exp.EQ(this=o.copy(), expression=i.copy()) for o, i in semi.keys]
         conditions += [c.copy() for c in (*semi.outer_only, *semi.inner_only)]
         if semi.null_aware is not None:
-            # x NOT IN (... y ...) drops the row when some y compares true or NULL with x.
+            # x NOT IN (... y ...) drops the row when some y compares true or NULL
+            # with x. Written as Spark rewrites NOT IN itself, so that its
+            # optimizer recognises a null-aware anti join (a hash join, not a
+            # nested loop, when the subquery is uncorrelated).
             x, y = semi.null_aware
+            compared = exp.EQ(this=x.copy(), expression=y.copy())
             conditions.append(
-                exp.or_(
-                    exp.EQ(this=x.copy(), expression=y.copy()),
-                    exp.Is(this=x.copy(), expression=exp.Null()),
-                    exp.Is(this=y.copy(), expression=exp.Null()),
-                )
+                exp.or_(compared, exp.Is(this=exp.paren(compared.copy()), expression=exp.Null()))
             )
         joins.append(
             exp.Join(
