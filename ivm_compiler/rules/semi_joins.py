@@ -27,7 +27,9 @@ M = K over (correlation, y) (x has a partner):
 (when S is empty the first product is [x not NULL], the second [x NULL]),
 which expands to the inner-join terms
 
-    + L  - σ(x not NULL) L ⋈ N  - L ⋈ M  + L ⋈ N ⋈ M  - σ(x NULL) L ⋈ E.
+    + L  - L ⋈ M  - σ(x NULL) L ⋈ E  - σ(x not NULL) L ⋈ N  + L ⋈ N ⋈ M
+
+(the last two are left out when the subquery has `y IS NOT NULL`: N is empty).
 
 Conditions of the subquery on its own table go into the key relation;
 conditions on the outer row alone go into the ON of its join with K (a row
@@ -348,16 +350,29 @@ def _terms(term: _Term, semi: SemiJoin, index: int) -> list[_Term]:
 
     x, y = semi.null_aware
     partners = keys("keys", [*semi.keys, (x, y)])
-    has_null = keys("null", list(semi.keys), exp.Is(this=y.copy(), expression=exp.Null()))
     has_rows = keys("rows", list(semi.keys))
     x_is_null = exp.Is(this=x.copy(), expression=exp.Null())
-    return [
+    without_null_terms = [
         term,
-        term.filtered(exp.Not(this=x_is_null.copy())).joined(*has_null, semi).negated(),
         term.joined(*partners, semi).negated(),
-        term.joined(*has_null, semi).joined(*partners, semi),
         term.filtered(x_is_null).joined(*has_rows, semi).negated(),
     ]
+    if _never_null(y, semi.inner_only):
+        # The subquery filters its NULLs out (the common `WHERE y IS NOT NULL`):
+        # the relation of "has a NULL" is always empty, and so are its terms.
+        return without_null_terms
+    has_null = keys("null", list(semi.keys), exp.Is(this=y.copy(), expression=exp.Null()))
+    return [
+        *without_null_terms,
+        term.filtered(exp.Not(this=x_is_null.copy())).joined(*has_null, semi).negated(),
+        term.joined(*has_null, semi).joined(*partners, semi),
+    ]
+
+
+def _never_null(value: exp.Expression, conditions: tuple[exp.Expression, ...]) -> bool:
+    """One of the conditions is `value IS NOT NULL`."""
+    not_null = exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
+    return any(condition == not_null for condition in conditions)
 
 
 def _key_join(
