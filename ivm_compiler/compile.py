@@ -67,7 +67,10 @@ def compile_model(
     schemas = {table: catalog.columns(table) for table in tables}
     for table, columns in schemas.items():
         _refuse_reserved_source_columns(model, table, columns)
-    qualified = _inline_relations(model, _qualify(model, tree, schemas))
+    # LEFT SEMI/ANTI JOINs as EXISTS/NOT EXISTS first: sqlglot's qualify reads
+    # `d.k` in a semi join's ON as a field of a column `d` of the left side.
+    written_as_exists = semi_joins.joins_as_exists(model, tree)
+    qualified = _inline_relations(model, _qualify(model, written_as_exists, schemas))
     described = catalog.describe_query(sql)
     if isinstance(qualified, exp.SetOperation):
         return _compile_set_operation(model, sql, tree, tables, qualified, described, upstreams)

@@ -96,23 +96,24 @@ def has_semi_join(select: exp.Select) -> bool:
     )
 
 
-def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin, ...]]:
-    """The qualified SELECT without its semi and anti joins, and those joins.
+def joins_as_exists(model: str, tree: exp.Query) -> exp.Query:
+    """The query with each LEFT SEMI/ANTI JOIN written as EXISTS/NOT EXISTS in WHERE.
 
-    The SELECT keeps its projections, its other joins and the rest of WHERE.
+    `a LEFT SEMI JOIN b ON c` keeps the rows of `a` for which some row of `b`
+    satisfies `c`, which is `WHERE EXISTS (SELECT 1 FROM b WHERE c)`; a semi
+    join only filters the rows before it, so it commutes with the joins and
+    filters after it, except a RIGHT or FULL join, which pads rows it removed.
     """
-    plain = select.copy()
-    joins = plain.args.get("joins") or []
-    taken = {node.alias_or_name.lower() for node in from_tables(plain)}
-    outer_aliases = {
-        node.alias_or_name
-        for node in [plain.args["from_"].this, *[j.this for j in joins if not is_semi_or_anti(j)]]
-    }
-    found: list[SemiJoin] = []
+    if not isinstance(tree, exp.Select) or not any(
+        is_semi_or_anti(j) for j in tree.args.get("joins") or []
+    ):
+        return tree
+    select = tree.copy()
     kept: list[exp.Join] = []
-    for join in joins:
+    tests: list[exp.Expression] = []
+    for join in select.args.get("joins") or []:
         if not is_semi_or_anti(join):
-            if found and outer_joins.outer_side(join) in ("RIGHT", "FULL"):
+            if tests and outer_joins.outer_side(join) in ("RIGHT", "FULL"):
                 raise NotMaintainable(
                     model,
                     f"a {outer_joins.outer_side(join)} JOIN after a LEFT SEMI or LEFT ANTI JOIN",
@@ -129,19 +130,37 @@ def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin,
                 f"a {written} of a derived table",
                 "join a source or ref() of an ivm model directly, or " + FALLBACK_HINT,
             )
-        on = join.args.get("on")
-        found.append(
-            _semi_join(
+        if join.args.get("using"):
+            raise NotMaintainable(
                 model,
-                written,
-                join.this.copy(),
-                _conjuncts(on),
-                outer_aliases,
-                anti=kind == "ANTI",
+                f"a {written} with USING",
+                "write the equalities in ON, e.g. ON a.id = b.id",
             )
-        )
-    plain.set("joins", kept or None)
+        subquery = exp.select(exp.Literal.number(1)).from_(join.this.copy())
+        if join.args.get("on") is not None:
+            subquery = subquery.where(join.args["on"].copy())
+        # Refusals name the join as the model writes it (sqlglot copies meta).
+        subquery.meta["written"] = written
+        exists: exp.Expression = exp.Exists(this=subquery)
+        tests.append(exp.Not(this=exists) if kind == "ANTI" else exists)
+    select.set("joins", kept or None)
+    where = select.args.get("where")
+    condition = exp.and_(*tests, *([where.this.copy()] if where else []))
+    select.set("where", exp.Where(this=condition))
+    return select
 
+
+def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin, ...]]:
+    """The qualified SELECT without its EXISTS/IN tests, and those tests as semi joins.
+
+    The SELECT keeps its projections, its joins and the rest of WHERE (LEFT
+    SEMI/ANTI JOINs were written as EXISTS tests before qualification,
+    joins_as_exists).
+    """
+    plain = select.copy()
+    outer_aliases = {node.alias_or_name for node in from_tables(plain)}
+    taken = {alias.lower() for alias in outer_aliases}
+    found: list[SemiJoin] = []
     predicates = subquery_predicates(plain)
     for predicate in predicates:
         subquery = predicate.subquery.copy()
@@ -170,7 +189,7 @@ def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin,
             compared.append(exp.EQ(this=outer.copy(), expression=value.copy()))
         semi = _semi_join(
             model,
-            predicate.kind,
+            predicate.subquery.meta.get("written", predicate.kind),
             table.copy(),
             inner + (compared if predicate.kind == "IN" else []),
             outer_aliases,
