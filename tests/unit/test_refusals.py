@@ -252,6 +252,12 @@ REFUSED = [
         r"build that operand as an ivm model of its own",
     ),
     (
+        "semi_join_using",
+        "SELECT t.a FROM shop.t LEFT SEMI JOIN shop.u USING (a)",
+        r"^a LEFT SEMI JOIN of 'u' with USING$",
+        r"^write the equalities in ON",
+    ),
+    (
         "full_join_after_a_semi_join",
         "SELECT t.a FROM shop.t LEFT ANTI JOIN shop.u ON t.a = u.a FULL JOIN shop.kv ON t.a = kv.id",
         r"^a FULL JOIN after a LEFT SEMI or LEFT ANTI JOIN$",
