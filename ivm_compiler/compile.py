@@ -40,7 +40,7 @@ from ivm_compiler.plan import (
     ViewClass,
     ViewPlan,
 )
-from ivm_compiler.rules import aggregates, counting, extremes, outer_joins
+from ivm_compiler.rules import aggregates, counting, extremes, outer_joins, semi_joins
 
 # Bump when the meaning of stored state changes: every model is then rebuilt once.
 STATE_FORMAT_VERSION = 2
@@ -67,14 +67,15 @@ def compile_model(
     schemas = {table: catalog.columns(table) for table in tables}
     for table, columns in schemas.items():
         _refuse_reserved_source_columns(model, table, columns)
-    qualified = _inline_relations(model, _qualify(model, tree, schemas))
+    # LEFT SEMI/ANTI JOINs as EXISTS/NOT EXISTS first: sqlglot's qualify reads
+    # `d.k` in a semi join's ON as a field of a column `d` of the left side.
+    written_as_exists = semi_joins.joins_as_exists(model, tree)
+    qualified = _inline_relations(model, _qualify(model, written_as_exists, schemas))
     described = catalog.describe_query(sql)
     if isinstance(qualified, exp.SetOperation):
         return _compile_set_operation(model, sql, tree, tables, qualified, described, upstreams)
-    sources = tuple(
-        SourceRef(alias=node.alias_or_name, table=TableName.of(node))
-        for node in from_tables(qualified)
-    )
+    # The rows without their semi and anti joins, which become key relations of join terms.
+    unfiltered, semis = semi_joins.extract(model, qualified)
     projections = [p.this if isinstance(p, exp.Alias) else p for p in qualified.expressions]
     if len(described) != len(projections):
         raise NotMaintainable(
@@ -129,7 +130,11 @@ def compile_model(
         OutputColumn(name=name, data_type=data_type, expression=final)
         for (name, data_type), final in zip(described, finals)
     )
-    rows = _flattened_rows(qualified, keys, arguments)
+    unfiltered_rows = _flattened_rows(unfiltered, keys, arguments)
+    rows = semi_joins.as_joins(unfiltered_rows, semis)
+    sources = tuple(
+        SourceRef(alias=node.alias_or_name, table=TableName.of(node)) for node in from_tables(rows)
+    )
     column_types = {
         ref.alias: {name.lower(): data_type for name, data_type in schemas[ref.table]}
         for ref in sources
@@ -148,7 +153,7 @@ def compile_model(
         outputs=outputs,
         having=having_final,
         fingerprint=_fingerprint(view_class, tables, qualified, described, upstreams),
-        join_terms=outer_joins.expand(model, rows, column_types),
+        join_terms=semi_joins.expand(model, unfiltered_rows, semis, column_types),
     )
 
 
@@ -247,6 +252,12 @@ def _compile_set_operation(
             raise NotMaintainable(
                 model,
                 f"an operand of {kind} that aggregates or uses DISTINCT",
+                "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
+            )
+        if semi_joins.has_semi_join(operand):
+            raise NotMaintainable(
+                model,
+                f"a LEFT SEMI or LEFT ANTI JOIN inside an operand of {kind}",
                 "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
             )
         if outer_joins.has_outer_join(operand):

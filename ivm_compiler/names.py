@@ -93,3 +93,17 @@ def join_key(index: int) -> str:
 def key_relation(join_index: int) -> str:
     """The alias of the key relation of the model's join_index-th JOIN."""
     return f"{RESERVED_PREFIX}keys{join_index}"
+
+
+def semi_key_relation(predicate_index: int, role: str) -> str:
+    """The alias of a key relation of the model's predicate_index-th semi or anti join.
+
+    role: "keys" (the correlation and IN keys), "null" (NOT IN: the subquery
+    has a NULL) or "rows" (NOT IN: the subquery has a row).
+    """
+    return f"{RESERVED_PREFIX}semi{predicate_index}_{role}"
+
+
+def subquery_alias(predicate_index: int) -> str:
+    """The alias a subquery's table takes when its own alias is taken by the outer query."""
+    return f"{RESERVED_PREFIX}sq{predicate_index}"

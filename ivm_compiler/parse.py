@@ -221,8 +221,9 @@ def check_supported(model: str, tree: exp.Expression) -> None:
         )
 
     for branch in branches:
+        allowed = _check_subquery_predicates(model, branch, in_set_operation=len(branches) > 1)
         for node in branch.walk():
-            _check_node(model, branch, node)
+            _check_node(model, branch, node, allowed)
             if isinstance(node, exp.Select):
                 _check_relation_names(model, node)
 
@@ -257,20 +258,168 @@ def _is_relation(node: exp.Expression) -> bool:
     return False
 
 
-def _check_node(model: str, root: exp.Select, node: exp.Expression) -> None:
+# -- EXISTS / IN subqueries (rules/semi_joins.py maintains them) ------------------
+
+SUBQUERY_PREDICATES = "EXISTS, NOT EXISTS, IN and NOT IN"
+
+
+@dataclass(frozen=True)
+class SubqueryPredicate:
+    """A top-level conjunct of a WHERE clause that tests a subquery: EXISTS, NOT EXISTS, IN, NOT IN."""
+
+    # The conjunct itself (NOT included), to remove it from the WHERE clause.
+    conjunct: exp.Expression
+    # "EXISTS", "NOT EXISTS", "IN" or "NOT IN".
+    kind: str
+    subquery: exp.Select
+    # IN and NOT IN only: the tested outer expressions, one per subquery column.
+    tested: tuple[exp.Expression, ...] = ()
+
+    @property
+    def negated(self) -> bool:
+        return self.kind.startswith("NOT")
+
+    @property
+    def a_kind(self) -> str:
+        """The kind with its article, for messages: an EXISTS, a NOT IN."""
+        return ("a " if self.negated else "an ") + self.kind
+
+
+def where_conjuncts(select: exp.Select) -> list[exp.Expression]:
+    """The top-level AND-ed conditions of a SELECT's WHERE clause (parentheses removed)."""
+    where = select.args.get("where")
+    if where is None:
+        return []
+    condition = where.this.unnest()
+    conjuncts = condition.flatten() if isinstance(condition, exp.And) else [condition]
+    return [c.unnest() for c in conjuncts]
+
+
+def subquery_predicate(conjunct: exp.Expression) -> SubqueryPredicate | None:
+    """The conjunct as an EXISTS/IN test of a single SELECT, or None."""
+    negated = isinstance(conjunct, exp.Not)
+    test = conjunct.this.unnest() if negated else conjunct
+    prefix = "NOT " if negated else ""
+    if isinstance(test, exp.Exists) and isinstance(test.this, exp.Select):
+        return SubqueryPredicate(conjunct, f"{prefix}EXISTS", test.this)
+    query = test.args.get("query") if isinstance(test, exp.In) else None
+    if query is None:
+        return None
+    select = query.this if isinstance(query, exp.Subquery) else query
+    if not isinstance(select, exp.Select):
+        return None
+    outer = test.this.unnest()
+    tested = tuple(outer.expressions) if isinstance(outer, exp.Tuple) else (outer,)
+    return SubqueryPredicate(conjunct, f"{prefix}IN", select, tested)
+
+
+def subquery_predicates(select: exp.Select) -> list[SubqueryPredicate]:
+    return [p for c in where_conjuncts(select) if (p := subquery_predicate(c)) is not None]
+
+
+def _check_subquery_predicates(model: str, root: exp.Select, in_set_operation: bool) -> set[int]:
+    """Check the root's EXISTS/IN conjuncts; return the ids of the subquery nodes they allow.
+
+    Every other subquery in an expression is refused by _check_node, those
+    nested in or beside a predicate here with a message of their own.
+    """
+    predicates = subquery_predicates(root)
+    allowed: set[int] = set()
+    for predicate in predicates:
+        if in_set_operation:
+            raise NotMaintainable(
+                model,
+                f"{predicate.a_kind} subquery inside an operand of a set operation",
+                "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
+            )
+        _check_subquery_shape(model, predicate)
+        allowed.add(id(predicate.subquery))
+        if isinstance(predicate.subquery.parent, exp.Subquery):
+            allowed.add(id(predicate.subquery.parent))
+    where = root.args.get("where")
+    for node in where.find_all(exp.Exists, exp.In) if where else []:
+        query = node.this if isinstance(node, exp.Exists) else node.args.get("query")
+        if query is not None and id(query) not in allowed:
+            raise NotMaintainable(
+                model,
+                f"an EXISTS or IN subquery under OR, NOT or another expression "
+                f"({node.sql(dialect=DIALECT)[:80]})",
+                f"make each {SUBQUERY_PREDICATES} test a condition of its own in WHERE, joined "
+                "to the others with AND (an OR of two tests can be a UNION of two models), or "
+                + FALLBACK_HINT,
+            )
+    return allowed
+
+
+def _check_subquery_shape(model: str, predicate: SubqueryPredicate) -> None:
+    """One table, filtered: what a semi join against its distinct keys can stand for."""
+    select, kind, a_kind = predicate.subquery, predicate.kind, predicate.a_kind
+    build_it = (
+        "build the subquery as an ivm model of its own and ref() it inside the "
+        f"{kind}, or " + FALLBACK_HINT
+    )
+    relations = from_tables(select)
+    if select.args.get("with_") or len(relations) != 1 or not isinstance(relations[0], exp.Table):
+        raise NotMaintainable(
+            model, f"{a_kind} subquery that reads a join, a CTE or a derived table", build_it
+        )
+    if (
+        select.args.get("group")
+        or select.args.get("having")
+        or any(p.find(exp.AggFunc) for p in select.expressions)
+    ):
+        raise NotMaintainable(model, f"{a_kind} subquery that aggregates", build_it)
+    for clause, written in (("limit", "LIMIT"), ("offset", "OFFSET")):
+        if select.args.get(clause):
+            raise NotMaintainable(
+                model,
+                f"{written} in {a_kind} subquery (which rows it keeps depends on their order)",
+                "remove it, or " + FALLBACK_HINT,
+            )
+    nested = next(
+        (n for n in select.find_all(exp.Select, exp.Subquery) if n is not select),
+        None,
+    )
+    if nested is not None:
+        raise NotMaintainable(
+            model,
+            f"a subquery nested inside {a_kind} subquery",
+            "build the inner part as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
+        )
+    if kind == "NOT IN" and len(predicate.tested) > 1:
+        raise NotMaintainable(
+            model,
+            "NOT IN over several columns (its NULL rules compare the columns one by one)",
+            "write NOT EXISTS with an equality per column if the columns are never NULL, or "
+            + FALLBACK_HINT,
+        )
+    if predicate.tested and len(predicate.tested) != len(select.expressions):
+        raise NotMaintainable(
+            model,
+            f"{kind} comparing {len(predicate.tested)} values with a subquery of "
+            f"{len(select.expressions)} columns",
+            "select exactly the compared columns in the subquery",
+        )
+
+
+def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
     if isinstance(node, exp.SetOperation):
         raise NotMaintainable(
             model,
             f"the set operation {set_operation_kind(node)} inside the query",
             "make it the whole model (an ivm model of its own) and ref() it, or " + FALLBACK_HINT,
         )
-    if node is not root and isinstance(node, (exp.Select, exp.Subquery)) and not _is_relation(node):
+    if (
+        node is not root
+        and isinstance(node, (exp.Select, exp.Subquery))
+        and not _is_relation(node)
+        and id(node) not in allowed
+    ):
         raise NotMaintainable(
             model,
-            "a subquery inside an expression (scalar, IN or EXISTS)",
-            "write it as an inner JOIN (for IN or EXISTS, against a SELECT DISTINCT of the "
-            "subquery's keys), "
-            "or " + FALLBACK_HINT,
+            "a scalar subquery, or EXISTS/IN outside the WHERE clause",
+            "write it as a JOIN, or as a condition of the outer query's WHERE "
+            f"({SUBQUERY_PREDICATES} are maintained there), or " + FALLBACK_HINT,
         )
     if isinstance(node, exp.Join):
         _check_join(model, node)
@@ -363,7 +512,7 @@ def _check_relation_names(model: str, select: exp.Select) -> None:
 
 
 def _check_join(model: str, join: exp.Join) -> None:
-    """Inner, cross and outer joins are maintained (relations.py, rules/outer_joins.py)."""
+    """Inner, cross, outer, semi and anti joins are maintained (relations.py, rules/)."""
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     method = (join.args.get("method") or "").upper()
@@ -373,12 +522,14 @@ def _check_join(model: str, join: exp.Join) -> None:
         )
     inner = not side and kind in ("", "INNER", "CROSS")
     outer = side in ("LEFT", "RIGHT", "FULL") and kind in ("", "OUTER")
-    if inner or outer:
+    semi = side in ("", "LEFT") and kind in ("SEMI", "ANTI")
+    if inner or outer or semi:
         return
     written = " ".join(part for part in (side, kind) if part)
     raise NotMaintainable(
         model,
-        f"{written} JOIN (inner, cross, LEFT, RIGHT and FULL joins are maintained)",
+        f"{written} JOIN (inner, cross, LEFT, RIGHT, FULL, LEFT SEMI and LEFT ANTI joins "
+        "are maintained)",
         "write the condition as an inner JOIN, or " + FALLBACK_HINT,
     )
 

@@ -149,6 +149,53 @@ OUTER_JOIN_QUERIES = {
     ),
 }
 
+# Semi and anti joins over the same sources: a row appears when its first
+# partner arrives and vanishes when its last one goes; NOT IN also follows
+# Spark's NULL rules (a NULL in the subquery hides every row, an empty
+# subquery shows every row, NULL tested values included).
+SEMI_JOIN_QUERIES = {
+    # Correlated EXISTS with a condition on the subquery's table; a filter beside it.
+    "exists_rows": (
+        "select s.k, s.g, s.v from {src} s where exists "
+        "(select 1 from {dim} d where d.k = s.k and d.w > 0) and s.g is not null"
+    ),
+    # NOT EXISTS with a condition on the outer row inside the subquery: a row
+    # failing it has an empty subquery and stays.
+    "not_exists_rows": (
+        "select s.k, s.g from {src} s where not exists "
+        "(select 1 from {dim} d where d.k = s.k and s.v > 0)"
+    ),
+    # NOT IN with NULLs on both sides (src.k and dim.w are nullable).
+    "not_in_nulls": (
+        "select k, g, v from {src} where k not in (select w from {dim} where name = 'x')"
+    ),
+    # IN over the model's own source (the subquery's table takes another
+    # alias), grouped.
+    "in_self_grouped": (
+        "select g, count(*) as n, sum(v) as sv from {src} "
+        "where k in (select v from {src} where g = 'a') group by g"
+    ),
+    # LEFT SEMI JOIN under a grouped aggregate with MAX.
+    "semi_join_grouped": (
+        "select s.g, count(*) as n, max(s.v) as mx from {src} s "
+        "left semi join {dim} d on s.k = d.k and d.w is not null group by s.g"
+    ),
+    # LEFT ANTI JOIN correlated on two columns.
+    "anti_join_two_keys": (
+        "select s.k, s.v, s.g from {src} s left anti join {dim} d on s.k = d.k and s.v = d.w"
+    ),
+    # An uncorrelated EXISTS (all rows or none) and an IN over two columns.
+    "exists_uncorrelated": (
+        "select s.k, s.v from {src} s where exists (select 1 from {tag} t where t.label = 'X') "
+        "and (s.k, s.v) in (select d.k, d.w from {dim} d)"
+    ),
+    # NOT IN of a column an outer join pads with NULL.
+    "left_join_not_in": (
+        "select s.k, d.name from {src} s left join {dim} d on s.k = d.k "
+        "where d.name not in (select t.name from {tag} t where t.label = 'X')"
+    ),
+}
+
 SOURCE_NAMES = ("src", "dim", "tag")
 
 

@@ -213,8 +213,10 @@ class TestRefusalsAndFallbacks(IvmProject):
         results = run_dbt(["run", "--select", "correlated"], expect_pass=False)
         message = str(results[0].message)
         assert "model.test.correlated" in message
-        assert "a subquery inside an expression (scalar, IN or EXISTS) is not supported" in message
-        assert "Fix: write it as an inner JOIN" in message
+        assert (
+            "a scalar subquery, or EXISTS/IN outside the WHERE clause is not supported" in message
+        )
+        assert "Fix: write it as a JOIN" in message
         tables = {r.tableName for r in spark.sql(f"SHOW TABLES IN {project.test_schema}").collect()}
         assert not {"correlated", "correlated__ivm_state"} & tables
 

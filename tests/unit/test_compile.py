@@ -651,3 +651,104 @@ def test_aggregates_unknown_to_sqlglot_are_refused(
 ) -> None:
     with pytest.raises(NotMaintainable, match=r"the aggregate "):
         compile_with(sql, describe)
+
+
+# -- semi and anti joins (rules/semi_joins.py) -----------------------------------
+
+SHIPMENTS = {**SOURCES, "shop.shipments": [("id", "int"), ("carrier", "string")]}
+
+
+def _terms(plan) -> list[tuple[int, list[str]]]:
+    """Each join term's sign and the roles of its key relations (keys, null, rows)."""
+    return [
+        (term.sign, [relation.alias.rsplit("_", 1)[1] for relation in term.key_relations])
+        for term in plan.join_terms
+    ]
+
+
+@pytest.mark.parametrize(
+    ("condition", "terms"),
+    [
+        # L ⋈ K
+        ("EXISTS (SELECT 1 FROM shop.shipments s WHERE s.id = o.id)", [(1, ["keys"])]),
+        ("o.id IN (SELECT id FROM shop.shipments)", [(1, ["keys"])]),
+        # L - L ⋈ K
+        (
+            "NOT EXISTS (SELECT 1 FROM shop.shipments s WHERE s.id = o.id)",
+            [(1, []), (-1, ["keys"])],
+        ),
+        # L - L ⋈ M - σ(x NULL) L ⋈ E - σ(x not NULL) L ⋈ N + L ⋈ N ⋈ M
+        (
+            "o.id NOT IN (SELECT id FROM shop.shipments)",
+            [(1, []), (-1, ["keys"]), (-1, ["rows"]), (-1, ["null"]), (1, ["null", "keys"])],
+        ),
+        # A subquery without NULLs has an empty N.
+        (
+            "o.id NOT IN (SELECT id FROM shop.shipments WHERE id IS NOT NULL)",
+            [(1, []), (-1, ["keys"]), (-1, ["rows"])],
+        ),
+    ],
+)
+def test_semi_and_anti_join_terms(condition: str, terms: list[tuple[int, list[str]]]) -> None:
+    sql = f"SELECT o.customer FROM shop.orders o WHERE {condition}"
+    plan, _ = compile_with(sql, [("customer", "string")], sources=SHIPMENTS)
+    assert _terms(plan) == terms
+    # The build reads the subquery's table as one more source, and pins it.
+    assert plan.sources[1].table == TableName(db="shop", name="shipments")
+    assert len(plan.tables) == 2
+
+
+def test_not_in_terms_split_on_the_tested_value_being_null() -> None:
+    sql = "SELECT o.customer FROM shop.orders o WHERE o.id NOT IN (SELECT id FROM shop.shipments)"
+    plan, _ = compile_with(sql, [("customer", "string")], sources=SHIPMENTS)
+    wheres = [
+        t.rows.args["where"].this.sql("spark") if t.rows.args.get("where") else ""
+        for t in plan.join_terms
+    ]
+    assert wheres == ["", "", "`o`.`id` IS NULL", "NOT `o`.`id` IS NULL", ""]
+    # The NULL rule of the build's anti join is Spark's own NOT IN rewrite.
+    anti = plan.rows.args["joins"][0]
+    assert (anti.side, anti.kind) == ("LEFT", "ANTI")
+    assert anti.args["on"].sql("spark") == (
+        "`o`.`id` = `shipments`.`id` OR (`o`.`id` = `shipments`.`id`) IS NULL"
+    )
+
+
+def test_uncorrelated_exists_is_one_key_true() -> None:
+    sql = "SELECT customer FROM shop.orders WHERE EXISTS (SELECT 1 FROM shop.shipments WHERE carrier = 'ups')"
+    plan, _ = compile_with(sql, [("customer", "string")], sources=SHIPMENTS)
+    (term,) = plan.join_terms
+    (relation,) = term.key_relations
+    assert relation.keys == (exp.true(),)
+    assert relation.condition.sql("spark") == "`shipments`.`carrier` = 'ups'"
+    assert term.rows.args["joins"][0].args["on"].sql("spark") == (
+        f"TRUE = `{relation.alias}`.`__ivm_k0`"
+    )
+
+
+def test_subquery_over_the_models_own_table_takes_another_alias() -> None:
+    sql = "SELECT id FROM shop.orders WHERE id IN (SELECT qty FROM shop.orders WHERE qty > 0)"
+    plan, _ = compile_with(sql, [("id", "int")])
+    assert plan.sources == (
+        SourceRef(alias="orders", table=ORDERS_TABLE),
+        SourceRef(alias="__ivm_sq0", table=ORDERS_TABLE),
+    )
+    (relation,) = plan.join_terms[0].key_relations
+    assert relation.keys[0].sql("spark") == "`__ivm_sq0`.`qty`"
+    assert relation.condition.sql("spark") == "`__ivm_sq0`.`qty` > 0"
+
+
+def test_conditions_on_the_outer_row_go_into_the_key_join() -> None:
+    # A row failing o.qty > 0 has an empty subquery: NOT EXISTS keeps it.
+    sql = (
+        "SELECT o.customer FROM shop.orders o WHERE NOT EXISTS "
+        "(SELECT 1 FROM shop.shipments s WHERE s.id = o.id AND o.qty > 0 AND s.carrier = 'ups')"
+    )
+    plan, _ = compile_with(sql, [("customer", "string")], sources=SHIPMENTS)
+    kept, removed = plan.join_terms
+    assert kept.rows.args.get("joins") is None
+    (relation,) = removed.key_relations
+    assert relation.condition.sql("spark") == "`s`.`carrier` = 'ups'"
+    assert removed.rows.args["joins"][0].args["on"].sql("spark") == (
+        f"`o`.`id` = `{relation.alias}`.`__ivm_k0` AND `o`.`qty` > 0"
+    )

@@ -33,16 +33,16 @@ SOURCES = {
 
 # (id, model SQL, regex the construct named in the message must match, regex for the hint or None)
 REFUSED = [
-    # semi and anti joins (written as joins; EXISTS/IN are refused as subqueries)
-    *[
+    # joins without a delta rule
+    (
+        "right_semi_join",
+        "SELECT u.a FROM shop.t RIGHT SEMI JOIN shop.u ON t.a = u.a",
         (
-            f"{written.lower().replace(' ', '_')}",
-            f"SELECT t.a FROM shop.t {written} shop.u ON t.a = u.a",
-            rf"^{written} \(inner, cross, LEFT, RIGHT and FULL joins are maintained\)$",
-            r"^write the condition as an inner JOIN, or ",
-        )
-        for written in ("LEFT SEMI JOIN", "LEFT ANTI JOIN")
-    ],
+            r"^RIGHT SEMI JOIN \(inner, cross, LEFT, RIGHT, FULL, LEFT SEMI and LEFT ANTI joins "
+            r"are maintained\)$"
+        ),
+        r"^write the condition as an inner JOIN, or ",
+    ),
     # outer joins whose padding has no key rule
     (
         "right_join_after_another_join",
@@ -134,18 +134,135 @@ REFUSED = [
         (
             name,
             sql,
-            r"^a subquery inside an expression \(scalar, IN or EXISTS\)$",
-            r"^write it as an inner JOIN \(for IN or EXISTS, against a SELECT DISTINCT",
+            r"^a scalar subquery, or EXISTS/IN outside the WHERE clause$",
+            (
+                r"^write it as a JOIN, or as a condition of the outer query's WHERE \(EXISTS, NOT "
+                r"EXISTS, IN and NOT IN are maintained there\), or "
+            ),
         )
         for name, sql in [
-            ("subquery_in_where", "SELECT a FROM shop.t WHERE a IN (SELECT a FROM shop.u)"),
-            (
-                "exists_subquery",
-                "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u WHERE u.a = t.a)",
-            ),
             ("scalar_subquery", "SELECT a, (SELECT MAX(a) FROM shop.u) AS top FROM shop.t"),
+            (
+                "exists_in_select_list",
+                "SELECT a, EXISTS (SELECT 1 FROM shop.u WHERE u.a = t.a) AS e FROM shop.t",
+            ),
+            (
+                "in_subquery_in_having",
+                (
+                    "SELECT s, COUNT(*) AS n FROM shop.t GROUP BY s HAVING MAX(a) IN "
+                    "(SELECT a FROM shop.u)"
+                ),
+            ),
+            (
+                "exists_in_a_join_condition",
+                (
+                    "SELECT t.a FROM shop.t JOIN shop.kv ON t.a = kv.id AND EXISTS "
+                    "(SELECT 1 FROM shop.u WHERE u.a = t.a)"
+                ),
+            ),
+            (
+                "exists_in_a_cte",
+                (
+                    "WITH x AS (SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u "
+                    "WHERE u.a = t.a)) SELECT a FROM x"
+                ),
+            ),
         ]
     ],
+    # EXISTS / IN subqueries outside what a semi join against distinct keys stands for
+    (
+        "exists_under_or",
+        "SELECT a FROM shop.t WHERE b > 0 OR EXISTS (SELECT 1 FROM shop.u WHERE u.a = t.a)",
+        r"^an EXISTS or IN subquery under OR, NOT or another expression \(EXISTS\(",
+        r"^make each EXISTS, NOT EXISTS, IN and NOT IN test a condition of its own in WHERE",
+    ),
+    (
+        "in_subquery_inside_case",
+        "SELECT a FROM shop.t WHERE CASE WHEN b > 0 THEN a IN (SELECT a FROM shop.u) END",
+        r"^an EXISTS or IN subquery under OR, NOT or another expression",
+        r"joined to the others with AND",
+    ),
+    (
+        "exists_correlated_by_inequality",
+        "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u WHERE u.a < t.a)",
+        (
+            r"^the condition `u`.`a` < `t`.`a` in EXISTS \(it relates the subquery to the outer "
+            r"query other than by an equality\)$"
+        ),
+        r"^correlate by equalities between an outer and a subquery column",
+    ),
+    (
+        "semi_join_on_an_inequality",
+        "SELECT t.a FROM shop.t LEFT SEMI JOIN shop.u ON t.a = u.a AND t.b <> u.a",
+        r"^the condition `t`.`b` <> `u`.`a` in LEFT SEMI JOIN of 'u' \(it relates",
+        r"^correlate by equalities",
+    ),
+    (
+        "not_in_subquery_reading_the_outer_row",
+        "SELECT a FROM shop.t WHERE a NOT IN (SELECT u.a + t.b FROM shop.u)",
+        r"^the NOT IN subquery's column `u`.`a` \+ `t`.`b`, which reads the outer query$",
+        r"^select columns of the subquery's own table",
+    ),
+    (
+        "in_subquery_that_aggregates",
+        "SELECT a FROM shop.t WHERE a IN (SELECT MAX(a) FROM shop.u)",
+        r"^an IN subquery that aggregates$",
+        r"^build the subquery as an ivm model of its own and ref\(\) it inside the IN, or ",
+    ),
+    (
+        "exists_subquery_that_groups",
+        "SELECT a FROM shop.t WHERE EXISTS (SELECT a FROM shop.u WHERE u.a = t.a GROUP BY a)",
+        r"^an EXISTS subquery that aggregates$",
+        r"ref\(\) it inside the EXISTS",
+    ),
+    (
+        "not_exists_subquery_with_limit",
+        "SELECT a FROM shop.t WHERE NOT EXISTS (SELECT 1 FROM shop.u WHERE u.a = t.a LIMIT 1)",
+        r"^LIMIT in a NOT EXISTS subquery \(which rows it keeps depends on their order\)$",
+        r"^remove it, or ",
+    ),
+    (
+        "nested_subquery",
+        "SELECT a FROM shop.t WHERE a IN (SELECT a FROM shop.u WHERE a IN (SELECT id FROM shop.kv))",
+        r"^a subquery nested inside an IN subquery$",
+        r"^build the inner part as an ivm model of its own",
+    ),
+    (
+        "in_subquery_over_a_join",
+        "SELECT a FROM shop.t WHERE a IN (SELECT u.a FROM shop.u JOIN shop.kv ON u.a = kv.id)",
+        r"^an IN subquery that reads a join, a CTE or a derived table$",
+        r"ref\(\) it inside the IN",
+    ),
+    (
+        "not_in_over_two_columns",
+        "SELECT a FROM shop.t WHERE (a, b) NOT IN (SELECT id, n FROM shop.kv)",
+        r"^NOT IN over several columns \(its NULL rules compare the columns one by one\)$",
+        r"^write NOT EXISTS with an equality per column",
+    ),
+    (
+        "semi_join_subquery_in_a_set_operation",
+        "SELECT a FROM shop.t WHERE a IN (SELECT a FROM shop.u) UNION ALL SELECT a FROM shop.u",
+        r"^an IN subquery inside an operand of a set operation$",
+        r"build that operand as an ivm model of its own",
+    ),
+    (
+        "left_semi_join_in_a_set_operation",
+        "SELECT t.a FROM shop.t LEFT SEMI JOIN shop.u ON t.a = u.a UNION ALL SELECT a FROM shop.u",
+        r"^a LEFT SEMI or LEFT ANTI JOIN inside an operand of UNION ALL$",
+        r"build that operand as an ivm model of its own",
+    ),
+    (
+        "semi_join_using",
+        "SELECT t.a FROM shop.t LEFT SEMI JOIN shop.u USING (a)",
+        r"^a LEFT SEMI JOIN of 'u' with USING$",
+        r"^write the equalities in ON",
+    ),
+    (
+        "full_join_after_a_semi_join",
+        "SELECT t.a FROM shop.t LEFT ANTI JOIN shop.u ON t.a = u.a FULL JOIN shop.kv ON t.a = kv.id",
+        r"^a FULL JOIN after a LEFT SEMI or LEFT ANTI JOIN$",
+        r"^start the FROM clause with the outer join",
+    ),
     (
         "aggregating_subquery_in_from",
         "SELECT x.n FROM (SELECT a, COUNT(*) AS n FROM shop.t GROUP BY a) AS x",

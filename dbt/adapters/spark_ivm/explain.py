@@ -106,8 +106,8 @@ def explain(refresh: Refresh) -> Explanation:
         )
     if plan.join_terms:
         lines.append(
-            f"  outer joins:  rewritten as {len(plan.join_terms)} signed inner-join terms "
-            "(NULL-padded rows minus those whose key has a partner)"
+            f"  outer/semi/anti joins: rewritten as {len(plan.join_terms)} signed inner-join "
+            "terms over key relations (the distinct keys that have a partner)"
         )
         relations_seen = {k.alias: k for t in plan.join_terms for k in t.key_relations}
         for relation in relations_seen.values():

@@ -1,0 +1,425 @@
+"""EXISTS, NOT EXISTS, IN, NOT IN and LEFT SEMI/ANTI JOIN as signed sums of inner joins.
+
+A semi join keeps a row while it has at least one partner, so it is not
+linear in the subquery's input: a row appears when its first partner arrives
+and disappears when its last one goes. With K(R), the distinct non-NULL keys
+of the subquery's rows (the key relations of rules/outer_joins.py),
+
+    L ⋉ R  =  L ⋈ K(R)              (EXISTS, IN, LEFT SEMI JOIN)
+    L ▷ R  =  L - L ⋈ K(R)          (NOT EXISTS, LEFT ANTI JOIN)
+
+K has one row per key, so each row of L joins it at most once, and its
+change is the keys that gained their first or lost their last partner
+(relations.key_changes). A NULL key never matches: K leaves NULL keys out
+and `=` never pairs them. The keys are the subquery's equalities with the
+outer query (its correlation), then, for IN, the compared columns; a
+subquery without correlation has the one key TRUE, so K(R) is one row while
+R has any and none otherwise.
+
+`x NOT IN (SELECT y FROM R WHERE q)` is Spark's null-aware anti join: a row
+passes when the subquery is empty; otherwise only when x is not NULL, no y
+is NULL and no y equals x. With S the subquery's rows (per correlation key),
+E = K(S) (S has a row), N = K(S where y IS NULL) (S has a NULL) and
+M = K over (correlation, y) (x has a partner):
+
+    pass = [x not NULL] (1 - [N]) (1 - [M]) + [x NULL] (1 - [E])
+
+(when S is empty the first product is [x not NULL], the second [x NULL]),
+which expands to the inner-join terms
+
+    + L  - L ⋈ M  - σ(x NULL) L ⋈ E  - σ(x not NULL) L ⋈ N  + L ⋈ N ⋈ M
+
+(the last two are left out when the subquery has `y IS NOT NULL`: N is empty).
+
+Conditions of the subquery on its own table go into the key relation;
+conditions on the outer row alone go into the ON of its join with K (a row
+failing them has an empty subquery); anything else that relates the two
+sides is refused.
+
+The build reads the same rows with Spark's own LEFT SEMI and LEFT ANTI joins
+(NOT IN's anti join matches when x = y is true or NULL), appended after the
+model's joins: a semi join only filters the rows of the inputs before it, so
+it commutes with the joins and filters that follow it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from sqlglot import exp
+
+from ivm_compiler import names
+from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
+from ivm_compiler.parse import (
+    DIALECT,
+    TableName,
+    from_tables,
+    subquery_predicates,
+    where_conjuncts,
+)
+from ivm_compiler.plan import JoinTerm, KeyRelation, SourceRef
+from ivm_compiler.rules import outer_joins
+
+
+@dataclass(frozen=True)
+class SemiJoin:
+    """One semi or anti join of the model, however it was written."""
+
+    # How the model writes it, for messages: "EXISTS", "NOT IN", "LEFT SEMI JOIN"...
+    written: str
+    # The subquery's (or joined) table, under an alias no other input of the model uses.
+    table: exp.Table
+    # (outer expression, subquery expression) pairs that must be equal: the
+    # correlation, then IN's compared columns.
+    keys: tuple[tuple[exp.Expression, exp.Expression], ...]
+    # Conditions on the outer row alone, and on the subquery's row alone.
+    outer_only: tuple[exp.Expression, ...]
+    inner_only: tuple[exp.Expression, ...]
+    # A row passes while it has no partner (NOT EXISTS, NOT IN, LEFT ANTI JOIN).
+    anti: bool
+    # NOT IN only: (x, y), compared with NULL-aware rules.
+    null_aware: tuple[exp.Expression, exp.Expression] | None = None
+
+    @property
+    def alias(self) -> str:
+        return self.table.alias_or_name
+
+
+def is_semi_or_anti(join: exp.Join) -> bool:
+    return (join.args.get("kind") or "").upper() in ("SEMI", "ANTI")
+
+
+def has_semi_join(select: exp.Select) -> bool:
+    return bool(subquery_predicates(select)) or any(
+        is_semi_or_anti(join) for join in select.args.get("joins") or []
+    )
+
+
+def joins_as_exists(model: str, tree: exp.Query) -> exp.Query:
+    """The query with each LEFT SEMI/ANTI JOIN written as EXISTS/NOT EXISTS in WHERE.
+
+    `a LEFT SEMI JOIN b ON c` keeps the rows of `a` for which some row of `b`
+    satisfies `c`, which is `WHERE EXISTS (SELECT 1 FROM b WHERE c)`; a semi
+    join only filters the rows before it, so it commutes with the joins and
+    filters after it, except a RIGHT or FULL join, which pads rows it removed.
+    """
+    if not isinstance(tree, exp.Select) or not any(
+        is_semi_or_anti(j) for j in tree.args.get("joins") or []
+    ):
+        return tree
+    select = tree.copy()
+    kept: list[exp.Join] = []
+    tests: list[exp.Expression] = []
+    for join in select.args.get("joins") or []:
+        if not is_semi_or_anti(join):
+            if tests and outer_joins.outer_side(join) in ("RIGHT", "FULL"):
+                raise NotMaintainable(
+                    model,
+                    f"a {outer_joins.outer_side(join)} JOIN after a LEFT SEMI or LEFT ANTI JOIN",
+                    "start the FROM clause with the outer join, or build the semi join as an "
+                    "ivm model of its own and ref() it",
+                )
+            kept.append(join)
+            continue
+        kind = join.args["kind"].upper()
+        written = f"LEFT {kind} JOIN of {join.this.alias_or_name!r}"
+        if not isinstance(join.this, exp.Table):
+            raise NotMaintainable(
+                model,
+                f"a {written} of a derived table",
+                "join a source or ref() of an ivm model directly, or " + FALLBACK_HINT,
+            )
+        if join.args.get("using"):
+            raise NotMaintainable(
+                model,
+                f"a {written} with USING",
+                "write the equalities in ON, e.g. ON a.id = b.id",
+            )
+        subquery = exp.select(exp.Literal.number(1)).from_(join.this.copy())
+        if join.args.get("on") is not None:
+            subquery = subquery.where(join.args["on"].copy())
+        # Refusals name the join as the model writes it (sqlglot copies meta).
+        subquery.meta["written"] = written
+        exists: exp.Expression = exp.Exists(this=subquery)
+        tests.append(exp.Not(this=exists) if kind == "ANTI" else exists)
+    select.set("joins", kept or None)
+    where = select.args.get("where")
+    condition = exp.and_(*tests, *([where.this.copy()] if where else []))
+    select.set("where", exp.Where(this=condition))
+    return select
+
+
+def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin, ...]]:
+    """The qualified SELECT without its EXISTS/IN tests, and those tests as semi joins.
+
+    The SELECT keeps its projections, its joins and the rest of WHERE (LEFT
+    SEMI/ANTI JOINs were written as EXISTS tests before qualification,
+    joins_as_exists).
+    """
+    plain = select.copy()
+    outer_aliases = {node.alias_or_name for node in from_tables(plain)}
+    taken = {alias.lower() for alias in outer_aliases}
+    found: list[SemiJoin] = []
+    predicates = subquery_predicates(plain)
+    for predicate in predicates:
+        subquery = predicate.subquery.copy()
+        table = subquery.args["from_"].this
+        alias = table.alias_or_name
+        if alias.lower() in taken:
+            # The outer query uses this name too; inside the subquery every
+            # column qualified by it is the subquery's (the inner scope shadows).
+            alias = names.subquery_alias(len(found))
+            for column in subquery.find_all(exp.Column):
+                if column.table == table.alias_or_name:
+                    column.set("table", exp.to_identifier(alias, quoted=True))
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+        taken.add(alias.lower())
+        inner = _conjuncts(subquery.args["where"].this if subquery.args.get("where") else None)
+        compared = []
+        for outer, projection in zip(predicate.tested, subquery.expressions):
+            value = projection.this if isinstance(projection, exp.Alias) else projection
+            if not _aliases(value) <= {alias}:
+                raise NotMaintainable(
+                    model,
+                    f"the {predicate.kind} subquery's column {value.sql(dialect=DIALECT)}, which "
+                    "reads the outer query",
+                    "select columns of the subquery's own table, and correlate in its WHERE",
+                )
+            compared.append(exp.EQ(this=outer.copy(), expression=value.copy()))
+        semi = _semi_join(
+            model,
+            predicate.subquery.meta.get("written", predicate.kind),
+            table.copy(),
+            inner + (compared if predicate.kind == "IN" else []),
+            outer_aliases,
+            anti=predicate.negated,
+        )
+        if predicate.kind == "NOT IN":
+            semi = replace(semi, null_aware=(compared[0].this, compared[0].expression))
+        found.append(semi)
+    if predicates:
+        tested = {id(p.conjunct) for p in predicates}
+        rest = [c.copy() for c in where_conjuncts(plain) if id(c) not in tested]
+        plain.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
+    return plain, tuple(found)
+
+
+def _semi_join(
+    model: str,
+    written: str,
+    table: exp.Table,
+    conditions: list[exp.Expression],
+    outer_aliases: set[str],
+    anti: bool,
+) -> SemiJoin:
+    """Split a semi join's conditions into key equalities and conditions on one side."""
+    inner_alias = table.alias_or_name
+    keys, outer_only, inner_only = [], [], []
+    for conjunct in conditions:
+        used = _aliases(conjunct)
+        if used <= {inner_alias}:
+            inner_only.append(conjunct)
+        elif used <= outer_aliases:
+            outer_only.append(conjunct)
+        elif (pair := _sides(conjunct, outer_aliases, inner_alias)) is not None:
+            keys.append(pair)
+        else:
+            raise NotMaintainable(
+                model,
+                f"the condition {conjunct.sql(dialect=DIALECT)} in {written} (it relates the "
+                "subquery to the outer query other than by an equality)",
+                "correlate by equalities between an outer and a subquery column, with "
+                "other conditions on one side alone, or " + FALLBACK_HINT,
+            )
+    return SemiJoin(
+        written=written,
+        table=table,
+        keys=tuple(keys),
+        outer_only=tuple(outer_only),
+        inner_only=tuple(inner_only),
+        anti=anti,
+    )
+
+
+def _sides(
+    conjunct: exp.Expression, outer_aliases: set[str], inner_alias: str
+) -> tuple[exp.Expression, exp.Expression] | None:
+    """(outer side, subquery side) of an equality between the two, else None."""
+    if not isinstance(conjunct, exp.EQ):
+        return None
+    a, b = conjunct.this, conjunct.expression
+    a_uses, b_uses = _aliases(a), _aliases(b)
+    if a_uses and b_uses and a_uses <= outer_aliases and b_uses == {inner_alias}:
+        return a, b
+    if a_uses and b_uses and b_uses <= outer_aliases and a_uses == {inner_alias}:
+        return b, a
+    return None
+
+
+# -- the rows the build reads ----------------------------------------------------
+
+
+def as_joins(rows: exp.Select, semi_joins: tuple[SemiJoin, ...]) -> exp.Select:
+    """The rows with every semi and anti join as Spark's LEFT SEMI / LEFT ANTI JOIN, last."""
+    if not semi_joins:
+        return rows
+    select = rows.copy()
+    joins = list(select.args.get("joins") or [])
+    for semi in semi_joins:
+        conditions = [exp.EQ(this=o.copy(), expression=i.copy()) for o, i in semi.keys]
+        conditions += [c.copy() for c in (*semi.outer_only, *semi.inner_only)]
+        if semi.null_aware is not None:
+            # x NOT IN (... y ...) drops the row when some y compares true or NULL
+            # with x. Written as Spark rewrites NOT IN itself, so that its
+            # optimizer recognises a null-aware anti join (a hash join, not a
+            # nested loop, when the subquery is uncorrelated).
+            x, y = semi.null_aware
+            compared = exp.EQ(this=x.copy(), expression=y.copy())
+            conditions.append(
+                exp.or_(compared, exp.Is(this=exp.paren(compared.copy()), expression=exp.Null()))
+            )
+        joins.append(
+            exp.Join(
+                this=semi.table.copy(),
+                on=exp.and_(*conditions) if conditions else exp.true(),
+                side="LEFT",
+                kind="ANTI" if semi.anti else "SEMI",
+            )
+        )
+    select.set("joins", joins)
+    return select
+
+
+# -- the signed inner-join terms of the change ------------------------------------
+
+
+@dataclass(frozen=True)
+class _Term:
+    sign: int
+    select: exp.Select
+    key_relations: tuple[KeyRelation, ...] = ()
+
+    def joined(self, relation: KeyRelation, outer_keys: list[exp.Expression], semi: SemiJoin):
+        select = self.select.copy()
+        joins = select.args.get("joins") or []
+        select.set("joins", [*joins, _key_join(relation, outer_keys, semi.outer_only)])
+        return replace(self, select=select, key_relations=(*self.key_relations, relation))
+
+    def filtered(self, condition: exp.Expression) -> _Term:
+        return replace(self, select=self.select.copy().where(condition))
+
+    def negated(self) -> _Term:
+        return replace(self, sign=-self.sign)
+
+
+def expand(
+    model: str,
+    rows: exp.Select,
+    semi_joins: tuple[SemiJoin, ...],
+    column_types: Mapping[str, Mapping[str, str]],
+) -> tuple[JoinTerm, ...]:
+    """The rows (without their semi joins) and the semi joins as signed inner-join terms.
+
+    Each term's outer joins are then expanded by rules/outer_joins.py. () when
+    the model has neither: its rows are linear in every input.
+    """
+    terms = [_Term(sign=1, select=rows.copy())]
+    for index, semi in enumerate(semi_joins):
+        terms = [t for term in terms for t in _terms(term, semi, index)]
+    if not semi_joins and not outer_joins.has_outer_join(rows):
+        return ()
+    expanded = []
+    for term in terms:
+        outer = outer_joins.expand(model, term.select, column_types)
+        if not outer:
+            expanded.append(JoinTerm(term.sign, term.select, term.key_relations))
+        for inner in outer:
+            expanded.append(
+                JoinTerm(
+                    sign=term.sign * inner.sign,
+                    rows=inner.rows,
+                    key_relations=(*term.key_relations, *inner.key_relations),
+                )
+            )
+    return tuple(expanded)
+
+
+def _terms(term: _Term, semi: SemiJoin, index: int) -> list[_Term]:
+    source = SourceRef(alias=semi.alias, table=TableName.of(semi.table))
+
+    def keys(
+        role: str, pairs: list[tuple[exp.Expression, exp.Expression]], *where: exp.Expression
+    ) -> tuple[KeyRelation, list[exp.Expression]]:
+        """The key relation of `pairs` (outer, subquery) and the outer keys that join it."""
+        # Without keys the subquery is one group: the key TRUE on both sides,
+        # so the relation has one row while the subquery has any.
+        pairs = pairs or [(exp.true(), exp.true())]
+        relation = KeyRelation(
+            alias=names.semi_key_relation(index, role),
+            source=source,
+            keys=tuple(inner.copy() for _, inner in pairs),
+            condition=_conjunction([*semi.inner_only, *where]),
+        )
+        return relation, [outer for outer, _ in pairs]
+
+    if semi.null_aware is None:
+        matched = term.joined(*keys("keys", list(semi.keys)), semi)
+        return [term, matched.negated()] if semi.anti else [matched]
+
+    x, y = semi.null_aware
+    partners = keys("keys", [*semi.keys, (x, y)])
+    has_rows = keys("rows", list(semi.keys))
+    x_is_null = exp.Is(this=x.copy(), expression=exp.Null())
+    without_null_terms = [
+        term,
+        term.joined(*partners, semi).negated(),
+        term.filtered(x_is_null).joined(*has_rows, semi).negated(),
+    ]
+    if _never_null(y, semi.inner_only):
+        # The subquery filters its NULLs out (the common `WHERE y IS NOT NULL`):
+        # the relation of "has a NULL" is always empty, and so are its terms.
+        return without_null_terms
+    has_null = keys("null", list(semi.keys), exp.Is(this=y.copy(), expression=exp.Null()))
+    return [
+        *without_null_terms,
+        term.filtered(exp.Not(this=x_is_null.copy())).joined(*has_null, semi).negated(),
+        term.joined(*has_null, semi).joined(*partners, semi),
+    ]
+
+
+def _never_null(value: exp.Expression, conditions: tuple[exp.Expression, ...]) -> bool:
+    """One of the conditions is `value IS NOT NULL`."""
+    not_null = exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
+    return any(condition == not_null for condition in conditions)
+
+
+def _key_join(
+    relation: KeyRelation, outer_keys: list[exp.Expression], outer_only: tuple
+) -> exp.Join:
+    """JOIN <key relation> ON each outer key = its key column AND the outer row's own conditions."""
+    alias = exp.to_identifier(relation.alias, quoted=True)
+    equalities = [
+        exp.EQ(this=key.copy(), expression=exp.column(names.join_key(i), table=alias, quoted=True))
+        for i, key in enumerate(outer_keys)
+    ]
+    return exp.Join(
+        this=exp.Table(this=alias.copy(), alias=exp.TableAlias(this=alias.copy())),
+        on=exp.and_(*equalities, *[c.copy() for c in outer_only]),
+    )
+
+
+def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
+    if condition is None:
+        return []
+    condition = condition.unnest()
+    found = condition.flatten() if isinstance(condition, exp.And) else [condition]
+    return [c.unnest().copy() for c in found]
+
+
+def _conjunction(conditions: list[exp.Expression]) -> exp.Expression | None:
+    return exp.and_(*[c.copy() for c in conditions]) if conditions else None
+
+
+def _aliases(node: exp.Expression) -> set[str]:
+    return {column.table for column in node.find_all(exp.Column) if column.table}
