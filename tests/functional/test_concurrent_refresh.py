@@ -1,15 +1,17 @@
-"""Two refreshes of one model at once: the change is applied once, the loser stops cleanly.
+"""Two refreshes of one model at once: the change must be applied once, the loser stop cleanly.
 
 Two dbt invocations that refresh the same model both read the same recorded
 state and compute the same change. The test makes that happen
 deterministically: just before this run's MERGE, the same MERGE is committed
-as if by the other invocation (same statement, same session confs), then this
-run's MERGE goes ahead. Delta must skip it, the refresh must say so, and the
-model must hold the change exactly once.
+as if by the other invocation, then this run's MERGE goes ahead. It should
+apply nothing and say so; today it applies the change a second time (a known
+gap of issue 6, README "Known limits"), so the test is a strict xfail: it
+starts failing the suite the day the gap is closed, and then loses its mark.
 """
 
 from __future__ import annotations
 
+import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
@@ -20,6 +22,13 @@ from tests.functional.ivm_project import QUERIES, OneSourceProject
 class TestConcurrentRefresh(OneSourceProject):
     model_names = ("grouped",)
 
+    @pytest.mark.xfail(
+        strict=True,
+        reason="known gap (issue 6): a refresh whose MERGE starts after another refresh of "
+        "the same model committed applies the same change again. Delta's idempotent-write "
+        "confs would stop it but leak to every statement of the shared embedded session; "
+        "the planned fix is a guard row in the state that the MERGE checks.",
+    )
     def test_the_second_refresh_of_the_same_change_applies_nothing(
         self, project, spark, source_table
     ):

@@ -21,15 +21,14 @@ from ivm_compiler import TableName
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 METADATA_MARKER = "spark_ivm"
 
-# In the embedded runtime every dbt thread shares one SparkSession, so a
-# session conf set for one commit (its metadata, its idempotent-write key) is
-# seen by any statement another thread runs meanwhile. Every commit the plugin
-# makes therefore runs under this lock: refresh commits set and reset their
-# confs inside it, and the commit log's appends wait for it, so an append can
-# never carry another commit's idempotent-write key (Delta would skip it as a
-# repeat). dbt's own statements on other threads (a table model's rebuild) may
-# still carry a refresh's confs: harmless, as each table is written at most once
-# while the confs are set, and Delta only skips a repeated (id, version) pair.
+# In the embedded runtime every dbt thread (and anything else in the process)
+# shares one SparkSession, so a session conf set for one commit is seen by any
+# statement another thread runs meanwhile. The plugin's commits run under this
+# lock: a refresh sets and resets its commit metadata inside it, and the commit
+# log's appends wait for it, so no plugin commit carries another's metadata.
+# (Delta's idempotent-write confs were tried for concurrent refreshes of one
+# model and dropped for this reason: another thread's INSERT into a source,
+# made while they were set, would be skipped as a repeat.)
 COMMIT_LOCK = threading.Lock()
 
 Rows = Sequence[Sequence[Any]]
@@ -161,29 +160,6 @@ def set_commit_metadata(metadata: dict[str, Any]) -> str:
 
 def reset_commit_metadata() -> str:
     return f"RESET {USER_METADATA_CONF}"
-
-
-# Delta's idempotent DML: while both are set, a MERGE/INSERT/UPDATE/DELETE into a
-# table that has already committed a transaction of this application id with
-# this version or a later one is skipped (it commits nothing, returns no rows).
-TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
-
-
-def refresh_app_id(state: TableName) -> str:
-    """The application id of every refresh of one state table."""
-    return f"{METADATA_MARKER}:{state}"
-
-
-def set_idempotent_txn(state: TableName, version: int) -> list[str]:
-    # The value is the rest of the statement: a table name cannot end it early
-    # (its ';' is escaped as in set_commit_metadata).
-    app_id = refresh_app_id(state).replace(";", "\\u003b")
-    return [f"SET {TXN_APP_ID_CONF}={app_id}", f"SET {TXN_VERSION_CONF}={int(version)}"]
-
-
-def reset_idempotent_txn() -> list[str]:
-    return [f"RESET {TXN_APP_ID_CONF}", f"RESET {TXN_VERSION_CONF}"]
 
 
 def commit_metadata(

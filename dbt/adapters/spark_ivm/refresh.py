@@ -167,7 +167,7 @@ class Refresh:
             if choice.estimate is not None:
                 self.log.debug(f"{self.model}: applying the change: {choice.reason}")
             try:
-                self._apply_changes(plan, pinned, windows, result, recorded.state_version)
+                self._apply_changes(plan, pinned, windows, result)
             except Exception as error:
                 if not delta.is_change_history_unavailable(error):
                     raise
@@ -512,30 +512,14 @@ class Refresh:
         pinned: dict[TableName, delta.SourceSnapshot],
         windows: dict[TableName, Window],
         result: RefreshResult,
-        from_state_version: int,
     ) -> None:
         refresh_id = uuid.uuid4().hex
         metadata = delta.commit_metadata(
             refresh_id, self.state, plan.fingerprint, list(pinned.values())
         )
-        # The change is computed against the state at from_state_version. A
-        # second refresh of this model that started from the same version (a
-        # concurrent dbt invocation) must not apply it again: the MERGE is an
-        # idempotent Delta write keyed by that version, so only the first of
-        # them commits and Delta skips the other.
-        columns, rows = self._commit(
-            emit.merge_changes(plan, self.state, windows), metadata, txn_version=from_state_version
-        )
-        if not rows:
-            # Delta's MERGE answers with one row of counts; none means it was skipped.
-            raise ConcurrentRefresh(
-                f"{self.model}: another refresh of this model, started from the same state "
-                f"(version {from_state_version} of {self.state}), committed first; this one "
-                "applied nothing. The model is correct at that refresh's source versions; "
-                "run it again to bring it further. (Two refreshes of one model at once: "
-                "one of them always stops like this.)"
-            )
-        merged = dict(zip(columns, rows[0]))
+        # Delta's MERGE answers with one row of counts (num_affected_rows, ...).
+        columns, rows = self._commit(emit.merge_changes(plan, self.state, windows), metadata)
+        merged = dict(zip(columns, rows[0])) if rows else {}
         result.action = "incremental"
         result.rows_inserted = int(merged.get("num_inserted_rows") or 0)
         result.rows_updated = int(merged.get("num_updated_rows") or 0)
@@ -548,23 +532,15 @@ class Refresh:
             result.reason = "source changes cancelled out"
 
     def _commit(
-        self, statement: str, metadata: dict[str, Any], txn_version: int | None = None
+        self, statement: str, metadata: dict[str, Any]
     ) -> tuple[list[str], Sequence[Sequence[Any]]]:
-        """Run one committing statement with the refresh's metadata attached to its commit.
-
-        With txn_version, the statement is an idempotent Delta write keyed by
-        it (delta.set_idempotent_txn).
-        """
-        txn = delta.set_idempotent_txn(self.state, txn_version) if txn_version is not None else []
+        """Run one committing statement with the refresh's metadata attached to its commit."""
         with delta.COMMIT_LOCK:
-            for setting in [delta.set_commit_metadata(metadata), *txn]:
-                self.runner.execute(setting)
+            self.runner.execute(delta.set_commit_metadata(metadata))
             try:
                 return self.runner.query(statement)
             finally:
-                resets = delta.reset_idempotent_txn() if txn else []
-                for reset in [delta.reset_commit_metadata(), *resets]:
-                    self.runner.execute(reset)
+                self.runner.execute(delta.reset_commit_metadata())
 
     # -- the fallback path --------------------------------------------------
 
@@ -581,10 +557,6 @@ class Refresh:
 
 
 FIRST_BUILD = "first build"
-
-
-class ConcurrentRefresh(RuntimeError):
-    """Another refresh of the same model committed the change this one computed."""
 
 
 # Commits of a source read when it is pinned: a window longer than this
