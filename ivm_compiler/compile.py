@@ -9,6 +9,7 @@ names and types).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ from ivm_compiler.parse import (
     TableName,
     from_tables,
     parse_model,
+    parse_statement,
     set_operation_branches,
     set_operation_kind,
 )
@@ -59,9 +61,36 @@ def compile_model(
     sql: str,
     catalog: Catalog,
     upstreams: Mapping[TableName, UpstreamModel] | None = None,
+    written: str | None = None,
 ) -> ViewPlan:
-    """Compile a model's SQL; `upstreams` are the sources that are ivm models themselves."""
+    """Compile a model's SQL; `upstreams` are the sources that are ivm models themselves.
+
+    `written` is the model's SQL as its author wrote it when `sql` is that query
+    rewritten to read plan nodes (nodes.py): the view keeps the written query's
+    column names, and the plan keeps the written query, the one the model must
+    equal at the pinned source versions.
+    """
     upstreams = {t: u for t, u in (upstreams or {}).items()}
+    plan = _compile(model, sql, catalog, upstreams, written or sql)
+    if written is None:
+        return plan
+    written_tree = parse_statement(model, written)
+    tables = {*source_tables(plan.query), *source_tables(written_tree)}
+    return dataclasses.replace(
+        plan,
+        sql=written,
+        query=written_tree,
+        upstreams={t: u for t, u in upstreams.items() if t in tables},
+    )
+
+
+def _compile(
+    model: str,
+    sql: str,
+    catalog: Catalog,
+    upstreams: dict[TableName, UpstreamModel],
+    written: str,
+) -> ViewPlan:
     tree = parse_model(model, sql)
     tables = source_tables(tree)
     schemas = {table: catalog.columns(table) for table in tables}
@@ -70,8 +99,8 @@ def compile_model(
     # LEFT SEMI/ANTI JOINs as EXISTS/NOT EXISTS first: sqlglot's qualify reads
     # `d.k` in a semi join's ON as a field of a column `d` of the left side.
     written_as_exists = semi_joins.joins_as_exists(model, tree)
-    qualified = _inline_relations(model, _qualify(model, written_as_exists, schemas))
-    described = catalog.describe_query(sql)
+    qualified = _inline_relations(model, qualify_model(model, written_as_exists, schemas))
+    described = catalog.describe_query(written)
     if isinstance(qualified, exp.SetOperation):
         return _compile_set_operation(model, sql, tree, tables, qualified, described, upstreams)
     # The rows without their semi and anti joins, which become key relations of join terms.
@@ -352,9 +381,10 @@ def _with_clauses(target: exp.Select, source: exp.Select, clauses: tuple[str, ..
     return target
 
 
-def _qualify(
-    model: str, tree: exp.Query, schemas: dict[TableName, list[tuple[str, str]]]
+def qualify_model(
+    model: str, tree: exp.Expression, schemas: dict[TableName, list[tuple[str, str]]]
 ) -> exp.Query:
+    """Every column qualified by its relation and every `*` expanded, or NotMaintainable."""
     nested: dict = {}
     for table, columns in schemas.items():
         level = nested

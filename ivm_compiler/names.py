@@ -7,6 +7,9 @@ columns would collide with it.
 
 RESERVED_PREFIX = "__ivm_"
 
+# `<model>__ivm_state`: the Delta table behind an ivm model's view.
+STATE_SUFFIX = f"{RESERVED_PREFIX}state"
+
 COUNT = f"{RESERVED_PREFIX}count"  # multiplicity of the row / number of rows in the group
 SIGN = f"{RESERVED_PREFIX}sign"  # +1 / -1 on a change-feed row
 COPY = f"{RESERVED_PREFIX}copy"  # the exploded copy index when a bag view repeats a row

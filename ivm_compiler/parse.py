@@ -149,6 +149,14 @@ class TableName:
 
 def parse_model(model: str, sql: str) -> exp.Query:
     """Parse the model's SQL into one SELECT or one set operation of SELECTs, or raise."""
+    tree = parse_statement(model, sql)
+    check_supported(model, tree)
+    assert isinstance(tree, (exp.Select, exp.SetOperation))
+    return tree
+
+
+def parse_statement(model: str, sql: str) -> exp.Expression:
+    """Parse the model's SQL into its one statement, whatever it contains."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
     except ParseError as error:
@@ -161,10 +169,7 @@ def parse_model(model: str, sql: str) -> exp.Query:
         raise NotMaintainable(
             model, f"{len(statements)} SQL statements", "a model must be exactly one SELECT"
         )
-    tree = statements[0]
-    check_supported(model, tree)
-    assert isinstance(tree, (exp.Select, exp.SetOperation))
-    return tree
+    return statements[0]
 
 
 def from_tables(select: exp.Select) -> list[exp.Expression]:

@@ -95,3 +95,9 @@ def state_builds(spark: SparkSession, schema: str, model: str) -> int:
     state = TableName(db=schema, name=f"{model}__ivm_state")
     operations = [row["operation"] for row in spark.sql(delta.describe_history(state)).collect()]
     return sum(1 for operation in operations if "CREATE" in operation or "REPLACE" in operation)
+
+
+def node_models(spark: SparkSession, schema: str, model: str) -> list[str]:
+    """The plan nodes kept for a model's CTEs and subqueries: views `<model>__ivm_cte_<name>`."""
+    views = spark.sql(f"SHOW VIEWS IN {schema} LIKE '{model}__ivm_cte_*'").collect()
+    return sorted(row["viewName"] for row in views)

@@ -196,6 +196,34 @@ SEMI_JOIN_QUERIES = {
     ),
 }
 
+# CTEs and FROM-subqueries that aggregate, remove duplicates or are set
+# operations: each is kept as a plan node (an ivm model of its own beside the
+# model) that the model reads through its change feed.
+NODE_QUERIES = {
+    # An aggregating CTE joined to a dimension.
+    "cte_totals": (
+        "with totals as (select k, sum(v) as sv, count(*) as n from {src} group by k) "
+        "select d.name, t.sv, t.n from {dim} d join totals t on d.k = t.k"
+    ),
+    # The rows holding their group's maximum: src is read by the node and by the
+    # model, which must see it at one version.
+    "group_max_rows": (
+        "select s.k, s.g, s.v from {src} s "
+        "join (select g, max(v) as mx from {src} group by g) m on s.g = m.g and s.v = m.mx"
+    ),
+    # A set operation in a CTE, then a join and a grouping.
+    "union_names": (
+        "with names as (select name from {dim} union select name from {tag}) "
+        "select t.label, count(*) as n from names x join {tag} t on x.name = t.name "
+        "group by t.label"
+    ),
+    # Two nodes, the second aggregating over the first.
+    "chained": (
+        "with a as (select k, max(v) as mx from {src} group by k), "
+        "b as (select mx, count(*) as n from a group by mx) select b.mx, b.n from b"
+    ),
+}
+
 SOURCE_NAMES = ("src", "dim", "tag")
 
 

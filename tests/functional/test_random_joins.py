@@ -20,10 +20,12 @@ from hypothesis import strategies as st
 from tests.functional.ivm_checks import (
     assert_model_matches_sources,
     latest_version,
+    node_models,
     state_builds,
 )
 from tests.functional.ivm_project import (
     JOIN_QUERIES,
+    NODE_QUERIES,
     SOURCE_NAMES,
     IvmProject,
     create_join_sources,
@@ -119,10 +121,12 @@ class RandomJoinChanges(IvmProject):
                 spark, project.test_schema, model, query, list(SOURCE_NAMES)
             )
             assert versions, f"{model} reads none of the sources"
-            # Built once by the `sources` fixture, then maintained incrementally.
-            assert state_builds(spark, project.test_schema, model) == 1, (
-                f"{model} was rebuilt instead of refreshed incrementally"
-            )
+            # Built once by the `sources` fixture, then maintained incrementally,
+            # and so are the plan nodes of its CTEs and subqueries.
+            for maintained in (model, *node_models(spark, project.test_schema, model)):
+                assert state_builds(spark, project.test_schema, maintained) == 1, (
+                    f"{maintained} was rebuilt instead of refreshed incrementally"
+                )
             for name, version in versions.items():
                 assert version == current[name], (
                     f"{model} records {name}@{version}, the source is at {current[name]}"
@@ -155,3 +159,18 @@ class TestRandomJoinChanges(RandomJoinChanges):
         self._refresh_and_check(project, spark, sources, extremes)
         row = spark.sql(f"SELECT * FROM {project.test_schema}.global_extremes").collect()[0]
         assert (row["mn"], str(row["mx"]), row["ng"], row["n"]) == (2, "1.50", 2, 3)
+
+
+class TestRandomNodeChanges(RandomJoinChanges):
+    """CTEs and subqueries that aggregate, dedupe or combine, kept as plan nodes."""
+
+    queries = NODE_QUERIES
+
+    def test_every_unmergeable_relation_is_a_plan_node(self, project, spark, sources):
+        found = {model: node_models(spark, project.test_schema, model) for model in self.queries}
+        assert found == {
+            "cte_totals": ["cte_totals__ivm_cte_totals"],
+            "group_max_rows": ["group_max_rows__ivm_cte_m"],
+            "union_names": ["union_names__ivm_cte_names"],
+            "chained": ["chained__ivm_cte_a", "chained__ivm_cte_b"],
+        }

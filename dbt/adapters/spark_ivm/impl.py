@@ -37,7 +37,7 @@ from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult, table_name_of
 from dbt.adapters.spark_ivm.strategy import AUTO
 from dbt.adapters.spark_ivm.strict import StrictReads
-from ivm_compiler import InvalidSource, NotMaintainable, TableName
+from ivm_compiler import InvalidSource, NotMaintainable, TableName, names
 from ivm_compiler.emit import (
     QUERY_AT_VERSIONS_PROPERTY,
     QUERY_PROPERTY,
@@ -55,7 +55,7 @@ _GROUP_RUNS_LOCK = threading.Lock()
 _STRICT_READS: dict[str, StrictReads] = {}
 _STRICT_READS_LOCK = threading.Lock()
 
-STATE_SUFFIX = "__ivm_state"
+STATE_SUFFIX = names.STATE_SUFFIX
 
 
 class SparkIvmAdapter(SparkAdapter):
@@ -276,6 +276,9 @@ class SparkIvmAdapter(SparkAdapter):
             relation_exists=lambda table: self._relation_type(relation, table),
             drop_relation=lambda table, kind: self._drop(relation, table, kind),
             catalog_columns=lambda table: self._source_columns(relation, table),
+            relation_created=lambda table, kind: self.cache_added(
+                _relation_at(relation, table, kind)
+            ),
             upstream_materializations={
                 str(name).lower(): str(materialized)
                 for name, materialized in (upstream or {}).items()

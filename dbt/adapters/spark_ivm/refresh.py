@@ -30,10 +30,19 @@ from sqlglot import exp, parse_one
 from dbt.adapters.spark_ivm import delta, strategy
 from dbt.adapters.spark_ivm.groups import Staged
 from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
-from ivm_compiler import InvalidSource, NotMaintainable, TableName, ViewPlan, compile_model, emit
+from ivm_compiler import (
+    InvalidSource,
+    NotMaintainable,
+    TableName,
+    ViewPlan,
+    compile_model,
+    emit,
+    names,
+    nodes,
+)
 from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import first_line
-from ivm_compiler.parse import DIALECT, parse_model
+from ivm_compiler.parse import DIALECT, parse_model, parse_statement
 from ivm_compiler.plan import UpstreamModel
 from ivm_compiler.relations import Window
 
@@ -98,15 +107,26 @@ class Refresh:
     publisher: Publisher | None = None
     # ivm_strategy: auto | incremental | recompute (strategy.py).
     strategy: str = strategy.AUTO
+    # Tells dbt's relation cache about a relation the refresh created besides the
+    # model's own (a plan node's view and state), so later lookups find it.
+    relation_created: Callable[[TableName, str], None] = lambda table, kind: None
+    # A plan node's refresh pins its sources through the model's refresh, so the
+    # node and the model read every source at the same version.
+    pins_from: Refresh | None = None
     _started: float = field(default_factory=time.monotonic, init=False, repr=False)
     # The model's refresh history (its view carries it) and this refresh's change size.
     _history: list[strategy.RefreshRecord] = field(default_factory=list, init=False, repr=False)
     _change: strategy.ChangeSize | None = field(default=None, init=False, repr=False)
+    # Every source pinned in this refresh (by the model or its plan nodes), by lower-case name.
+    _pins: dict[str, delta.SourceSnapshot] = field(default_factory=dict, init=False, repr=False)
+    _split: nodes.Split | None = field(default=None, init=False, repr=False)
 
     def run(self) -> RefreshResult:
         started = self._started = time.monotonic()
         try:
-            plan = self.compile()
+            split = self.split()
+            self._refresh_nodes(split)
+            plan = self.compile(split)
         except NotMaintainable as refusal:
             if self.fallback != FALLBACK_FULL_REFRESH:
                 raise
@@ -118,10 +138,53 @@ class Refresh:
         result.seconds = time.monotonic() - started
         return result
 
-    def compile(self) -> ViewPlan:
-        """The model's plan; raises NotMaintainable before any SQL changes data."""
-        upstreams = self._upstream_models(source_tables(parse_model(self.model, self.sql)))
-        return compile_model(self.model, self.sql, _SparkCatalog(self), upstreams)
+    def split(self) -> nodes.Split:
+        """The model's query and its plan nodes (CTEs and subqueries that cannot be merged)."""
+        self._split = nodes.split_nodes(self.model, self.sql, self.target, self.catalog_columns)
+        return self._split
+
+    def compile(self, split: nodes.Split | None = None) -> ViewPlan:
+        """The model's plan; raises NotMaintainable before any SQL changes data.
+
+        With plan nodes, their views must exist (the run refreshes them first).
+        """
+        split = split or self.split()
+        tables = source_tables(parse_model(self.model, split.sql))
+        if split.nodes:
+            tables += source_tables(parse_statement(self.model, self.sql))
+        upstreams = self._upstream_models(list(dict.fromkeys(tables)))
+        return compile_model(
+            self.model,
+            split.sql,
+            _SparkCatalog(self),
+            upstreams,
+            written=self.sql if split.nodes else None,
+        )
+
+    def _refresh_nodes(self, split: nodes.Split) -> None:
+        """Refresh each plan node, in order, as an ivm model of its own, at this refresh's pins."""
+        for node in split.nodes:
+            state = state_of(node.relation)
+            node_refresh = Refresh(
+                runner=self.runner,
+                log=self.log,
+                model=f"{self.model} (CTE {node.name})",
+                sql=node.sql,
+                target=node.relation,
+                state=state,
+                full_refresh=self.full_refresh,
+                relation_exists=self.relation_exists,
+                drop_relation=self.drop_relation,
+                catalog_columns=self.catalog_columns,
+                upstream_materializations=self.upstream_materializations,
+                strategy=self.strategy,
+                relation_created=self.relation_created,
+                pins_from=self,
+            )
+            result = node_refresh.run()
+            self.relation_created(state, "table")
+            self.relation_created(node.relation, "view")
+            self.log.info(f"{self.model}: CTE {node.name}: {result.message}")
 
     # -- the ivm path -------------------------------------------------------
 
@@ -261,7 +324,7 @@ class Refresh:
         history = self._history_after(result, pinned)
         published = emit.Published(
             state_version=state_version,
-            source_versions={t: s.version for t, s in pinned.items()},
+            source_versions={s.table: s.version for s in self._recorded_pins(pinned)},
             properties={strategy.HISTORY_PROPERTY: history} if history else {},
         )
         view_sql = emit.create_view(plan, self.state, self.target, self.docs, published)
@@ -382,6 +445,16 @@ class Refresh:
         refresh just wrote (it publishes in the same commit); any other
         upstream ivm model at the state its view shows.
         """
+        if self.pins_from is not None:
+            return self.pins_from.pin(table, upstream)
+        key = str(table).lower()
+        if key not in self._pins:
+            self._pins[key] = replace(self._pin_for_run(table, upstream), table=table)
+        return self._pins[key]
+
+    def _pin_for_run(
+        self, table: TableName, upstream: UpstreamModel | None
+    ) -> delta.SourceSnapshot:
         progress = self.publisher.progress if self.publisher else None
         key = str(table).lower()
         same_group = progress is not None and key in {
@@ -395,8 +468,26 @@ class Refresh:
                 self._pin_group_inputs(progress.group.base_inputs)
             if key not in progress.pins:
                 progress.pins[key] = self._pin_now(table, upstream, use_published=True)
-            pinned = progress.pins[key]
-        return replace(pinned, table=table)
+            return progress.pins[key]
+
+    def _recorded_pins(
+        self, pinned: dict[TableName, delta.SourceSnapshot]
+    ) -> list[delta.SourceSnapshot]:
+        """What the state records: its own inputs, then the sources only its plan nodes read.
+
+        With those, the recorded versions name every table of the query as
+        written, which is what the model must equal (and what tests recompute).
+        """
+        node_relations = (
+            {str(n.relation).lower() for n in self._split.nodes} if self._split else set()
+        )
+        read = {str(t).lower() for t in pinned}
+        through_nodes = [
+            snapshot
+            for key, snapshot in self._pins.items()
+            if key not in read and key not in node_relations
+        ]
+        return [*pinned.values(), *through_nodes]
 
     def _pin_group_inputs(self, inputs: dict[str, str]) -> None:
         """Pin every plain input of the group at once, when its first member starts.
@@ -496,7 +587,9 @@ class Refresh:
         refresh_id = uuid.uuid4().hex
         self._commit(
             emit.create_state(plan, self.state, {t: s.version for t, s in pinned.items()}),
-            delta.commit_metadata(refresh_id, self.state, plan.fingerprint, list(pinned.values())),
+            delta.commit_metadata(
+                refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
+            ),
         )
         result = RefreshResult(
             action=action,
@@ -515,7 +608,7 @@ class Refresh:
     ) -> None:
         refresh_id = uuid.uuid4().hex
         metadata = delta.commit_metadata(
-            refresh_id, self.state, plan.fingerprint, list(pinned.values())
+            refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
         )
         # Delta's MERGE answers with one row of counts (num_affected_rows, ...).
         columns, rows = self._commit(emit.merge_changes(plan, self.state, windows), metadata)
@@ -553,6 +646,11 @@ class Refresh:
             self.drop_relation(self.target, "view")
         if self.relation_exists(self.state):
             self.drop_relation(self.state, "table")
+        for node in self._split.nodes if self._split else ():
+            if self.relation_exists(node.relation) == "view":
+                self.drop_relation(node.relation, "view")
+            if self.relation_exists(state_of(node.relation)):
+                self.drop_relation(state_of(node.relation), "table")
         return RefreshResult(action="fallback", reason=refusal)
 
 
@@ -567,6 +665,11 @@ RECENT_COMMITS = 20
 # dependent ivm model rebuilds after each of their runs, as recomputation is
 # what reading their change feed (if any) would cost anyway.
 WHOLESALE_MATERIALIZATIONS = ("table", "seed")
+
+
+def state_of(relation: TableName) -> TableName:
+    """The Delta table behind an ivm model's (or plan node's) view."""
+    return TableName(db=relation.db, name=f"{relation.name}{names.STATE_SUFFIX}")
 
 
 def view_text(runner: Runner, view: TableName) -> str | None:

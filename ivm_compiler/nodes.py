@@ -1,0 +1,142 @@
+"""Plan nodes: the CTEs and FROM-subqueries that cannot be merged into the model's query.
+
+A relation that only filters, projects and joins is merged into the query that
+reads it (compile.py). One that aggregates, removes duplicates or is a set
+operation changes row counts, so its rows cannot be re-derived from the rows
+of the outer query; the outer query needs that relation's own changes. A plan
+node is such a relation maintained as an ivm model of its own: a view over a
+state table, named after the model (`<model>__ivm_cte_<name>`), refreshed
+before the model in the same refresh, at the same pinned source versions. The
+model then reads the node as it reads an upstream ivm model: through the
+change feed of the node's state. That is the "maintained as plan nodes" form of
+the DBToaster/IVM papers' view trees, with the node boundary where the delta
+rules of the outer query stop.
+
+split_nodes() is pure: it needs the sources' columns to qualify the query (as
+sqlglot's optimizer needs them to know what merges) and returns the node
+queries and the model's query rewritten to read the nodes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
+from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+
+from ivm_compiler import names
+from ivm_compiler.compile import qualify_model, source_tables
+from ivm_compiler.errors import NotMaintainable
+from ivm_compiler.parse import DIALECT, TableName, parse_model, parse_statement
+from ivm_compiler.rules import semi_joins
+
+NODE_INFIX = f"{names.RESERVED_PREFIX}cte_"
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    """One CTE or FROM-subquery of a model, kept as an ivm model of its own."""
+
+    name: str  # as the model's (qualified) query names it
+    relation: TableName  # the node's view; its state is `<relation>__ivm_state`
+    sql: str  # its query, reading sources and earlier nodes' relations
+
+
+@dataclass(frozen=True)
+class Split:
+    """A model's query and the nodes it reads, in the order they must be refreshed."""
+
+    sql: str  # the model's query reading the nodes (the original SQL when there are none)
+    nodes: tuple[PlanNode, ...] = ()
+
+
+def node_relation(model_relation: TableName, cte: str) -> TableName:
+    """`<model>__ivm_cte_<name>` beside the model: a plain identifier for any CTE name."""
+    plain = re.sub(r"[^0-9a-z_]", "_", cte.lower()) or "cte"
+    return TableName(db=model_relation.db, name=f"{model_relation.name}{NODE_INFIX}{plain}")
+
+
+def split_nodes(
+    model: str,
+    sql: str,
+    model_relation: TableName,
+    columns: Callable[[TableName], list[tuple[str, str]]],
+) -> Split:
+    """The model's query with its unmergeable CTEs and FROM-subqueries made plan nodes.
+
+    A model without any keeps its SQL as written, so its plan, its messages and
+    its state fingerprint are what they were before nodes existed.
+    """
+    try:
+        parse_model(model, sql)
+    except NotMaintainable as refusal:
+        tree = parse_statement(model, sql)
+        if not _has_relations_to_split(tree):
+            raise
+        refused_as_a_whole: NotMaintainable | None = refusal
+    else:
+        tree = parse_statement(model, sql)
+        refused_as_a_whole = None
+        if not _has_relations_to_split(tree):
+            return Split(sql=sql)
+
+    schemas = {table: columns(table) for table in source_tables(tree)}
+    # LEFT SEMI/ANTI JOINs as EXISTS first, as compile_model does before qualifying.
+    qualified = qualify_model(model, semi_joins.joins_as_exists(model, tree), schemas)
+    merged = eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
+    with_ = merged.args.get("with_")
+    if with_ is None or not with_.expressions:
+        if refused_as_a_whole is not None:
+            raise refused_as_a_whole
+        return Split(sql=sql)
+
+    relations: dict[str, TableName] = {}
+    nodes = []
+    for cte in with_.expressions:
+        name = cte.alias_or_name
+        relation = node_relation(model_relation, name)
+        if relation in relations.values():
+            raise NotMaintainable(
+                model,
+                f"two CTEs or subqueries whose names both become the node {relation.name}",
+                "give them names that differ in more than case and punctuation",
+            )
+        body = _reading_nodes(cte.this, relations)
+        nodes.append(PlanNode(name=name, relation=relation, sql=body.sql(dialect=DIALECT)))
+        relations[name.lower()] = relation
+    outer = merged.copy()
+    outer.set("with_", None)
+    split = Split(sql=_reading_nodes(outer, relations).sql(dialect=DIALECT), nodes=tuple(nodes))
+    # Every part is checked now, before any node is refreshed: a refusal of
+    # the outer query must not come after the nodes have been built.
+    for node in split.nodes:
+        parse_model(f"{model} (CTE {node.name})", node.sql)
+    parse_model(model, split.sql)
+    return split
+
+
+def _has_relations_to_split(tree: exp.Expression) -> bool:
+    """A CTE or a derived table in FROM/JOIN anywhere in the query."""
+    if any(True for _ in tree.find_all(exp.CTE)):
+        return True
+    return any(
+        isinstance(node.parent, (exp.From, exp.Join)) for node in tree.find_all(exp.Subquery)
+    )
+
+
+def _reading_nodes(query: exp.Expression, relations: Mapping[str, TableName]) -> exp.Expression:
+    """The query with every reference to a node's CTE name replaced by the node's relation."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Table) or node.db or node.name.lower() not in relations:
+            return node
+        table = relations[node.name.lower()].to_table()
+        # The qualified query names the CTE's columns by the reference's alias.
+        table.set("alias", exp.TableAlias(this=exp.to_identifier(node.alias_or_name, quoted=True)))
+        return table
+
+    return query.copy().transform(replace)

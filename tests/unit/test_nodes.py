@@ -1,0 +1,138 @@
+"""Plan nodes: which CTEs and FROM-subqueries become nodes, and what each part reads."""
+
+from __future__ import annotations
+
+import pytest
+from sqlglot import exp
+
+from ivm_compiler import NotMaintainable, TableName
+from ivm_compiler.nodes import node_relation, split_nodes
+from ivm_compiler.parse import parse_model
+
+MODEL = "model.shop.m"
+RELATION = TableName("shop", "m")
+SOURCES = {
+    "shop.t": [("a", "int"), ("b", "int")],
+    "shop.u": [("a", "int"), ("name", "string")],
+}
+
+
+def _columns(table: TableName) -> list[tuple[str, str]]:
+    return SOURCES[str(table)]
+
+
+def _split(sql: str):
+    return split_nodes(MODEL, sql, RELATION, _columns)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT a, b FROM shop.t WHERE b > 1",
+        # Relations that only filter, project and join merge into the query.
+        "WITH f AS (SELECT a FROM shop.t WHERE b > 1) SELECT f.a, u.name FROM f JOIN shop.u ON f.a = u.a",
+        "SELECT x.a FROM (SELECT a FROM shop.t) x",
+        "SELECT a, COUNT(*) AS n FROM shop.t GROUP BY a",
+    ],
+)
+def test_a_query_without_unmergeable_relations_is_kept_as_written(sql: str) -> None:
+    split = _split(sql)
+    assert split.sql == sql
+    assert split.nodes == ()
+
+
+def test_an_aggregating_cte_becomes_a_node_the_query_reads_by_its_name() -> None:
+    split = _split(
+        "WITH totals AS (SELECT a, SUM(b) AS sb FROM shop.t GROUP BY a) "
+        "SELECT u.name, totals.sb FROM shop.u JOIN totals ON u.a = totals.a"
+    )
+    (node,) = split.nodes
+    assert node.name == "totals"
+    assert node.relation == TableName("shop", "m__ivm_cte_totals")
+    assert "GROUP BY" in node.sql and "shop`.`t`" in node.sql
+    outer = parse_model(MODEL, split.sql)
+    tables = {t.sql(dialect="spark") for t in outer.find_all(exp.Table)}
+    assert tables == {"`shop`.`u` AS `u`", "`shop`.`m__ivm_cte_totals` AS `totals`"}
+
+
+@pytest.mark.parametrize(
+    ("sql", "names"),
+    [
+        ("SELECT x.n FROM (SELECT a, COUNT(*) AS n FROM shop.t GROUP BY a) AS x", ["x"]),
+        ("WITH x AS (SELECT DISTINCT a FROM shop.t) SELECT a FROM x", ["x"]),
+        ("SELECT x.a FROM (SELECT a FROM shop.t UNION ALL SELECT a FROM shop.u) x", ["x"]),
+        # A filtering subquery inside an aggregating one merges into it first.
+        (
+            (
+                "SELECT y.a FROM (SELECT a, MAX(b) AS m FROM (SELECT * FROM shop.t WHERE b > 0) z "
+                "GROUP BY a) y"
+            ),
+            ["y"],
+        ),
+        # The second node reads the first.
+        (
+            (
+                "WITH d AS (SELECT DISTINCT a FROM shop.t), "
+                "c AS (SELECT d.a, COUNT(*) AS n FROM d JOIN shop.u ON d.a = u.a GROUP BY d.a) "
+                "SELECT c.a, c.n FROM c"
+            ),
+            ["d", "c"],
+        ),
+    ],
+)
+def test_relations_that_change_row_counts_become_nodes_in_refresh_order(
+    sql: str, names: list[str]
+) -> None:
+    split = _split(sql)
+    assert [node.name for node in split.nodes] == names
+    earlier: set[str] = set()
+    for node in split.nodes:
+        read = {str(t) for t in _read_tables(node.sql)}
+        # A node reads sources and earlier nodes only, never a CTE name.
+        assert read <= {*SOURCES, *earlier}, (node.name, read)
+        earlier.add(str(node.relation))
+    assert {str(t) for t in _read_tables(split.sql)} <= {*SOURCES, *earlier}
+
+
+def _read_tables(sql: str) -> set[TableName]:
+    return {TableName.of(t) for t in parse_model(MODEL, sql).find_all(exp.Table)}
+
+
+def test_the_same_source_in_a_node_and_in_the_query() -> None:
+    split = _split(
+        "SELECT t.a, t.b FROM shop.t JOIN (SELECT a, MAX(b) AS mb FROM shop.t GROUP BY a) m "
+        "ON t.a = m.a AND t.b = m.mb"
+    )
+    (node,) = split.nodes
+    assert _read_tables(node.sql) == {TableName("shop", "t")}
+    assert _read_tables(split.sql) == {TableName("shop", "t"), node.relation}
+
+
+def test_node_names_are_plain_identifiers_beside_the_model() -> None:
+    assert node_relation(RELATION, "My CTE-1") == TableName("shop", "m__ivm_cte_my_cte_1")
+
+
+def test_names_that_become_the_same_node_are_refused() -> None:
+    with pytest.raises(NotMaintainable, match="both become the node m__ivm_cte_a_b"):
+        _split(
+            "WITH `a b` AS (SELECT DISTINCT a FROM shop.t), `a-b` AS (SELECT DISTINCT a FROM shop.u) "
+            "SELECT `a b`.a FROM `a b` JOIN `a-b` ON `a b`.a = `a-b`.a"
+        )
+
+
+def test_a_refused_outer_query_is_refused_before_any_node_is_built() -> None:
+    # split_nodes checks every part, so a refresh refuses before refreshing nodes.
+    with pytest.raises(NotMaintainable, match="window function"):
+        _split(
+            "WITH c AS (SELECT a, COUNT(*) AS n FROM shop.t GROUP BY a) "
+            "SELECT a, ROW_NUMBER() OVER (ORDER BY n) AS r FROM c"
+        )
+
+
+def test_a_refused_node_names_its_cte() -> None:
+    with pytest.raises(NotMaintainable) as raised:
+        _split(
+            "WITH c AS (SELECT a, b FROM shop.t ORDER BY b LIMIT 3) "
+            "SELECT c.a, COUNT(*) AS n FROM c GROUP BY c.a"
+        )
+    assert raised.value.model == f"{MODEL} (CTE c)"
