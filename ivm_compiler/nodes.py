@@ -31,7 +31,13 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from ivm_compiler import names
 from ivm_compiler.compile import qualify_model, source_tables
 from ivm_compiler.errors import NotMaintainable
-from ivm_compiler.parse import DIALECT, TableName, parse_model, parse_statement
+from ivm_compiler.parse import (
+    DIALECT,
+    TableName,
+    parse_model,
+    parse_statement,
+    set_operation_branches,
+)
 from ivm_compiler.rules import semi_joins
 
 NODE_INFIX = f"{names.RESERVED_PREFIX}cte_"
@@ -71,18 +77,10 @@ def split_nodes(
     A model without any keeps its SQL as written, so its plan, its messages and
     its state fingerprint are what they were before nodes existed.
     """
-    try:
-        parse_model(model, sql)
-    except NotMaintainable as refusal:
-        tree = parse_statement(model, sql)
-        if not _has_relations_to_split(tree):
-            raise
-        refused_as_a_whole: NotMaintainable | None = refusal
-    else:
-        tree = parse_statement(model, sql)
-        refused_as_a_whole = None
-        if not _has_relations_to_split(tree):
-            return Split(sql=sql)
+    tree = _operands_as_subqueries(parse_statement(model, sql))
+    if not _has_relations_to_split(tree):
+        parse_model(model, sql)  # refuses what it refused before nodes existed
+        return Split(sql=sql)
 
     schemas = {table: columns(table) for table in source_tables(tree)}
     # LEFT SEMI/ANTI JOINs as EXISTS first, as compile_model does before qualifying.
@@ -90,8 +88,7 @@ def split_nodes(
     merged = eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
     with_ = merged.args.get("with_")
     if with_ is None or not with_.expressions:
-        if refused_as_a_whole is not None:
-            raise refused_as_a_whole
+        parse_model(model, sql)
         return Split(sql=sql)
 
     relations: dict[str, TableName] = {}
@@ -117,6 +114,40 @@ def split_nodes(
         parse_model(f"{model} (CTE {node.name})", node.sql)
     parse_model(model, split.sql)
     return split
+
+
+def _operands_as_subqueries(tree: exp.Expression) -> exp.Expression:
+    """A set operation's operands that its counting rule cannot take, as derived tables.
+
+    An operand that aggregates, removes duplicates, or is itself another set
+    operation (`a UNION b EXCEPT c`) has no delta rule inside a chain; as
+    `SELECT * FROM (operand) AS operand_<i>` it becomes a plan node, and the
+    operand reads the node's rows.
+    """
+    if not isinstance(tree, exp.SetOperation):
+        return tree
+    tree = tree.copy()
+    for index, branch in enumerate(set_operation_branches(tree), start=1):
+        inner = branch.unnest() if isinstance(branch, exp.Subquery) else branch
+        needs_node = isinstance(inner, exp.SetOperation) or (
+            isinstance(inner, exp.Select)
+            and (
+                inner.args.get("group")
+                or inner.args.get("having")
+                or inner.args.get("distinct")
+                or any(p.find(exp.AggFunc) for p in inner.expressions)
+            )
+        )
+        if needs_node:
+            branch.replace(
+                exp.select("*").from_(
+                    exp.Subquery(
+                        this=inner.copy(),
+                        alias=exp.TableAlias(this=exp.to_identifier(f"operand_{index}")),
+                    )
+                )
+            )
+    return tree
 
 
 def _has_relations_to_split(tree: exp.Expression) -> bool:

@@ -211,9 +211,11 @@ NODE_QUERIES = {
         "select s.k, s.g, s.v from {src} s "
         "join (select g, max(v) as mx from {src} group by g) m on s.g = m.g and s.v = m.mx"
     ),
-    # A set operation in a CTE, then a join and a grouping.
+    # A mixed chain of set operations in a CTE, then a join and a grouping: the
+    # CTE's node keeps its UNION ALL operand as a node of its own.
     "union_names": (
-        "with names as (select name from {dim} union select name from {tag}) "
+        "with names as (select name from {dim} union all select name from {tag} "
+        "except all select label from {tag}) "
         "select t.label, count(*) as n from names x join {tag} t on x.name = t.name "
         "group by t.label"
     ),

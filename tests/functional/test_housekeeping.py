@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dbt.tests.util import rm_file, run_dbt, run_dbt_and_capture, write_file
 
+from tests.functional.ivm_checks import assert_model_matches_query
 from tests.functional.ivm_project import QUERIES, OneSourceProject
 
 
@@ -38,3 +39,59 @@ class TestOrphans(OneSourceProject):
         assert {"renamed", "renamed__ivm_state", "src"} <= tables
         _, output = run_dbt_and_capture(["run-operation", "ivm_orphans"])
         assert "no orphaned ivm relations" in output
+
+
+NODE_MODEL = (
+    "with {cte} as (select g, count(*) as n from {{{{ source('raw', 'src') }}}} group by g) "
+    "select {cte}.n, count(*) as groups from {cte} group by {cte}.n"
+)
+
+
+class TestPlanNodeRelations(OneSourceProject):
+    """A model's plan nodes live and die with it, and with the CTEs they stand for."""
+
+    def test_nodes_follow_the_model_sql_and_its_materialization(self, project, spark, source_table):
+        schema = project.test_schema
+        models_dir = f"{project.project_root}/models"
+
+        def relations() -> set[str]:
+            rows = spark.sql(f"SHOW TABLES IN {schema} LIKE 'noded*'").collect()
+            return {row["tableName"] for row in rows}
+
+        write_file(NODE_MODEL.format(cte="counts"), models_dir, "noded.sql")
+        run_dbt(["run"])
+        assert relations() == {
+            "noded",
+            "noded__ivm_state",
+            "noded__ivm_cte_counts",
+            "noded__ivm_cte_counts__ivm_state",
+        }
+        query = NODE_MODEL.format(cte="counts").replace("{{ source('raw', 'src') }}", "{src}")
+        assert_model_matches_query(spark, schema, "noded", query, "src")
+        # A live model's nodes are not orphans.
+        _, output = run_dbt_and_capture(["run-operation", "ivm_orphans"])
+        assert "no orphaned ivm relations" in output
+
+        # The CTE renamed: the model is rebuilt and the old CTE's node dropped.
+        write_file(NODE_MODEL.format(cte="per_group"), models_dir, "noded.sql")
+        spark.sql(f"INSERT INTO {source_table} VALUES (9, 'new', 1, 1.00)")
+        run_dbt(["run"])
+        assert relations() == {
+            "noded",
+            "noded__ivm_state",
+            "noded__ivm_cte_per_group",
+            "noded__ivm_cte_per_group__ivm_state",
+        }
+        query = NODE_MODEL.format(cte="per_group").replace("{{ source('raw', 'src') }}", "{src}")
+        assert_model_matches_query(spark, schema, "noded", query, "src")
+
+        # Materialized as a table: the node is an orphan of a model that is no ivm model.
+        write_file(
+            "{{ config(materialized='table') }}\n" + NODE_MODEL.format(cte="per_group"),
+            models_dir,
+            "noded.sql",
+        )
+        run_dbt(["run"])
+        _, output = run_dbt_and_capture(["run-operation", "ivm_orphans"])
+        assert f"view {schema}.noded__ivm_cte_per_group (of {schema}.noded)" in output
+        assert f"table {schema}.noded__ivm_cte_per_group__ivm_state (of {schema}.noded)" in output

@@ -171,6 +171,9 @@ class TestRandomNodeChanges(RandomJoinChanges):
         assert found == {
             "cte_totals": ["cte_totals__ivm_cte_totals"],
             "group_max_rows": ["group_max_rows__ivm_cte_m"],
-            "union_names": ["union_names__ivm_cte_names"],
+            "union_names": [
+                "union_names__ivm_cte_names",
+                "union_names__ivm_cte_names__ivm_cte_operand_1",
+            ],
             "chained": ["chained__ivm_cte_a", "chained__ivm_cte_b"],
         }

@@ -61,6 +61,17 @@ def test_an_aggregating_cte_becomes_a_node_the_query_reads_by_its_name() -> None
         ("SELECT x.n FROM (SELECT a, COUNT(*) AS n FROM shop.t GROUP BY a) AS x", ["x"]),
         ("WITH x AS (SELECT DISTINCT a FROM shop.t) SELECT a FROM x", ["x"]),
         ("SELECT x.a FROM (SELECT a FROM shop.t UNION ALL SELECT a FROM shop.u) x", ["x"]),
+        # Set operations: an operand that aggregates, dedupes or is another operation.
+        (
+            "SELECT a FROM shop.t UNION SELECT a FROM shop.u INTERSECT SELECT a FROM shop.t",
+            ["operand_2"],
+        ),
+        (
+            "SELECT a FROM shop.t UNION ALL SELECT a FROM shop.u EXCEPT SELECT b FROM shop.t",
+            ["operand_1"],
+        ),
+        ("SELECT a FROM shop.t EXCEPT SELECT COUNT(*) AS a FROM shop.u", ["operand_2"]),
+        ("SELECT DISTINCT a FROM shop.t UNION ALL SELECT a FROM shop.u", ["operand_1"]),
         # A filtering subquery inside an aggregating one merges into it first.
         (
             (
@@ -136,3 +147,18 @@ def test_a_refused_node_names_its_cte() -> None:
             "SELECT c.a, COUNT(*) AS n FROM c GROUP BY c.a"
         )
     assert raised.value.model == f"{MODEL} (CTE c)"
+
+
+def test_a_set_operation_of_plain_operands_needs_no_node() -> None:
+    sql = "SELECT a FROM shop.t UNION SELECT a FROM shop.u WHERE a > 1"
+    assert _split(sql).nodes == ()
+
+
+def test_an_operand_node_keeps_the_chain_around_it() -> None:
+    split = _split(
+        "SELECT a FROM shop.t UNION ALL SELECT a FROM shop.u EXCEPT SELECT b FROM shop.t"
+    )
+    outer = parse_model(MODEL, split.sql)
+    assert isinstance(outer, exp.Except)
+    assert {str(t) for t in _read_tables(split.sql)} == {"shop.t", "shop.m__ivm_cte_operand_1"}
+    assert isinstance(parse_model(MODEL, split.nodes[0].sql), exp.Union)

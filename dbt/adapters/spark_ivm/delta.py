@@ -13,7 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlglot import exp
+
 from ivm_compiler import TableName
+from ivm_compiler.parse import DIALECT
 
 # Delta writes this session conf into the commitInfo of every commit made while
 # it is set: the refresh uses it to record, in the same commit as its data, the
@@ -97,6 +100,14 @@ def describe_detail(table: TableName) -> str:
 
 def describe_history(table: TableName, limit: int | None = None) -> str:
     return f"DESCRIBE HISTORY {table.sql()}" + (f" LIMIT {int(limit)}" if limit else "")
+
+
+def show_views_like(schema: str, pattern: str) -> str:
+    """SHOW VIEWS of a schema whose names match a pattern (`*` any characters, `|` or)."""
+    return (
+        f"SHOW VIEWS IN {exp.to_identifier(schema, quoted=True).sql(dialect=DIALECT)} "
+        f"LIKE {exp.Literal.string(pattern).sql(dialect=DIALECT)}"
+    )
 
 
 # Operations that add rows and count them in numOutputRows (MERGE counts copied

@@ -89,7 +89,8 @@ def find_orphans(
         orphaned_tables.add(_key(relation.name))
     for view, state in state_read_by.items():
         if _key(state) in orphaned_tables and _key(view) not in owned_by_ivm_models:
-            orphans.append(Orphan(Relation(view, "view"), view))
+            # A plan node's view (`<model>__ivm_cte_<name>`) belongs to its model.
+            orphans.append(Orphan(Relation(view, "view"), owner_of(view) or view))
     return sorted(orphans, key=lambda o: (_key(o.owner), o.relation.kind, _key(o.relation.name)))
 
 

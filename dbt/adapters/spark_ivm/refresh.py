@@ -19,6 +19,7 @@ versions from that commit and applies exactly the window after it.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -597,7 +598,27 @@ class Refresh:
             source_versions={str(t): s.version for t, s in pinned.items()},
         )
         self._publish(plan, result, pinned, self._state_version(), shown_version)
+        if action != "recompute":
+            # A rebuild follows a change of the SQL, which may have dropped a CTE.
+            self._drop_nodes(keep=self._split.nodes if self._split else ())
         return result
+
+    def _drop_nodes(self, keep: Sequence[nodes.PlanNode]) -> None:
+        """Drop the model's plan nodes but those in `keep` (and the nodes of those)."""
+        if self.target.db is None or not re.fullmatch(r"\w+", self.target.name):
+            return  # SHOW VIEWS ... LIKE takes a pattern, where other characters have meanings
+        prefix = f"{self.target.name}{nodes.NODE_INFIX}".lower()
+        current = [str(n.relation.name).lower() for n in keep]
+        columns, rows = self.runner.query(delta.show_views_like(self.target.db, f"{prefix}*"))
+        for row in rows:
+            name = str(row[columns.index("viewName")]).lower()
+            # A current node's own nodes are named after it, and are current too.
+            if any(name == c or name.startswith(f"{c}{nodes.NODE_INFIX}") for c in current):
+                continue
+            stale = TableName(db=self.target.db, name=name)
+            self.log.info(f"{self.model}: dropping {stale}, a plan node the model no longer has")
+            self.drop_relation(stale, "view")
+            self.drop_relation(state_of(stale), "table")
 
     def _apply_changes(
         self,
@@ -646,11 +667,7 @@ class Refresh:
             self.drop_relation(self.target, "view")
         if self.relation_exists(self.state):
             self.drop_relation(self.state, "table")
-        for node in self._split.nodes if self._split else ():
-            if self.relation_exists(node.relation) == "view":
-                self.drop_relation(node.relation, "view")
-            if self.relation_exists(state_of(node.relation)):
-                self.drop_relation(state_of(node.relation), "table")
+        self._drop_nodes(keep=())
         return RefreshResult(action="fallback", reason=refusal)
 
 
