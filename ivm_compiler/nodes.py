@@ -111,9 +111,15 @@ def split_nodes(
     # Every part is checked now, before any node is refreshed: a refusal of
     # the outer query must not come after the nodes have been built.
     for node in split.nodes:
-        parse_model(f"{model} (CTE {node.name})", node.sql)
-    parse_model(model, split.sql)
+        _check_part(f"{model} (CTE {node.name})", node.sql)
+    _check_part(model, split.sql)
     return split
+
+
+def _check_part(model: str, sql: str) -> None:
+    """Refuse a part now, unless it has nodes of its own: its refresh splits and checks those."""
+    if not _has_relations_to_split(_operands_as_subqueries(parse_statement(model, sql))):
+        parse_model(model, sql)
 
 
 def _operands_as_subqueries(tree: exp.Expression) -> exp.Expression:

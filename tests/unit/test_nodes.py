@@ -162,3 +162,13 @@ def test_an_operand_node_keeps_the_chain_around_it() -> None:
     assert isinstance(outer, exp.Except)
     assert {str(t) for t in _read_tables(split.sql)} == {"shop.t", "shop.m__ivm_cte_operand_1"}
     assert isinstance(parse_model(MODEL, split.nodes[0].sql), exp.Union)
+
+
+def test_a_node_with_nodes_of_its_own_is_split_when_it_is_refreshed() -> None:
+    split = _split(
+        "WITH n AS (SELECT a FROM shop.t UNION ALL SELECT a FROM shop.u EXCEPT SELECT b FROM shop.t) "
+        "SELECT n.a, COUNT(*) AS c FROM n GROUP BY n.a"
+    )
+    (node,) = split.nodes
+    inner = split_nodes(f"{MODEL} (CTE n)", node.sql, node.relation, _columns)
+    assert [n.relation.name for n in inner.nodes] == ["m__ivm_cte_n__ivm_cte_operand_1"]
