@@ -446,11 +446,15 @@ class Refresh:
         refresh just wrote (it publishes in the same commit); any other
         upstream ivm model at the state its view shows.
         """
-        if self.pins_from is not None:
-            return self.pins_from.pin(table, upstream)
         key = str(table).lower()
         if key not in self._pins:
-            self._pins[key] = replace(self._pin_for_run(table, upstream), table=table)
+            # A node's pins are its model's, and are also what the node records.
+            pinned = (
+                self.pins_from.pin(table, upstream)
+                if self.pins_from is not None
+                else self._pin_for_run(table, upstream)
+            )
+            self._pins[key] = replace(pinned, table=table)
         return self._pins[key]
 
     def _pin_for_run(
