@@ -483,14 +483,13 @@ class Refresh:
         With those, the recorded versions name every table of the query as
         written, which is what the model must equal (and what tests recompute).
         """
-        node_relations = (
-            {str(n.relation).lower() for n in self._split.nodes} if self._split else set()
-        )
+        # The model's nodes, and theirs, are all named `<model>__ivm_cte_...`.
+        node_prefix = f"{self.target}{nodes.NODE_INFIX}".lower()
         read = {str(t).lower() for t in pinned}
         through_nodes = [
             snapshot
             for key, snapshot in self._pins.items()
-            if key not in read and key not in node_relations
+            if key not in read and not key.startswith(node_prefix)
         ]
         return [*pinned.values(), *through_nodes]
 
