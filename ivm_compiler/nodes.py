@@ -8,9 +8,9 @@ node is such a relation maintained as an ivm model of its own: a view over a
 state table, named after the model (`<model>__ivm_cte_<name>`), refreshed
 before the model in the same refresh, at the same pinned source versions. The
 model then reads the node as it reads an upstream ivm model: through the
-change feed of the node's state. That is the "maintained as plan nodes" form of
-the DBToaster/IVM papers' view trees, with the node boundary where the delta
-rules of the outer query stop.
+change feed of the node's state. It is the KV-store paper's idea of auxiliary
+views (maintained views that other views are maintained from) applied inside
+one query: the node boundary is where the outer query's delta rules stop.
 
 split_nodes() is pure: it needs the sources' columns to qualify the query (as
 sqlglot's optimizer needs them to know what merges) and returns the node
