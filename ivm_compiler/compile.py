@@ -28,10 +28,12 @@ from ivm_compiler.parse import (
     DIALECT,
     TableName,
     from_tables,
+    is_top_k,
     parse_model,
     parse_statement,
     set_operation_branches,
     set_operation_kind,
+    without_top_k,
 )
 from ivm_compiler.plan import (
     OutputColumn,
@@ -42,7 +44,7 @@ from ivm_compiler.plan import (
     ViewClass,
     ViewPlan,
 )
-from ivm_compiler.rules import aggregates, counting, extremes, outer_joins, semi_joins
+from ivm_compiler.rules import aggregates, counting, extremes, outer_joins, semi_joins, top_k
 
 # Bump when the meaning of stored state changes: every model is then rebuilt once.
 STATE_FORMAT_VERSION = 2
@@ -72,6 +74,14 @@ def compile_model(
     """
     upstreams = {t: u for t, u in (upstreams or {}).items()}
     plan = _compile(model, sql, catalog, upstreams, written or sql)
+    top = top_k.extract(model, parse_model(model, sql), [o.name for o in plan.outputs])
+    if top is not None:
+        # The state is the same for any k; the fingerprint still changes with
+        # the ordering, so a new k republishes the view through a rebuild.
+        fingerprint = hashlib.sha256(f"{plan.fingerprint} {top.describe()}".encode()).hexdigest()
+        plan = dataclasses.replace(
+            plan, top_k=top, fingerprint=fingerprint[:16], query=parse_model(model, sql)
+        )
     if written is None:
         return plan
     written_tree = parse_statement(model, written)
@@ -91,7 +101,16 @@ def _compile(
     upstreams: dict[TableName, UpstreamModel],
     written: str,
 ) -> ViewPlan:
-    tree = parse_model(model, sql)
+    # A top-k model keeps every row of its query without ORDER BY and LIMIT.
+    tree = without_top_k(parse_model(model, sql))
+    for table, upstream in upstreams.items():
+        if is_top_k(upstream.view):
+            raise NotMaintainable(
+                model,
+                f"reading the ivm model {table}, whose view shows only its top rows "
+                "(ORDER BY ... LIMIT)",
+                f"rank in this model instead (drop the LIMIT of {table}), or " + FALLBACK_HINT,
+            )
     tables = source_tables(tree)
     schemas = {table: catalog.columns(table) for table in tables}
     for table, columns in schemas.items():

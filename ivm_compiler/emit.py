@@ -18,6 +18,7 @@ from sqlglot.errors import ParseError
 from ivm_compiler import names, relations
 from ivm_compiler.parse import DIALECT, TableName
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
+from ivm_compiler.rules import top_k
 
 STATE_TABLE_PROPERTIES = {
     # Downstream consumers (later: ivm models over ivm models) read the state's changes.
@@ -167,7 +168,7 @@ def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> 
         select.append("laterals", repeat)
     elif plan.view_class is ViewClass.SET_OPERATION:
         select = select.where(_set_operation_keeps(plan))
-    return select
+    return top_k.ordered(select, plan.top_k) if plan.top_k else select
 
 
 def _operand_counts(plan: ViewPlan) -> list[exp.Column]:

@@ -41,6 +41,7 @@ PREAGG_ALIAS = f"{RESERVED_PREFIX}p"
 UPSTREAM_CHANGES_ALIAS = f"{RESERVED_PREFIX}uc"  # an upstream ivm model's state changes
 
 
+RANKED_ALIAS = f"{RESERVED_PREFIX}ranked"  # a top-k view's full ranking, before its LIMIT
 OPERAND = f"{RESERVED_PREFIX}operand"  # which operand of a set operation a row comes from
 
 

@@ -30,10 +30,11 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
 from ivm_compiler import names
 from ivm_compiler.compile import qualify_model, source_tables
-from ivm_compiler.errors import NotMaintainable
+from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import (
     DIALECT,
     TableName,
+    is_top_k,
     parse_model,
     parse_statement,
     set_operation_branches,
@@ -111,7 +112,15 @@ def split_nodes(
     # Every part is checked now, before any node is refreshed: a refusal of
     # the outer query must not come after the nodes have been built.
     for node in split.nodes:
-        _check_part(f"{model} (CTE {node.name})", node.sql)
+        label = f"{model} (CTE {node.name})"
+        if is_top_k(parse_statement(label, node.sql)):
+            raise NotMaintainable(
+                label,
+                "ORDER BY ... LIMIT inside a CTE or subquery (which rows it keeps can "
+                "change with any row, so the query reading it has no change to apply)",
+                "make the top-k the whole model, or " + FALLBACK_HINT,
+            )
+        _check_part(label, node.sql)
     _check_part(model, split.sql)
     return split
 

@@ -202,8 +202,24 @@ def set_operation_branches(tree: exp.Expression) -> list[exp.Expression]:
     return branches
 
 
+def is_top_k(tree: exp.Expression) -> bool:
+    """An ORDER BY and a LIMIT on the model's query itself (rules/top_k.py)."""
+    return bool(tree.args.get("order") and tree.args.get("limit"))
+
+
+def without_top_k(tree: exp.Expression) -> exp.Expression:
+    """The query without its top-level ORDER BY and LIMIT: the rows a top-k state keeps."""
+    if not is_top_k(tree):
+        return tree
+    stripped = tree.copy()
+    stripped.set("order", None)
+    stripped.set("limit", None)
+    return stripped
+
+
 def check_supported(model: str, tree: exp.Expression) -> None:
     """Raise NotMaintainable naming the first construct outside the supported view classes."""
+    tree = without_top_k(tree)
     branches = set_operation_branches(tree)
     if isinstance(tree, exp.SetOperation):
         kind = set_operation_kind(tree)

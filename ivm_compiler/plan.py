@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.parse import TableName
+from ivm_compiler.rules.top_k import TopK
 
 
 class ViewClass(str, Enum):
@@ -183,6 +184,9 @@ class ViewPlan:
     # change (the build reads `rows` itself). Empty: the rows are linear in
     # every input and change by the join rule directly.
     join_terms: tuple[JoinTerm, ...] = ()
+    # ORDER BY ... LIMIT k of the model: the state keeps every row, the view the
+    # top k (rules/top_k.py).
+    top_k: TopK | None = None
 
     @property
     def tables(self) -> tuple[TableName, ...]:

@@ -47,6 +47,11 @@ QUERIES = {
     "stacked": (
         "select k, g from {src} where v > 0 union all select k, g from {src} where d is not null"
     ),
+    # Top-k over groups: every group is kept, the view shows the first two. The
+    # ORDER BY is total (g is unique per group), so the query's choice is the view's.
+    "top_groups": (
+        "select g, count(*) as n, sum(v) as sv from {src} group by g order by n desc, g limit 2"
+    ),
 }
 
 

@@ -147,6 +147,7 @@ def test_a_refused_node_names_its_cte() -> None:
             "SELECT c.a, COUNT(*) AS n FROM c GROUP BY c.a"
         )
     assert raised.value.model == f"{MODEL} (CTE c)"
+    assert raised.value.construct.startswith("ORDER BY ... LIMIT inside a CTE or subquery")
 
 
 def test_a_set_operation_of_plain_operands_needs_no_node() -> None:
