@@ -17,9 +17,9 @@ into. A refresh therefore
 
 The keys are written into both statements as literals, so Delta skips the
 files of other partitions (min/max statistics) in the source and the state.
-This is the partition-wise recomputation of window views in the IVM
-literature (e.g. Zhang et al., "Incremental view maintenance for window
-queries"), with the partition as the unit of change.
+The partition is the unit of change: within it the window values are
+recomputed, not patched, so every window function that only reads its own
+partition is maintained by the same rule.
 
 Several window functions may partition differently; any column common to all
 their PARTITION BY lists still bounds what a change can reach (a partition of
@@ -41,10 +41,12 @@ from ivm_compiler.parse import DIALECT, from_tables, subquery_predicates
 from ivm_compiler.plan import PartitionColumn
 
 # More touched partitions than this and the refresh recomputes the whole model:
-# the keys become literals in two statements (an IN list or an OR of
-# conjunctions), whose planning and data skipping cost grows with their number,
-# while a change touching that many partitions rewrites most small tables'
-# files anyway. 2,000 literals plan in well under a second on Spark 4.0.
+# the keys are collected on the driver and become literals in the MERGE (in
+# the rows' WHERE, in ON and in the delete's condition), whose size, planning
+# and per-file skipping cost grow with their number, while a change touching
+# that many partitions is likely to touch most files of a table anyway. The
+# bound keeps the statement a few tens of kilobytes; it is not tuned yet
+# (the benchmark has no window model).
 MAX_TOUCHED_PARTITIONS = 2_000
 
 # The functions whose per-partition recomputation is tested; others are refused.
