@@ -14,10 +14,11 @@ import itertools
 from decimal import Decimal
 
 import pytest
-from dbt.tests.util import run_dbt
+from dbt.tests.util import run_dbt, run_dbt_and_capture
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ivm_compiler.rules import windows
 from tests.functional.ivm_checks import (
     ScanLog,
     assert_model_matches_sources,
@@ -221,3 +222,21 @@ class TestWindowRefreshReadsTouchedPartitions(IvmProject):
             ["src"],
         )
         assert state_builds(spark, project.test_schema, "whole") == 2
+
+    def test_more_touched_partitions_than_the_bound_recompute(
+        self, project, spark, source, monkeypatch
+    ):
+        # dbt runs in this process: a bound of 1 makes a change of two partitions too many.
+        monkeypatch.setattr(windows, "MAX_TOUCHED_PARTITIONS", 1)
+        builds = state_builds(spark, project.test_schema, "per_part")
+        spark.sql(f"UPDATE {source} SET v = v + 1 WHERE k IN (1, 3)")
+        _, log = run_dbt_and_capture(["run", "--select", "per_part"])
+        assert "the change touches more than 1 window partitions" in log
+        assert state_builds(spark, project.test_schema, "per_part") == builds + 1
+        assert_model_matches_sources(
+            spark,
+            project.test_schema,
+            "per_part",
+            PARTS["per_part.sql"].replace("{{ source('raw', 'src') }}", "{src}"),
+            ["src"],
+        )
