@@ -104,3 +104,27 @@ def test_ties_rule_warns_when_the_order_leaves_a_column_out() -> None:
         [("id", "int"), ("s", "decimal(20,2)")],
     )
     assert len(plan.warnings) == 1 and "does not order by id, v" in plan.warnings[0]
+
+
+def test_ivm_explain_shows_the_probe_and_the_partition_merge() -> None:
+    from types import SimpleNamespace
+
+    from dbt.adapters.spark_ivm.explain import _change_statements
+    from ivm_compiler.relations import Window
+
+    source = TableName("shop", "src")
+    refresh = SimpleNamespace(state=TableName("shop", "m__ivm_state"))
+    plan = _compile(
+        "select id, rank() over (partition by k order by ts) as r from shop.src",
+        [("id", "int"), ("r", "int")],
+    )
+    shown = _change_statements(plan, refresh, {source: Window(3, 4)}, {source: 4})  # type: ignore[arg-type]
+    assert sorted(shown) == ["merge_partitions", "probe_partitions"]
+    assert "TABLE_CHANGES('`shop`.`src`', 4, 4)" in shown["probe_partitions"]
+    # No keys yet: the predicate is FALSE until the probe answers.
+    assert "WHERE FALSE" in shown["merge_partitions"]
+    unpartitioned = _compile(
+        "select id, rank() over (order by ts, id, k, v) as r from shop.src",
+        [("id", "int"), ("r", "int")],
+    )
+    assert _change_statements(unpartitioned, refresh, {source: Window(3, 4)}, {source: 4}) == {}  # type: ignore[arg-type]
