@@ -44,7 +44,15 @@ from ivm_compiler.plan import (
     ViewClass,
     ViewPlan,
 )
-from ivm_compiler.rules import aggregates, counting, extremes, outer_joins, semi_joins, top_k
+from ivm_compiler.rules import (
+    aggregates,
+    counting,
+    extremes,
+    outer_joins,
+    semi_joins,
+    top_k,
+    windows,
+)
 
 # Bump when the meaning of stored state changes: every model is then rebuilt once.
 STATE_FORMAT_VERSION = 2
@@ -122,6 +130,8 @@ def _compile(
     described = catalog.describe_query(written)
     if isinstance(qualified, exp.SetOperation):
         return _compile_set_operation(model, sql, tree, tables, qualified, described, upstreams)
+    if windows.windows_of(qualified):
+        return _compile_window(model, sql, tree, tables, schemas, qualified, described, upstreams)
     # The rows without their semi and anti joins, which become key relations of join terms.
     unfiltered, semis = semi_joins.extract(model, qualified)
     projections = [p.this if isinstance(p, exp.Alias) else p for p in qualified.expressions]
@@ -363,6 +373,76 @@ def _compile_set_operation(
         having=None,
         fingerprint=_fingerprint(view_class, tables, qualified, described, upstreams),
         set_operation=kind,
+    )
+
+
+def _compile_window(
+    model: str,
+    sql: str,
+    tree: exp.Query,
+    tables: list[TableName],
+    schemas: dict[TableName, list[tuple[str, str]]],
+    qualified: exp.Select,
+    described: list[tuple[str, str]],
+    upstreams: dict[TableName, UpstreamModel],
+) -> ViewPlan:
+    """SELECT ..., f() OVER (PARTITION BY p ...) FROM src WHERE q: the projection's state.
+
+    The window values are computed in the flattened rows, so the state is the
+    projection's (one row per distinct output row, with its multiplicity),
+    keyed also by the partition columns when the outputs lack them: the
+    refresh replaces the state rows of the partitions it touched
+    (rules/windows.py) and finds them by those columns.
+    """
+    windows.check_shape(model, qualified)
+    projections = [p.this if isinstance(p, exp.Alias) else p for p in qualified.expressions]
+    if len(described) != len(projections):
+        raise NotMaintainable(
+            model,
+            f"a query whose {len(projections)} parsed columns differ from the "
+            f"{len(described)} Spark reports",
+            "give every output column an alias",
+        )
+    _refuse_untyped_outputs(model, described)
+    _refuse_incomparable_keys(model, described, "column")
+    table = TableName.of(from_tables(qualified)[0])
+    source_columns = schemas[table]
+    partition = windows.partition_columns(
+        qualified, {name.lower(): data_type for name, data_type in source_columns}
+    )
+    keys = _distinct_expressions(projections + [column for column, _ in partition])
+    key_columns = [counting.key_column(i) for i in range(len(keys))]
+    key_names = {key.sql(dialect=DIALECT): col.name for key, col in zip(keys, key_columns)}
+    rows = _flattened_rows(qualified, keys, {})
+    view_class = ViewClass.WINDOW
+    return ViewPlan(
+        model=model,
+        view_class=view_class,
+        sql=sql,
+        query=tree,
+        sources=tuple(
+            SourceRef(alias=node.alias_or_name, table=TableName.of(node))
+            for node in from_tables(rows)
+        ),
+        rows=rows,
+        keys=tuple(c.name for c in key_columns),
+        state_columns=(*key_columns, counting.count_column()),
+        preaggregations=(),
+        upstreams={t: u for t, u in upstreams.items() if t in tables},
+        outputs=tuple(
+            OutputColumn(
+                name=name,
+                data_type=data_type,
+                expression=aggregates.state_column(key_names[p.sql(dialect=DIALECT)]),
+            )
+            for (name, data_type), p in zip(described, projections)
+        ),
+        having=None,
+        fingerprint=_fingerprint(view_class, tables, qualified, described, upstreams),
+        window_partition=windows.partition_state_columns(partition, key_names),
+        warnings=tuple(
+            windows.tie_warnings(model, qualified, [name for name, _ in source_columns])
+        ),
     )
 
 

@@ -3,13 +3,15 @@
 Statements:
 - create_state: the state table computed at pinned source versions (first build, full refresh);
 - merge_changes: the signed delta of a change window, applied with one MERGE;
+- probe_partitions, merge_partitions: a WINDOW model's touched partitions, and
+  the MERGE that recomputes them (rules/windows.py);
 - create_view: the relation users query, exposing only the model's columns;
 - model_query: the model's own query at pinned versions (the correctness oracle).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -19,6 +21,7 @@ from ivm_compiler import names, relations
 from ivm_compiler.parse import DIALECT, TableName
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
 from ivm_compiler.rules import top_k
+from ivm_compiler.rules import windows as window_rules
 
 STATE_TABLE_PROPERTIES = {
     # Downstream consumers (later: ivm models over ivm models) read the state's changes.
@@ -56,6 +59,9 @@ def merge_changes(
     plan: ViewPlan, state: TableName, windows: Mapping[TableName, relations.Window]
 ) -> str:
     """One MERGE that applies a refresh's whole change to the state, in one Delta commit."""
+    if plan.view_class is ViewClass.WINDOW:
+        # Window values are not linear in the change rows: see merge_partitions.
+        raise ValueError("a WINDOW model's change is applied by merge_partitions")
     target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
 
     def t(name: str) -> exp.Column:
@@ -126,6 +132,80 @@ def merge_changes(
     return _sql(merge)
 
 
+def probe_partitions(plan: ViewPlan, windows: Mapping[TableName, relations.Window]) -> str:
+    """A WINDOW model's touched partitions: the distinct keys of the window's change rows."""
+    assert plan.view_class is ViewClass.WINDOW and plan.window_partition
+    (source,) = plan.sources
+    changes = relations.signed_changes(
+        source.table, windows[source.table], source.alias, plan.upstreams.get(source.table)
+    )
+    rows = plan.rows
+    assert isinstance(rows, exp.Select)
+    return _sql(window_rules.probe_query(rows, changes, plan.window_partition))
+
+
+def merge_partitions(
+    plan: ViewPlan,
+    state: TableName,
+    versions: Mapping[TableName, int],
+    keys: Sequence[window_rules.PartitionKey],
+) -> str:
+    """One MERGE that replaces a WINDOW model's state rows of the touched partitions.
+
+    The source is the model's rows of those partitions at the pinned versions
+    (a partition's rows depend on that partition alone); state rows of those
+    partitions that the recomputation no longer produces are deleted, and
+    the rest of the state is left alone. The partitions, as literals, are in
+    the rows' WHERE, in ON and in the delete's condition, so Delta can skip
+    other partitions' files in the source and in the state.
+    """
+    assert plan.view_class is ViewClass.WINDOW and plan.window_partition
+    target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
+
+    def t(name: str) -> exp.Column:
+        return exp.column(name, table=_ident(target), quoted=True)
+
+    def d(name: str) -> exp.Column:
+        return exp.column(name, table=_ident(delta), quoted=True)
+
+    types = [p.data_type for p in plan.window_partition]
+    in_rows = window_rules.partition_predicate(
+        [p.source for p in plan.window_partition], types, keys
+    )
+    in_state = window_rules.partition_predicate(
+        [t(p.state_column) for p in plan.window_partition], types, keys
+    )
+    # The state's side of the partitions in ON too: it changes no match (every
+    # source row lies in those partitions), and lets Delta prune the state's
+    # files when it looks for matches.
+    on = exp.and_(*[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in plan.keys], in_state.copy())
+    all_columns = relations.state_table_columns(plan)
+    whens = [
+        exp.When(
+            matched=True,
+            source=False,
+            condition=exp.NEQ(this=t(names.COUNT), expression=d(names.COUNT)),
+            then=exp.Update(expressions=[exp.EQ(this=t(names.COUNT), expression=d(names.COUNT))]),
+        ),
+        exp.When(
+            matched=False,
+            source=False,
+            then=exp.Insert(
+                this=exp.Tuple(expressions=[exp.column(n, quoted=True) for n in all_columns]),
+                expression=exp.Tuple(expressions=[d(n) for n in all_columns]),
+            ),
+        ),
+        exp.When(matched=False, source=True, condition=exp.paren(in_state), then=exp.var("DELETE")),
+    ]
+    merge = exp.Merge(
+        this=relations.aliased(state.to_table(), target),
+        using=relations.build_query(plan, versions, rows_filter=in_rows).subquery(_ident(delta)),
+        on=on,
+        whens=exp.Whens(expressions=whens),
+    )
+    return _sql(merge)
+
+
 def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> exp.Select:
     """The model's rows from the state table (at `version`): bookkeeping columns stay hidden."""
     outputs = []
@@ -181,7 +261,7 @@ def _operand_counts(plan: ViewPlan) -> list[exp.Column]:
 
 def _copies(plan: ViewPlan) -> exp.Expression | None:
     """How many times the view repeats a state row; None when it shows it at most once."""
-    if plan.view_class is ViewClass.PROJECTION:
+    if plan.view_class in (ViewClass.PROJECTION, ViewClass.WINDOW):
         return exp.column(names.COUNT, quoted=True)
     if plan.set_operation == "INTERSECT ALL":
         return exp.Least(this=_operand_counts(plan)[0], expressions=_operand_counts(plan)[1:])

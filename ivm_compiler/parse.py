@@ -243,6 +243,15 @@ def check_supported(model: str, tree: exp.Expression) -> None:
 
     for branch in branches:
         allowed = _check_subquery_predicates(model, branch, in_set_operation=len(branches) > 1)
+        windows = [w for p in branch.expressions for w in p.find_all(exp.Window)]
+        if len(branches) == 1 and windows:
+            # Window functions in the SELECT list of a single SELECT are maintained
+            # by recomputing the partitions a change touches (rules/windows.py;
+            # imported here, as it builds on this module).
+            from ivm_compiler.rules.windows import check_shape
+
+            check_shape(model, branch, merged=False)
+            allowed |= {id(w) for w in windows}
         for node in branch.walk():
             _check_node(model, branch, node, allowed)
             if isinstance(node, exp.Select):
@@ -446,10 +455,22 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
         _check_join(model, node)
     if isinstance(node, exp.Pivot):
         raise NotMaintainable(model, "UNPIVOT" if node.args.get("unpivot") else "PIVOT")
-    if isinstance(node, exp.Window):
-        raise NotMaintainable(model, f"the window function {node.sql(dialect=DIALECT)}")
+    if isinstance(node, exp.Window) and id(node) not in allowed:
+        raise NotMaintainable(
+            model,
+            f"the window function {node.sql(dialect=DIALECT)} outside the SELECT list of a "
+            "single SELECT (inside a set operation's operand or a subquery)",
+            "compute the window functions in a model (or a FROM-subquery) of their own, "
+            "or " + FALLBACK_HINT,
+        )
     if isinstance(node, exp.Qualify):
-        raise NotMaintainable(model, "QUALIFY")
+        # Spark 4.0.1's own parser rejects QUALIFY as well.
+        raise NotMaintainable(
+            model,
+            "QUALIFY (which Spark 4.0 does not parse either)",
+            "select the window function in a FROM-subquery and filter on it outside: "
+            "select * from (select *, row_number() over (...) as rn from t) where rn = 1",
+        )
     if isinstance(node, (exp.Limit, exp.Offset)):
         raise NotMaintainable(model, "LIMIT/OFFSET")
     for clause, written in (
@@ -502,7 +523,7 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             f"the non-deterministic function {_written(shown)}()",
             "compute the value in the source table, or " + FALLBACK_HINT,
         )
-    if isinstance(node, exp.AggFunc):
+    if isinstance(node, exp.AggFunc) and not _applied_by_window(node, allowed):
         _check_aggregate(model, node)
     if isinstance(node, exp.Anonymous) and _function_name(node) in ANONYMOUS_AGGREGATES:
         raise NotMaintainable(
@@ -516,6 +537,17 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             f"the column name {node.alias_or_name!r} (the prefix __ivm_ is reserved for bookkeeping)",
             "rename the column",
         )
+
+
+def _applied_by_window(node: exp.Expression, allowed: set[int]) -> bool:
+    """The function of an allowed window (sqlglot parses RANK() and friends as aggregates).
+
+    rules/windows.py checks which functions a window may apply.
+    """
+    parent = node.parent
+    while isinstance(parent, (exp.IgnoreNulls, exp.RespectNulls)):
+        parent = parent.parent
+    return isinstance(parent, exp.Window) and id(parent) in allowed and parent.this is not None
 
 
 def _check_relation_names(model: str, select: exp.Select) -> None:

@@ -34,6 +34,10 @@ class ViewClass(str, Enum):
     # a INTERSECT|EXCEPT [ALL] b ...: one state row per distinct output row with a
     # count per operand (UNION ALL is a PROJECTION, UNION a DISTINCT over all operands).
     SET_OPERATION = "set_operation"
+    # SELECT exprs, f(...) OVER (PARTITION BY p ...) FROM src WHERE q: the projection's
+    # state (rows with a multiplicity); a change recomputes the partitions it touches
+    # (rules/windows.py).
+    WINDOW = "window"
 
 
 class MergeRule(str, Enum):
@@ -143,6 +147,18 @@ class StateColumn:
 
 
 @dataclass(frozen=True)
+class PartitionColumn:
+    """A PARTITION BY column of a WINDOW model: how the source and the state name it."""
+
+    # The column over the model's source alias (the rows' WHERE can filter on it).
+    source: exp.Column
+    # The KEY state column holding its value on every state row.
+    state_column: str
+    # Its Spark type, to write the touched values back as literals.
+    data_type: str
+
+
+@dataclass(frozen=True)
 class OutputColumn:
     """A column of the model as users see it: Spark's own name and type for the model's query."""
 
@@ -184,6 +200,12 @@ class ViewPlan:
     # change (the build reads `rows` itself). Empty: the rows are linear in
     # every input and change by the join rule directly.
     join_terms: tuple[JoinTerm, ...] = ()
+    # For WINDOW: the PARTITION BY columns common to all its window functions
+    # (empty: every refresh recomputes the whole model).
+    window_partition: tuple[PartitionColumn, ...] = ()
+    # What the refresh logs as a warning every time it runs (e.g. window
+    # functions whose result may depend on how ties are broken).
+    warnings: tuple[str, ...] = ()
     # ORDER BY ... LIMIT k of the model: the state keeps every row, the view the
     # top k (rules/top_k.py).
     top_k: TopK | None = None

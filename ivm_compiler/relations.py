@@ -360,9 +360,20 @@ def state_table_columns(plan: ViewPlan) -> list[str]:
     return columns
 
 
-def build_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Query:
-    """The whole state computed from the sources at pinned versions (first build, full refresh)."""
+def build_query(
+    plan: ViewPlan,
+    versions: Mapping[TableName, int],
+    rows_filter: exp.Expression | None = None,
+) -> exp.Query:
+    """The whole state computed from the sources at pinned versions (first build, full refresh).
+
+    `rows_filter` is added to the WHERE of the flattened rows (a WINDOW
+    model's refresh recomputes the touched partitions only).
+    """
     rows = rows_at(plan, versions)
+    if rows_filter is not None:
+        assert isinstance(rows, exp.Select), "a filter applies to one SELECT"
+        rows = rows.where(rows_filter.copy())
     if not plan.preaggregations:
         return _group_select(plan, names.ROWS_ALIAS, use_delta=False).with_(
             names.ROWS_ALIAS, as_=rows

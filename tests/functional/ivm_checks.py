@@ -101,3 +101,58 @@ def node_models(spark: SparkSession, schema: str, model: str) -> list[str]:
     """The plan nodes kept for a model's CTEs and subqueries: views `<model>__ivm_cte_<name>`."""
     views = spark.sql(f"SHOW VIEWS IN {schema} LIKE '{model}__ivm_cte_*'").collect()
     return sorted(row["viewName"] for row in views)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One file scan of a table in one SQL execution, from Spark's SQL status store."""
+
+    execution: str  # the execution's description (Delta names its MERGE phases there)
+    files_read: int
+
+
+class ScanLog:
+    """The file scans of a table that SQL executions made after a mark.
+
+    Reads the SQL tab's data (the SQLAppStatusStore, kept with the UI off):
+    each execution's plan graph and the values of its scan nodes' "number of
+    files read" metric. dbt runs statements on its own thread in this
+    process's session, so executions are told apart by id, not by job group.
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
+        self._store = spark._jsparkSession.sharedState().statusStore()  # type: ignore[attr-defined]
+
+    def _executions(self) -> list:
+        # The listener bus feeds the store asynchronously: let it catch up first.
+        self._spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()  # type: ignore[union-attr]
+        found, iterator = [], self._store.executionsList().iterator()
+        while iterator.hasNext():
+            found.append(iterator.next())
+        return found
+
+    def mark(self) -> int:
+        return max((int(e.executionId()) for e in self._executions()), default=-1)
+
+    def scans_since(self, mark: int, table: str) -> list[Scan]:
+        """Scans of `table` (`schema.name`) in the executions after `mark`."""
+        wanted = f"Scan parquet spark_catalog.{table}".lower()
+        scans = []
+        for execution in self._executions():
+            if int(execution.executionId()) <= mark:
+                continue
+            values = self._store.executionMetrics(execution.executionId())
+            nodes = self._store.planGraph(execution.executionId()).allNodes().iterator()
+            while nodes.hasNext():
+                node = nodes.next()
+                if node.name().lower() != wanted:
+                    continue
+                metrics = node.metrics().iterator()
+                while metrics.hasNext():
+                    metric = metrics.next()
+                    value = values.get(metric.accumulatorId())
+                    if metric.name() == "number of files read" and value.isDefined():
+                        files = int(str(value.get()).replace(",", ""))
+                        scans.append(Scan(execution=str(execution.description()), files_read=files))
+        return scans

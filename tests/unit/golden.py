@@ -54,6 +54,15 @@ from ivm_compiler.parse import DIALECT
 from ivm_compiler.relations import Window
 
 STATEMENTS = ("create_state", "merge_changes", "create_view", "model_query")
+# A WINDOW model applies a change with a probe for the touched partitions and a
+# MERGE recomputing them (fixtures/windows.sql, test_windows_golden.py).
+WINDOW_STATEMENTS = (
+    "create_state",
+    "probe_partitions",
+    "merge_partitions",
+    "create_view",
+    "model_query",
+)
 
 # The names and versions every golden case is emitted with: every source table
 # is built at BUILD_VERSION and refreshed with its changes FIRST_CHANGE..LAST_CHANGE.
@@ -135,7 +144,7 @@ class FixtureFile:
     lines: list[str]
 
 
-def load(path: Path) -> FixtureFile:
+def load(path: Path, statements: tuple[str, ...] = STATEMENTS) -> FixtureFile:
     lines = path.read_text().splitlines()
     sources: dict[str, list[tuple[str, str]]] = {}
     cases: list[Case] = []
@@ -153,14 +162,14 @@ def load(path: Path) -> FixtureFile:
     if start is not None:
         blocks.append((start, len(lines)))
     for begin, end in blocks:
-        cases.append(_parse_case(lines, begin, end))
+        cases.append(_parse_case(lines, begin, end, statements))
     titles = [case.id for case in cases]
     duplicates = {t for t in titles if titles.count(t) > 1}
     assert not duplicates, f"{path}: duplicate titles {duplicates}"
     return FixtureFile(path=path, sources=sources, cases=cases, lines=lines)
 
 
-def _parse_case(lines: list[str], begin: int, end: int) -> Case:
+def _parse_case(lines: list[str], begin: int, end: int, statements: tuple[str, ...]) -> Case:
     headers: dict[str, str] = {}
     number = begin
     while number < end and lines[number].startswith("#"):
@@ -176,7 +185,7 @@ def _parse_case(lines: list[str], begin: int, end: int) -> Case:
         match = _SECTION.match(lines[index])
         if match:
             current = match["name"]
-            assert current in STATEMENTS, f"line {index + 1}: unknown section {current!r}"
+            assert current in statements, f"line {index + 1}: unknown section {current!r}"
             assert current not in sections, f"line {index + 1}: section {current!r} repeated"
             sections[current] = []
             if body_start is None:
@@ -212,7 +221,11 @@ def render(statement: str) -> str:
     return formatted if one_line(formatted) == statement else statement
 
 
-def rewrite(fixture: FixtureFile, emitted: dict[str, dict[str, str]]) -> None:
+def rewrite(
+    fixture: FixtureFile,
+    emitted: dict[str, dict[str, str]],
+    statements: tuple[str, ...] = STATEMENTS,
+) -> None:
     """Replace the expected sections of the cases in `emitted` (by case id), keep the rest."""
     out: list[str] = []
     position = 0
@@ -222,7 +235,7 @@ def rewrite(fixture: FixtureFile, emitted: dict[str, dict[str, str]]) -> None:
         out.extend(fixture.lines[position : case.body_start])
         while out and not out[-1].strip():
             out.pop()
-        for name in STATEMENTS:
+        for name in statements:
             out.append(f"-- {name}")
             out.append(render(emitted[case.id][name]) + ";")
         out.append("")

@@ -119,7 +119,8 @@ def test_golden(case: golden.Case) -> None:
 
 def test_fixture_covers_every_view_class() -> None:
     covered = {ViewClass(case.headers["class"]) for case in CORRECT_CASES}
-    assert covered == set(ViewClass)
+    # WINDOW applies changes with other statements: fixtures/windows.sql.
+    assert covered == set(ViewClass) - {ViewClass.WINDOW}
 
 
 # -- properties every golden statement must have ------------------------------

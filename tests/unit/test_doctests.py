@@ -16,7 +16,12 @@ import pytest
 import ivm_compiler
 
 MODULES = sorted(
-    {"ivm_compiler", "tests.unit.golden", "dbt.adapters.spark_ivm.groups"}
+    {
+        "ivm_compiler",
+        "tests.unit.golden",
+        "tests.unit.test_windows_golden",
+        "dbt.adapters.spark_ivm.groups",
+    }
     | {info.name for info in pkgutil.walk_packages(ivm_compiler.__path__, prefix="ivm_compiler.")}
 )
 
@@ -32,6 +37,10 @@ def test_the_rules_have_doctests() -> None:
     """Guards the test above against passing because the examples were deleted."""
     attempted = {
         name: doctest.testmod(importlib.import_module(name), verbose=False, report=False).attempted
-        for name in ("ivm_compiler.rules.counting", "ivm_compiler.rules.aggregates")
+        for name in (
+            "ivm_compiler.rules.counting",
+            "ivm_compiler.rules.aggregates",
+            "ivm_compiler.rules.windows",
+        )
     }
     assert all(count > 0 for count in attempted.values()), attempted

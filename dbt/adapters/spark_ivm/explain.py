@@ -31,7 +31,26 @@ CLASS_STATE = {
     ViewClass.GROUPED_AGGREGATE: "one row per group: count, non-NULL counts, sums",
     ViewClass.GLOBAL_AGGREGATE: "one row: count, non-NULL counts, sums (kept when empty)",
     ViewClass.SET_OPERATION: "one row per distinct output row: its count in every operand",
+    ViewClass.WINDOW: (
+        "one row per distinct output row, with its multiplicity (__ivm_count) and its "
+        "partition columns; a refresh recomputes the partitions its change touches"
+    ),
 }
+
+
+def _change_statements(
+    plan: ViewPlan, refresh: Refresh, windows: dict, current: dict
+) -> dict[str, str]:
+    """How a refresh applies a change: one MERGE, or for WINDOW a probe and a MERGE."""
+    if plan.view_class is not ViewClass.WINDOW:
+        return {"merge_changes": emit.merge_changes(plan, refresh.state, windows)}
+    if not plan.window_partition:
+        return {}  # recomputed by create_state on every refresh with changes
+    return {
+        "probe_partitions": emit.probe_partitions(plan, windows),
+        # The probe's keys replace FALSE (no partition) in the three predicates.
+        "merge_partitions": emit.merge_partitions(plan, refresh.state, current, []),
+    }
 
 
 @dataclass(frozen=True)
@@ -62,7 +81,7 @@ def explain(refresh: Refresh) -> Explanation:
 
     statements = {
         "create_state": emit.create_state(plan, refresh.state, current),
-        "merge_changes": emit.merge_changes(plan, refresh.state, windows),
+        **_change_statements(plan, refresh, windows, current),
         "create_view": emit.create_view(
             plan,
             refresh.state,

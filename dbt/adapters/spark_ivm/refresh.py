@@ -44,8 +44,9 @@ from ivm_compiler import (
 from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import first_line
 from ivm_compiler.parse import DIALECT, parse_model, parse_statement
-from ivm_compiler.plan import UpstreamModel
+from ivm_compiler.plan import UpstreamModel, ViewClass
 from ivm_compiler.relations import Window
+from ivm_compiler.rules import windows as windows_rules
 
 FALLBACK_FULL_REFRESH = "full_refresh"
 FALLBACK_VALUES = (FALLBACK_FULL_REFRESH,)
@@ -190,6 +191,8 @@ class Refresh:
     # -- the ivm path -------------------------------------------------------
 
     def _maintain(self, plan: ViewPlan) -> RefreshResult:
+        for warning in plan.warnings:
+            self.log.warning(warning)
         pinned = {table: self.pin(table, plan.upstreams.get(table)) for table in plan.tables}
         target_type = self.relation_exists(self.target)
         if target_type not in (None, "view"):
@@ -224,6 +227,13 @@ class Refresh:
             previous_versions={str(t): w.recorded for t, w in windows.items()},
         )
         if any(window.changed for window in windows.values()):
+            if plan.view_class is ViewClass.WINDOW and not plan.window_partition:
+                reason = (
+                    "its window functions have no PARTITION BY column in common, so any "
+                    "change may alter every row"
+                )
+                self.log.info(f"{self.model}: recomputing: {reason}")
+                return self._build(plan, pinned, "recompute", reason, shown_version)
             choice = self._choose(pinned, windows, target_type)
             if choice.way == strategy.RECOMPUTE:
                 self.log.info(f"{self.model}: recomputing instead of applying: {choice.reason}")
@@ -231,7 +241,18 @@ class Refresh:
             if choice.estimate is not None:
                 self.log.debug(f"{self.model}: applying the change: {choice.reason}")
             try:
-                self._apply_changes(plan, pinned, windows, result)
+                if plan.view_class is ViewClass.WINDOW:
+                    touched = self._touched_partitions(plan, windows)
+                    if len(touched) > windows_rules.MAX_TOUCHED_PARTITIONS:
+                        reason = (
+                            f"the change touches more than {windows_rules.MAX_TOUCHED_PARTITIONS} "
+                            "window partitions"
+                        )
+                        self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
+                        return self._build(plan, pinned, "recompute", reason, shown_version)
+                    self._apply_partitions(plan, pinned, touched, result)
+                else:
+                    self._apply_changes(plan, pinned, windows, result)
             except Exception as error:
                 if not delta.is_change_history_unavailable(error):
                     raise
@@ -635,7 +656,47 @@ class Refresh:
             refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
         )
         # Delta's MERGE answers with one row of counts (num_affected_rows, ...).
-        columns, rows = self._commit(emit.merge_changes(plan, self.state, windows), metadata)
+        self._record_merge(
+            emit.merge_changes(plan, self.state, windows), metadata, refresh_id, result
+        )
+
+    def _touched_partitions(
+        self, plan: ViewPlan, windows: dict[TableName, Window]
+    ) -> list[windows_rules.PartitionKey]:
+        """The partition keys a WINDOW model's change touches (at most one over the limit)."""
+        _, rows = self.runner.query(emit.probe_partitions(plan, windows))
+        return windows_rules.parse_probe(rows)
+
+    def _apply_partitions(
+        self,
+        plan: ViewPlan,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        touched: list[windows_rules.PartitionKey],
+        result: RefreshResult,
+    ) -> None:
+        """Recompute a WINDOW model's touched partitions with one MERGE (rules/windows.py)."""
+        refresh_id = uuid.uuid4().hex
+        metadata = delta.commit_metadata(
+            refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
+        )
+        result.action = "incremental"
+        if not touched:
+            # Every change row failed the model's WHERE: nothing to recompute,
+            # but the window is consumed, so record the versions.
+            self._commit(emit.record_refresh(self.state, refresh_id), metadata)
+            result.reason = "the changes touch no window partition"
+            return
+        statement = emit.merge_partitions(
+            plan, self.state, {t: s.version for t, s in pinned.items()}, touched
+        )
+        self.log.debug(f"{self.model}: recomputing {len(touched)} window partitions")
+        self._record_merge(statement, metadata, refresh_id, result)
+
+    def _record_merge(
+        self, statement: str, metadata: dict[str, Any], refresh_id: str, result: RefreshResult
+    ) -> None:
+        """Run a MERGE; when it wrote nothing (so made no commit), record the versions anyway."""
+        columns, rows = self._commit(statement, metadata)
         merged = dict(zip(columns, rows[0])) if rows else {}
         result.action = "incremental"
         result.rows_inserted = int(merged.get("num_inserted_rows") or 0)

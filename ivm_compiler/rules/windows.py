@@ -1,0 +1,330 @@
+"""Window functions: the partitions a change touches are recomputed, the others kept.
+
+A window function with PARTITION BY p computes each row's value from the rows
+of its own partition only, so a change of the source can alter the model's
+rows only in the partitions its change rows (before or after the change) fall
+into. A refresh therefore
+
+1. probes the change feed for the distinct partition keys it touches (every
+   change row, pre- and post-image, that passes the model's WHERE);
+2. recomputes the model's rows of those partitions alone: the model's query at
+   the pinned version with `p IN (<touched keys>)` added to the WHERE of the
+   SELECT that holds the window functions. WHERE filters before windows are
+   evaluated, and whole partitions are kept or dropped, so each kept row's
+   window values are exactly what the full query gives it;
+3. replaces those partitions' state rows with one MERGE (rows as in the
+   projection class: distinct output rows with a multiplicity).
+
+The keys are written into both statements as literals, so Delta skips the
+files of other partitions (min/max statistics) in the source and the state.
+The partition is the unit of change: within it the window values are
+recomputed, not patched, so every window function that only reads its own
+partition is maintained by the same rule.
+
+Several window functions may partition differently; any column common to all
+their PARTITION BY lists still bounds what a change can reach (a partition of
+each function lies inside one partition of the common columns). Without a
+common column every row may depend on every other: such a model is
+recomputed on every refresh (refresh.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+from ivm_compiler import names
+from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
+from ivm_compiler.parse import DIALECT, from_tables, subquery_predicates
+from ivm_compiler.plan import PartitionColumn
+
+# More touched partitions than this and the refresh recomputes the whole model:
+# the keys are collected on the driver and become literals in the MERGE (in
+# the rows' WHERE, in ON and in the delete's condition), whose size, planning
+# and per-file skipping cost grow with their number, while a change touching
+# that many partitions is likely to touch most files of a table anyway. The
+# bound keeps the statement a few tens of kilobytes; it is not tuned yet
+# (the benchmark has no window model).
+MAX_TOUCHED_PARTITIONS = 2_000
+
+# The functions whose per-partition recomputation is tested; others are refused.
+RANKING = (exp.RowNumber, exp.Rank, exp.DenseRank)
+OFFSET = (exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
+AGGREGATES = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg)
+SUPPORTED = (*RANKING, *OFFSET, *AGGREGATES)
+SUPPORTED_TEXT = (
+    "ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD, FIRST_VALUE, LAST_VALUE, "
+    "or SUM, COUNT, MIN, MAX, AVG OVER a window"
+)
+
+# Functions whose value for a row depends on which of several rows tied on the
+# ORDER BY comes first (RANK and DENSE_RANK give ties one value; aggregates
+# only with a ROWS frame, whose bounds count rows rather than ORDER BY values).
+ORDER_SENSITIVE = (exp.RowNumber, *OFFSET)
+
+# Partition values are sent back to Spark as literals cast from their text:
+# only atomic types survive that round trip.
+UNSUPPORTED_PARTITION_TYPES = ("array", "map", "struct", "binary", "variant", "interval")
+
+# The probe's one column: a partition key as a JSON array of its values as text.
+PROBE_COLUMN = f"{names.RESERVED_PREFIX}partition"
+
+
+def windows_of(select: exp.Select) -> list[exp.Window]:
+    """The window functions of a SELECT list.
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("select a, rank() over (partition by a order by b) from t")
+    >>> [w.this.sql() for w in windows_of(q)]
+    ['RANK()']
+    """
+    return [w for p in select.expressions for w in p.find_all(exp.Window)]
+
+
+def function_of(window: exp.Window) -> exp.Expression:
+    """The function a window applies, with IGNORE/RESPECT NULLS taken off."""
+    function = window.this
+    while isinstance(function, (exp.IgnoreNulls, exp.RespectNulls)):
+        function = function.this
+    return function
+
+
+def check_shape(model: str, select: exp.Select, merged: bool = True) -> None:
+    """One SELECT over one table with an optional WHERE: what partition recomputation covers.
+
+    parse.py asks before CTEs and FROM-subqueries are merged (merged=False),
+    so that a refresh refuses before it builds any plan node; a derived table
+    in FROM is then still allowed, and compile.py asks again after merging.
+    """
+    relations = from_tables(select)
+    if (
+        len(relations) != 1
+        or select.args.get("joins")
+        or (merged and not isinstance(relations[0], exp.Table))
+    ):
+        raise NotMaintainable(
+            model,
+            "window functions over a join",
+            "build the join as an ivm model of its own and compute the window functions in a "
+            "model over it with ref(), or " + FALLBACK_HINT,
+        )
+    if subquery_predicates(select):
+        raise NotMaintainable(
+            model,
+            "window functions over rows filtered by an EXISTS or IN subquery",
+            "build the filtered rows as an ivm model of its own and compute the window "
+            "functions in a model over it with ref(), or " + FALLBACK_HINT,
+        )
+    if select.args.get("group") or select.args.get("having"):
+        raise NotMaintainable(
+            model,
+            "window functions together with GROUP BY or HAVING",
+            "build the aggregate as an ivm model of its own and compute the window functions "
+            "in a model over it with ref(), or " + FALLBACK_HINT,
+        )
+    if select.args.get("distinct"):
+        raise NotMaintainable(
+            model,
+            "SELECT DISTINCT together with window functions",
+            "select the window functions in a subquery and apply DISTINCT outside it, or "
+            + FALLBACK_HINT,
+        )
+    for projection in select.expressions:
+        for call in projection.find_all(exp.AggFunc):
+            if call.find_ancestor(exp.Window) is None:
+                raise NotMaintainable(
+                    model,
+                    f"the aggregate {call.sql(dialect=DIALECT)} beside window functions",
+                    "aggregate in an ivm model of its own and compute the window functions in "
+                    "a model over it with ref(), or " + FALLBACK_HINT,
+                )
+    for window in windows_of(select):
+        function = function_of(window)
+        if not isinstance(function, SUPPORTED):
+            written = function.sql(dialect=DIALECT).split("(", 1)[0].upper()
+            raise NotMaintainable(
+                model,
+                f"the window function {written}",
+                f"use {SUPPORTED_TEXT}, or " + FALLBACK_HINT,
+            )
+
+
+def partition_columns(
+    select: exp.Select, column_types: dict[str, str]
+) -> list[tuple[exp.Column, str]]:
+    """The plain source columns every window function partitions by, with their types.
+
+    In the first window's order; expressions and columns of types that cannot
+    be written as literals do not count. Empty: no common partition.
+    """
+    common: list[tuple[exp.Column, str]] | None = None
+    for window in windows_of(select):
+        plain = [
+            (column, column_types[column.name.lower()])
+            for column in window.args.get("partition_by") or []
+            if isinstance(column, exp.Column)
+            and column.name.lower() in column_types
+            and _literal_type(column_types[column.name.lower()])
+        ]
+        if common is None:
+            common = plain
+        else:
+            written = {c.sql(dialect=DIALECT) for c, _ in plain}
+            common = [(c, t) for c, t in common if c.sql(dialect=DIALECT) in written]
+    seen: dict[str, tuple[exp.Column, str]] = {}
+    for column, data_type in common or []:
+        seen.setdefault(column.sql(dialect=DIALECT), (column, data_type))
+    return list(seen.values())
+
+
+def _literal_type(data_type: str) -> bool:
+    lowered = data_type.lower()
+    return not any(lowered.startswith(t) for t in UNSUPPORTED_PARTITION_TYPES)
+
+
+def tie_warnings(model: str, select: exp.Select, source_columns: Sequence[str]) -> list[str]:
+    """A warning per order-sensitive window whose ORDER BY may leave ties.
+
+    The rule is deliberately simple: the ORDER BY must name every source column
+    that is not one of the window's partition columns. Rows then never tie
+    unless they are equal, and equal rows are interchangeable. Otherwise a
+    refresh that recomputes a partition may order tied rows differently from a
+    recomputation of the whole model (both are correct answers of the query).
+    """
+    warnings = []
+    for window in windows_of(select):
+        function = function_of(window)
+        spec = window.args.get("spec")
+        rows_frame = spec is not None and str(spec.args.get("kind") or "").upper() == "ROWS"
+        if not (isinstance(function, ORDER_SENSITIVE) or (rows_frame and window.args.get("order"))):
+            continue
+        partitioned = {
+            c.name.lower()
+            for c in window.args.get("partition_by") or []
+            if isinstance(c, exp.Column)
+        }
+        order = window.args.get("order")
+        ordered = {c.name.lower() for c in order.find_all(exp.Column)} if order else set()
+        missing = [c for c in source_columns if c.lower() not in partitioned | ordered]
+        if missing:
+            warnings.append(
+                f"Model '{model}': {window.sql(dialect=DIALECT)} does not order by "
+                f"{', '.join(missing)}: among rows tied on its ORDER BY, a refresh that "
+                "recomputes their partition may pick a different row than a full "
+                "recomputation would. Add columns that make the order unique (e.g. a "
+                "unique id) to the ORDER BY."
+            )
+    return warnings
+
+
+def partition_state_columns(
+    partition: list[tuple[exp.Column, str]], key_names: dict[str, str]
+) -> tuple[PartitionColumn, ...]:
+    return tuple(
+        PartitionColumn(
+            source=column.copy(),
+            state_column=key_names[column.sql(dialect=DIALECT)],
+            data_type=data_type,
+        )
+        for column, data_type in partition
+    )
+
+
+# -- the refresh's statements ---------------------------------------------------
+
+
+def probe_query(
+    rows: exp.Select, changes: exp.Expression, partition: Sequence[PartitionColumn]
+) -> exp.Select:
+    """The distinct partition keys of the change rows that pass the model's WHERE.
+
+    `rows` is the plan's flattened SELECT (its WHERE is the model's), `changes`
+    the source's signed change rows under the model's alias. At most one key
+    more than MAX_TOUCHED_PARTITIONS is asked for: that one says "too many".
+    Each key comes back as a JSON array of its values cast to STRING, so every
+    type reaches the driver as text (dbt's result tables guess types from
+    values) and goes back as an exact literal.
+    """
+    values = exp.Array(
+        expressions=[exp.cast(p.source.copy(), exp.DataType.build("string")) for p in partition]
+    )
+    select = exp.select(
+        exp.alias_(exp.Anonymous(this="to_json", expressions=[values]), PROBE_COLUMN, quoted=True)
+    ).distinct()
+    select.set("from_", exp.From(this=changes))
+    where = rows.args.get("where")
+    if where is not None:
+        select.set("where", where.copy())
+    return select.limit(MAX_TOUCHED_PARTITIONS + 1)
+
+
+PartitionKey = tuple[str | None, ...]
+
+
+def parse_probe(rows: Sequence[Sequence[object]]) -> list[PartitionKey]:
+    """The probe's rows as keys: one text value (or None for NULL) per partition column.
+
+    >>> parse_probe([['[null,"b"]'], ['["1","a"]']])
+    [(None, 'b'), ('1', 'a')]
+    """
+    return [tuple(json.loads(str(row[0]))) for row in rows]
+
+
+def literal(value: str, data_type: str) -> exp.Expression:
+    """A partition value (as text) as a literal of its column's type.
+
+    >>> literal("1.50", "decimal(10,2)").sql(dialect="spark")
+    '1.50'
+    >>> literal("2024-01-02", "date").sql(dialect="spark")
+    "CAST('2024-01-02' AS DATE)"
+    """
+    built = exp.DataType.build(data_type, dialect=DIALECT)
+    if built.is_type(*exp.DataType.TEXT_TYPES):
+        return exp.Literal.string(value)
+    if built.is_type(*exp.DataType.INTEGER_TYPES, exp.DataType.Type.DECIMAL):
+        return exp.Literal.number(value)
+    return exp.cast(exp.Literal.string(value), built)
+
+
+def partition_predicate(
+    columns: Sequence[exp.Expression],
+    types: Sequence[str],
+    keys: Sequence[PartitionKey],
+) -> exp.Expression:
+    """The rows whose partition columns hold one of `keys`; NULL matches NULL (Spark's NULL partition).
+
+    >>> c = [exp.column("k")]
+    >>> partition_predicate(c, ["int"], [("1",), (None,), ("3",)]).sql(dialect="spark")
+    'k IN (1, 3) OR k IS NULL'
+    >>> two = [exp.column("k"), exp.column("g")]
+    >>> partition_predicate(two, ["int", "string"], [("1", None)]).sql(dialect="spark")
+    'k = 1 AND g IS NULL'
+    """
+    if not keys:
+        return exp.false()
+    if len(columns) == 1:
+        column, data_type = columns[0], types[0]
+        values = sorted({key[0] for key in keys if key[0] is not None})
+        parts: list[exp.Expression] = []
+        if values:
+            parts.append(
+                exp.In(this=column.copy(), expressions=[literal(v, data_type) for v in values])
+            )
+        if any(key[0] is None for key in keys):
+            parts.append(exp.Is(this=column.copy(), expression=exp.Null()))
+        return exp.or_(*parts)
+    return exp.or_(
+        *[
+            exp.and_(
+                *[
+                    exp.Is(this=column.copy(), expression=exp.Null())
+                    if value is None
+                    else exp.EQ(this=column.copy(), expression=literal(value, data_type))
+                    for column, data_type, value in zip(columns, types, key)
+                ]
+            )
+            for key in sorted(keys, key=lambda k: [(v is None, v or "") for v in k])
+        ]
+    )

@@ -1,0 +1,130 @@
+"""WINDOW models: which plans the compiler makes, the idioms that reach it through
+plan nodes, and the ties rule (the emitted SQL is in fixtures/windows.sql)."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from ivm_compiler import TableName, ViewClass, compile_model
+from ivm_compiler.nodes import split_nodes
+from ivm_compiler.parse import DIALECT, parse_model
+from tests.unit.golden import FakeCatalog
+
+MODEL = "model.shop.m"
+SOURCES = {"shop.src": [("id", "int"), ("k", "int"), ("ts", "int"), ("v", "decimal(10,2)")]}
+
+
+def _columns(table: TableName) -> list[tuple[str, str]]:
+    return SOURCES[str(table)]
+
+
+def _compile(sql: str, describe: list[tuple[str, str]]):
+    return compile_model(MODEL, sql, FakeCatalog(SOURCES, sql, describe))
+
+
+def test_the_dedupe_idiom_is_a_window_node_and_a_filter_over_it() -> None:
+    sql = (
+        "select * from (select *, row_number() over (partition by k order by ts desc, id) "
+        "as rn from shop.src) where rn = 1"
+    )
+    split = split_nodes(MODEL, sql, TableName("shop", "m"), _columns)
+    (node,) = split.nodes
+    described = [("id", "int"), ("k", "int"), ("ts", "int"), ("v", "decimal(10,2)"), ("rn", "int")]
+    plan = compile_model(
+        f"{MODEL} (CTE {node.name})", node.sql, FakeCatalog(SOURCES, node.sql, described)
+    )
+    assert plan.view_class is ViewClass.WINDOW
+    assert [p.source.sql(dialect=DIALECT) for p in plan.window_partition] == ["`src`.`k`"]
+    # The model itself filters the node's rows: a projection with a WHERE.
+    outer = parse_model(MODEL, split.sql)
+    assert outer.find(exp.Window) is None
+    assert outer.args["where"].sql(dialect=DIALECT) == "WHERE `_0`.`rn` = 1"
+    assert {t.name for t in outer.find_all(exp.Table)} == {node.relation.name}
+
+
+def test_a_window_operand_of_a_set_operation_is_a_node() -> None:
+    sql = (
+        "select k, rank() over (partition by k order by ts) as r from shop.src "
+        "union all select k, 0 from shop.src"
+    )
+    split = split_nodes(MODEL, sql, TableName("shop", "m"), _columns)
+    (node,) = split.nodes
+    assert node.name == "operand_1" and "RANK()" in node.sql
+
+
+def test_the_partition_is_what_every_window_partitions_by() -> None:
+    plan = _compile(
+        "select id, sum(v) over (partition by k, ts) as a, min(v) over (partition by ts, k) as b, "
+        "max(v) over (partition by k, id) as c from shop.src",
+        [("id", "int"), ("a", "decimal(20,2)"), ("b", "decimal(10,2)"), ("c", "decimal(10,2)")],
+    )
+    assert [p.source.name for p in plan.window_partition] == ["k"]
+    # k is not an output: it becomes a state key column of its own.
+    (partition,) = plan.window_partition
+    assert partition.state_column == plan.keys[-1]
+    assert partition.data_type == "int"
+
+
+def test_no_common_partition_column_leaves_the_plan_without_partition() -> None:
+    for sql in (
+        "select id, row_number() over (order by ts, id, k, v) as rn from shop.src",
+        (
+            "select id, sum(v) over (partition by k) as a, sum(v) over (partition by ts) as b "
+            "from shop.src"
+        ),
+        # An expression is no plain column: it does not bound what a change reaches.
+        "select id, count(*) over (partition by k % 2) as n from shop.src",
+    ):
+        outputs = [(p.alias_or_name, "int") for p in parse_model(MODEL, sql).expressions]
+        plan = _compile(sql, outputs)
+        assert plan.view_class is ViewClass.WINDOW
+        assert plan.window_partition == (), sql
+
+
+def test_ties_rule_warns_when_the_order_leaves_a_column_out() -> None:
+    sql = (
+        "select id, row_number() over (partition by k order by ts) as rn, "
+        "lead(ts) over (partition by k order by ts, id, v) as nxt, "
+        "rank() over (partition by k order by ts) as r, "
+        "sum(v) over (partition by k order by ts) as running from shop.src"
+    )
+    plan = _compile(
+        sql,
+        [("id", "int"), ("rn", "int"), ("nxt", "int"), ("r", "int"), ("running", "decimal(20,2)")],
+    )
+    # ROW_NUMBER leaves id and v out; LEAD names every column; RANK gives ties one
+    # value; SUM's default frame (RANGE) sums ties together.
+    (warning,) = plan.warnings
+    assert warning.startswith(f"Model '{MODEL}': ROW_NUMBER() OVER (PARTITION BY `src`.`k`")
+    assert "does not order by id, v" in warning
+    # A ROWS frame counts rows, so ties matter there.
+    plan = _compile(
+        "select id, sum(v) over (partition by k order by ts rows between 1 preceding and "
+        "current row) as s from shop.src",
+        [("id", "int"), ("s", "decimal(20,2)")],
+    )
+    assert len(plan.warnings) == 1 and "does not order by id, v" in plan.warnings[0]
+
+
+def test_ivm_explain_shows_the_probe_and_the_partition_merge() -> None:
+    from types import SimpleNamespace
+
+    from dbt.adapters.spark_ivm.explain import _change_statements
+    from ivm_compiler.relations import Window
+
+    source = TableName("shop", "src")
+    refresh = SimpleNamespace(state=TableName("shop", "m__ivm_state"))
+    plan = _compile(
+        "select id, rank() over (partition by k order by ts) as r from shop.src",
+        [("id", "int"), ("r", "int")],
+    )
+    shown = _change_statements(plan, refresh, {source: Window(3, 4)}, {source: 4})  # type: ignore[arg-type]
+    assert sorted(shown) == ["merge_partitions", "probe_partitions"]
+    assert "TABLE_CHANGES('`shop`.`src`', 4, 4)" in shown["probe_partitions"]
+    # No keys yet: the predicate is FALSE until the probe answers.
+    assert "WHERE FALSE" in shown["merge_partitions"]
+    unpartitioned = _compile(
+        "select id, rank() over (order by ts, id, k, v) as r from shop.src",
+        [("id", "int"), ("r", "int")],
+    )
+    assert _change_statements(unpartitioned, refresh, {source: Window(3, 4)}, {source: 4}) == {}  # type: ignore[arg-type]
