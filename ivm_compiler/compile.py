@@ -134,15 +134,7 @@ def _compile(
         return _compile_window(model, sql, tree, tables, schemas, qualified, described, upstreams)
     # The rows without their semi and anti joins, which become key relations of join terms.
     unfiltered, semis = semi_joins.extract(model, qualified)
-    projections = [p.this if isinstance(p, exp.Alias) else p for p in qualified.expressions]
-    if len(described) != len(projections):
-        raise NotMaintainable(
-            model,
-            f"a query whose {len(projections)} parsed columns differ from the "
-            f"{len(described)} Spark reports",
-            "give every output column an alias",
-        )
-    _refuse_untyped_outputs(model, described)
+    projections = _typed_projections(model, qualified, described)
     group = qualified.args.get("group")
     having = qualified.args.get("having")
     is_aggregate = bool(group) or any(
@@ -395,15 +387,7 @@ def _compile_window(
     (rules/windows.py) and finds them by those columns.
     """
     windows.check_shape(model, qualified)
-    projections = [p.this if isinstance(p, exp.Alias) else p for p in qualified.expressions]
-    if len(described) != len(projections):
-        raise NotMaintainable(
-            model,
-            f"a query whose {len(projections)} parsed columns differ from the "
-            f"{len(described)} Spark reports",
-            "give every output column an alias",
-        )
-    _refuse_untyped_outputs(model, described)
+    projections = _typed_projections(model, qualified, described)
     _refuse_incomparable_keys(model, described, "column")
     table = TableName.of(from_tables(qualified)[0])
     source_columns = schemas[table]
@@ -507,6 +491,22 @@ def qualify_model(
         ) from error
     assert isinstance(qualified, (exp.Select, exp.SetOperation))
     return qualified
+
+
+def _typed_projections(
+    model: str, qualified: exp.Select, described: list[tuple[str, str]]
+) -> list[exp.Expression]:
+    """The SELECT list without aliases, one per column Spark describes, each of a usable type."""
+    projections = [p.this if isinstance(p, exp.Alias) else p for p in qualified.expressions]
+    if len(described) != len(projections):
+        raise NotMaintainable(
+            model,
+            f"a query whose {len(projections)} parsed columns differ from the "
+            f"{len(described)} Spark reports",
+            "give every output column an alias",
+        )
+    _refuse_untyped_outputs(model, described)
+    return projections
 
 
 def _distinct_expressions(expressions: list[exp.Expression]) -> list[exp.Expression]:
