@@ -28,6 +28,8 @@ MODEL = "model.shop.orders_by_customer"
         pytest.param({"ivm_strategy": "incremental"}, id="strategy_incremental"),
         pytest.param({"ivm_strategy": "recompute"}, id="strategy_recompute"),
         pytest.param({"ivm_strategy": None}, id="strategy_unset"),
+        pytest.param({"ivm_window_order_unique": True}, id="window_order_unique"),
+        pytest.param({"ivm_window_order_unique": False}, id="window_order_not_unique"),
         # Only the ivm_ prefix is ours; other adapters' configs pass through.
         pytest.param({"fallback": "anything", "file_format": "delta"}, id="foreign_configs"),
     ],
@@ -97,3 +99,13 @@ def test_bad_strategy_value(value: object) -> None:
     message = str(raised.value)
     assert f"Model '{MODEL}': ivm_strategy={value!r} is not valid" in message
     assert "one of: 'auto', 'incremental', 'recompute', or unset (auto)." in message
+
+
+@pytest.mark.parametrize("value", ["true", "yes", 1, 0])
+def test_window_order_unique_must_be_a_boolean(value: object) -> None:
+    # 'true' (a quoted string in YAML) must not pass as true, nor 0 as false.
+    with pytest.raises(CompilationError) as raised:
+        validate_model_config(MODEL, {"ivm_window_order_unique": value})
+    message = str(raised.value)
+    assert f"Model '{MODEL}': ivm_window_order_unique={value!r} is not valid" in message
+    assert "true or false (unset: false)" in message

@@ -17,6 +17,7 @@ IVM_CONFIGS: dict[str, str] = {
     "ivm_fallback": "one of: " + ", ".join(repr(v) for v in FALLBACK_VALUES) + ", or unset",
     "ivm_group": f"a group name (letters, digits, _ and -), {NO_GROUP!r}, or unset",
     "ivm_strategy": "one of: " + ", ".join(repr(v) for v in STRATEGIES) + ", or unset (auto)",
+    "ivm_window_order_unique": "true or false (unset: false)",
 }
 
 
@@ -50,6 +51,14 @@ def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
         raise CompilationError(
             f"Model '{model}': ivm_strategy={chosen!r} is not valid; it must be "
             f"{IVM_CONFIGS['ivm_strategy']}."
+        )
+
+    unique_order = config.get("ivm_window_order_unique")
+    if unique_order is not None and not isinstance(unique_order, bool):
+        raise CompilationError(
+            f"Model '{model}': ivm_window_order_unique={unique_order!r} is not valid; it "
+            f"must be {IVM_CONFIGS['ivm_window_order_unique']} (a YAML or Jinja boolean, "
+            "not a string)."
         )
 
 

@@ -107,6 +107,7 @@ class SparkIvmAdapter(SparkAdapter):
         refresh.full_refresh = full_refresh
         refresh.fallback = config.get("ivm_fallback")
         refresh.strategy = config.get("ivm_strategy") or AUTO
+        refresh.window_order_unique = bool(config.get("ivm_window_order_unique"))
         refresh.docs = _view_docs(docs)
         group_run = self._group_run(graph, selected, invocation_id)
         refresh.publisher = Publisher(

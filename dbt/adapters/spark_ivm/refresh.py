@@ -109,6 +109,10 @@ class Refresh:
     publisher: Publisher | None = None
     # ivm_strategy: auto | incremental | recompute (strategy.py).
     strategy: str = strategy.AUTO
+    # ivm_window_order_unique: the user vouches that every window's PARTITION BY
+    # and ORDER BY pick out one row, so the ties warnings (the compiler's only
+    # plan warnings) are not logged.
+    window_order_unique: bool = False
     # Tells dbt's relation cache about a relation the refresh created besides the
     # model's own (a plan node's view and state), so later lookups find it.
     relation_created: Callable[[TableName, str], None] = lambda table, kind: None
@@ -180,6 +184,7 @@ class Refresh:
                 catalog_columns=self.catalog_columns,
                 upstream_materializations=self.upstream_materializations,
                 strategy=self.strategy,
+                window_order_unique=self.window_order_unique,
                 relation_created=self.relation_created,
                 pins_from=self,
             )
@@ -191,7 +196,7 @@ class Refresh:
     # -- the ivm path -------------------------------------------------------
 
     def _maintain(self, plan: ViewPlan) -> RefreshResult:
-        for warning in plan.warnings:
+        for warning in () if self.window_order_unique else plan.warnings:
             self.log.warning(warning)
         pinned = {table: self.pin(table, plan.upstreams.get(table)) for table in plan.tables}
         target_type = self.relation_exists(self.target)
