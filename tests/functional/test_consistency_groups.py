@@ -272,7 +272,9 @@ class TestGroupAllOrNothing(GroupProject):
         assert all(after[m] is not None and after[m] > before[m] for m in ("by_g", "total"))
         self.assert_published_group_is_consistent(spark, schema)
 
-    @pytest.mark.parametrize("views_moved", [0, 1, 3, 4])
+    # None, some (3 of 4) and all of the views moved before the crash; one
+    # partial case covers the others (1 and 2 were dropped to save suite time).
+    @pytest.mark.parametrize("views_moved", [0, 3, 4])
     def test_a_crash_after_the_commit_point_is_finished_by_the_next_run(
         self, project, spark, sources, views_moved
     ):
