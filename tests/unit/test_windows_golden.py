@@ -21,7 +21,7 @@ import sqlglot
 from sqlglot import exp
 
 from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
-from ivm_compiler.names import COUNT
+from ivm_compiler.names import COUNT, GUARD
 from ivm_compiler.parse import DIALECT
 from ivm_compiler.rules.windows import PartitionKey
 from tests.unit import golden
@@ -53,9 +53,13 @@ def compile_case(fixture: golden.FixtureFile, case: golden.Case) -> ViewPlan:
 def emit_all(plan: ViewPlan, case: golden.Case) -> dict[str, str]:
     pinned = {table: golden.LAST_CHANGE for table in plan.tables}
     return {
-        "create_state": emit.create_state(plan, golden.STATE, golden.versions(plan)),
+        "create_state": emit.create_state(
+            plan, golden.STATE, golden.versions(plan), golden.GUARD.write
+        ),
         "probe_partitions": emit.probe_partitions(plan, golden.windows(plan)),
-        "merge_partitions": emit.merge_partitions(plan, golden.STATE, pinned, touched(case)),
+        "merge_partitions": emit.merge_partitions(
+            plan, golden.STATE, pinned, touched(case), golden.GUARD
+        ),
         "create_view": emit.create_view(
             plan,
             golden.STATE,
@@ -121,8 +125,12 @@ def test_merge_recomputes_only_the_touched_partitions(case: golden.Case) -> None
     assert not any(f.name.lower() == "table_changes" for f in merge.find_all(exp.Anonymous))
     whens = merge.args["whens"].expressions
     by_source = [w for w in whens if w.args.get("source")]
-    assert len(by_source) == 1 and by_source[0].args["then"] == exp.var("DELETE")
+    # The delete, then the clause that moves the guard row (emit.Guard).
+    assert len(by_source) == 2 and by_source[0].args["then"] == exp.var("DELETE")
+    assert isinstance(by_source[1].args["then"], exp.Update)
     condition = by_source[0].args["condition"].sql(DIALECT)
+    # The guard row (NULL in every partition column) is never deleted.
+    assert f"`__ivm_t`.`{GUARD}` IS NULL" in condition
     # Only state rows of the touched partitions may be deleted.
     for column in plan.window_partition:
         assert f"`__ivm_t`.`{column.state_column}`" in condition
