@@ -74,58 +74,69 @@ def _is_guard_row(table: str | None, guard_row: bool = True) -> exp.Expression:
 
 
 def guard_check(state: TableName, guard: Guard) -> exp.Select:
-    """One row: TRUE if the state's guard row holds `guard.read`; raises an error otherwise.
+    """The MERGE's guard source row: `guard.read` if the state's guard row holds it, else an error.
 
-    It reads the state itself: inside a MERGE into the state, Delta reads it
-    at the MERGE's own snapshot and records the read, so a refresh that
-    committed earlier fails this check, and one that commits while this MERGE
-    runs makes the MERGE's commit a conflict.
+    One row, all other columns NULL once joined (see _guarded). It reads the
+    state itself: inside a MERGE into the state, Delta reads it at the MERGE's
+    own snapshot and records the read, so a refresh that committed earlier
+    fails this check, and one that commits while this MERGE runs makes the
+    MERGE's commit a conflict.
     """
     current = exp.Max(this=_guard_column())
+    read = exp.Literal.string(guard.read)
     message = (
         f"{GUARD_FAILED}: {state} no longer holds refresh {guard.read}: another refresh "
         "committed to it after this one read it"
     )
     check = exp.Case(
-        ifs=[
-            exp.If(
-                this=exp.NullSafeEQ(this=current, expression=exp.Literal.string(guard.read)),
-                true=exp.true(),
-            )
-        ],
+        ifs=[exp.If(this=exp.NullSafeEQ(this=current, expression=read), true=read.copy())],
         default=exp.Anonymous(this="RAISE_ERROR", expressions=[exp.Literal.string(message)]),
     )
     return (
-        exp.select(exp.alias_(check, names.GUARD_OK, quoted=True))
+        exp.select(exp.alias_(check, names.GUARD, quoted=True))
         .from_(state.to_table())
         .where(_is_guard_row(None))
     )
 
 
 def _guarded(source: exp.Query, state: TableName, guard: Guard) -> exp.Subquery:
-    """The MERGE's source, kept only if the guard check passes (else the MERGE fails).
+    """The MERGE's source rows (guard column NULL), plus the guard source row (guard_check).
 
-    The check is joined, not a scalar subquery: Spark leaves a Delta table read
-    inside a subquery expression of a MERGE source unconverted ("Table does not
-    support reads"). Filtering on its column keeps it from being pruned.
+    The guard source row matches the state's guard row in ON, so its value
+    cannot be pruned away and the check runs even when the change is empty.
+    A full join ON FALSE appends it without naming the source's columns. It
+    is a join, not a scalar subquery: Spark leaves a Delta read inside a
+    subquery expression of a MERGE source unconverted ("Table does not
+    support reads").
     """
     rows = (
-        exp.select(exp.Column(this=exp.Star(), table=_ident(names.GUARDED_ALIAS)))
+        exp.select(
+            exp.Column(this=exp.Star(), table=_ident(names.GUARDED_ALIAS)),
+            _guard_column(names.GUARD_CHECK_ALIAS),
+        )
         .from_(source.subquery(_ident(names.GUARDED_ALIAS)))
         .join(
-            guard_check(state, guard).subquery(_ident(names.GUARD_CHECK_ALIAS)), join_type="CROSS"
+            guard_check(state, guard).subquery(_ident(names.GUARD_CHECK_ALIAS)),
+            on=exp.false(),
+            join_type="FULL OUTER",
         )
-        .where(exp.column(names.GUARD_OK, table=_ident(names.GUARD_CHECK_ALIAS), quoted=True))
     )
     return rows.subquery(_ident(names.DELTA_ALIAS))
 
 
+def _same_guard() -> exp.Expression:
+    """In ON: model rows (guard NULL) match model rows, the guard source row the guard row."""
+    return exp.NullSafeEQ(
+        this=_guard_column(names.TARGET_ALIAS), expression=_guard_column(names.DELTA_ALIAS)
+    )
+
+
 def _move_guard(guard: Guard) -> exp.When:
-    """The clause that moves the guard row (never matched by a source row) to this refresh."""
+    """The first clause: the matched guard row takes this refresh's id."""
     return exp.When(
-        matched=False,
-        source=True,
-        condition=_is_guard_row(names.TARGET_ALIAS),
+        matched=True,
+        source=False,
+        condition=_is_guard_row(names.DELTA_ALIAS),
         then=exp.Update(
             expressions=[
                 exp.EQ(
@@ -138,11 +149,12 @@ def _move_guard(guard: Guard) -> exp.When:
 
 
 def _insert_row(columns: Sequence[str]) -> exp.When:
-    """WHEN NOT MATCHED THEN INSERT a source row: a model row, so its guard column is NULL."""
+    """WHEN NOT MATCHED THEN INSERT a model row (never the guard source row: it always matches)."""
     delta = names.DELTA_ALIAS
     return exp.When(
         matched=False,
         source=False,
+        condition=_is_guard_row(delta, guard_row=False),
         then=exp.Insert(
             this=exp.Tuple(
                 expressions=[exp.column(n, quoted=True) for n in (*columns, names.GUARD)]
@@ -208,10 +220,10 @@ def merge_changes(
         return exp.column(name, table=_ident(delta), quoted=True)
 
     keys = plan.merge_keys
-    # The guard row (NULL keys) must never match a change row, a NULL group's included.
+    # The guard row (NULL keys) matches the guard source row only, never a
+    # change row of a NULL group.
     on: exp.Expression = exp.and_(
-        *[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in keys],
-        _is_guard_row(target, guard_row=False),
+        *[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in keys], _same_guard()
     )
     touched_flags = {p.slot: p.touched_flag for p in plan.preaggregations}
     updates = []
@@ -231,7 +243,7 @@ def merge_changes(
             exp.EQ(this=t(column.name), expression=exp.Add(this=stored, expression=change))
         )
 
-    whens = []
+    whens = [_move_guard(guard)]
     emptied: exp.Expression = exp.EQ(
         this=exp.Add(this=t(names.COUNT), expression=d(names.COUNT)),
         expression=exp.Literal.number(0),
@@ -250,7 +262,6 @@ def merge_changes(
         )
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=updates)))
     whens.append(_insert_row(relations.state_table_columns(plan)))
-    whens.append(_move_guard(guard))
     merge = exp.Merge(
         this=relations.aliased(state.to_table(), target),
         using=_guarded(relations.delta_query(plan, windows, state), state, guard),
@@ -308,12 +319,15 @@ def merge_partitions(
     # The state's side of the partitions in ON too: it changes no match (every
     # source row lies in those partitions), and lets Delta prune the state's
     # files when it looks for matches.
+    # The guard row has NULL partition columns: it is in ON's partitions
+    # explicitly, so the guard source row always finds it.
     on = exp.and_(
         *[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in plan.keys],
-        in_state.copy(),
-        _is_guard_row(target, guard_row=False),
+        _same_guard(),
+        exp.paren(exp.or_(exp.paren(in_state.copy()), _is_guard_row(target))),
     )
     whens = [
+        _move_guard(guard),
         exp.When(
             matched=True,
             source=False,
@@ -327,7 +341,6 @@ def merge_partitions(
             condition=exp.and_(exp.paren(in_state), _is_guard_row(target, guard_row=False)),
             then=exp.var("DELETE"),
         ),
-        _move_guard(guard),
     ]
     merge = exp.Merge(
         this=relations.aliased(state.to_table(), target),

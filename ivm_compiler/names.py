@@ -21,8 +21,7 @@ COPIES_ALIAS = f"{RESERVED_PREFIX}copies"
 # equals the id the refresh read and sets its own (emit.Guard).
 GUARD = f"{RESERVED_PREFIX}guard"
 GUARDED_ALIAS = f"{RESERVED_PREFIX}guarded"  # the MERGE source before its guard check
-GUARD_CHECK_ALIAS = f"{RESERVED_PREFIX}check"  # the one-row guard check joined to it
-GUARD_OK = f"{RESERVED_PREFIX}guard_ok"  # the check's column: TRUE, or the check raised
+GUARD_CHECK_ALIAS = f"{RESERVED_PREFIX}check"  # the guard source row joined to it
 BUILT_ALIAS = f"{RESERVED_PREFIX}built"  # create_state's model rows, before the guard row
 
 

@@ -760,9 +760,9 @@ def test_conditions_on_the_outer_row_go_into_the_key_join() -> None:
 def test_guard_check_passes_only_on_the_refresh_id_read() -> None:
     check = emit.guard_check(STATE, GUARD).sql(dialect="spark")
     assert check == (
-        "SELECT CASE WHEN MAX(`__ivm_guard`) IS NOT DISTINCT FROM 'r-read' THEN TRUE "
+        "SELECT CASE WHEN MAX(`__ivm_guard`) IS NOT DISTINCT FROM 'r-read' THEN 'r-read' "
         "ELSE RAISE_ERROR('ivm guard: analytics.my_model__ivm_state no longer holds refresh "
-        "r-read: another refresh committed to it after this one read it') END AS `__ivm_guard_ok` "
+        "r-read: another refresh committed to it after this one read it') END AS `__ivm_guard` "
         "FROM `analytics`.`my_model__ivm_state` WHERE NOT `__ivm_guard` IS NULL"
     )
     # The adapter recognises the error the check raises.
@@ -779,21 +779,29 @@ def test_every_merge_checks_and_moves_the_guard_row() -> None:
         read="spark",
     )
     assert isinstance(merge, exp.Merge)
-    # The source is kept only if the check passes: the check is joined to it and
-    # its column filters it (so it is never pruned away).
+    # The source is the change rows, with a NULL guard, plus the guard source row
+    # (the check), appended by a full join that matches nothing.
     source = merge.args["using"]
     assert source.alias == "__ivm_d"
+    assert source.this.selects[-1].sql("spark") == "`__ivm_check`.`__ivm_guard`"
     (join,) = source.this.args["joins"]
+    assert join.side == "FULL" and join.args["on"] == exp.false()
     assert join.this.this.sql("spark") == emit.guard_check(STATE, GUARD).sql("spark")
-    assert source.this.args["where"].this.sql("spark") == "`__ivm_check`.`__ivm_guard_ok`"
-    # The guard row matches no change row, and is moved to this refresh.
-    assert merge.args["on"].sql("spark").endswith("AND `__ivm_t`.`__ivm_guard` IS NULL")
-    *_, insert, move = merge.args["whens"].expressions
-    assert "`__ivm_guard`" in insert.sql("spark")  # inserted model rows have a NULL guard
+    # The guard source row meets the guard row in ON (so the check always runs)...
+    assert (
+        merge.args["on"]
+        .sql("spark")
+        .endswith("AND `__ivm_t`.`__ivm_guard` IS NOT DISTINCT FROM `__ivm_d`.`__ivm_guard`")
+    )
+    # ... and the first clause moves it to this refresh; model rows are inserted
+    # with a NULL guard, the guard source row never.
+    move, *_, insert = merge.args["whens"].expressions
     assert move.sql("spark") == (
-        "WHEN NOT MATCHED BY SOURCE AND NOT `__ivm_t`.`__ivm_guard` IS NULL "
+        "WHEN MATCHED AND NOT `__ivm_d`.`__ivm_guard` IS NULL "
         "THEN UPDATE SET `__ivm_t`.`__ivm_guard` = 'r-this'"
     )
+    assert insert.args["condition"].sql("spark") == "`__ivm_d`.`__ivm_guard` IS NULL"
+    assert "CAST(NULL AS STRING)" in insert.sql("spark")
 
 
 def test_the_state_is_built_with_its_guard_row_and_the_view_leaves_it_out() -> None:

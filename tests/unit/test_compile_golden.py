@@ -176,9 +176,11 @@ def test_merge_matches_state_rows_null_safely(case: golden.Case) -> None:
         assert plan.merge_keys == plan.keys
     on = merge.args["on"]
     conditions = list(on.flatten()) if isinstance(on, exp.And) else [on]
-    # The last condition keeps the guard row out of every match (emit.Guard).
-    *conditions, not_guard = conditions
-    assert not_guard.sql(DIALECT) == f"`__ivm_t`.`{GUARD}` IS NULL"
+    # The last condition matches the guard row to the guard source row only (emit.Guard).
+    *conditions, same_guard = conditions
+    assert same_guard.sql(DIALECT) == (
+        f"`__ivm_t`.`{GUARD}` IS NOT DISTINCT FROM `__ivm_d`.`{GUARD}`"
+    )
     if not plan.merge_keys:
         assert plan.view_class is ViewClass.GLOBAL_AGGREGATE
         assert not conditions
