@@ -55,7 +55,8 @@ from ivm_compiler.rules import (
 )
 
 # Bump when the meaning of stored state changes: every model is then rebuilt once.
-STATE_FORMAT_VERSION = 2
+# 3: every state has a guard row (names.GUARD) that each MERGE checks and moves.
+STATE_FORMAT_VERSION = 3
 
 
 class Catalog(Protocol):

@@ -7,6 +7,11 @@ Statements:
   the MERGE that recomputes them (rules/windows.py);
 - create_view: the relation users query, exposing only the model's columns;
 - model_query: the model's own query at pinned versions (the correctness oracle).
+
+Every state has one guard row (names.GUARD set, every other column NULL):
+create_state writes it, each MERGE fails unless it still holds the refresh id
+the refresh read, and moves it to its own (Guard). The view and every reader
+of the state leave it out.
 """
 
 from __future__ import annotations
@@ -40,7 +45,144 @@ def _ident(name: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
 
 
-def create_state(plan: ViewPlan, state: TableName, versions: Mapping[TableName, int]) -> str:
+@dataclass(frozen=True)
+class Guard:
+    """What a MERGE checks and leaves in the state's guard row.
+
+    `read`: the refresh id the state's newest refresh commit recorded (the
+    commit this refresh read its recorded versions from); `write`: this
+    refresh's id. If another refresh committed in between, the guard holds
+    its id and the MERGE fails before writing anything.
+    """
+
+    read: str
+    write: str
+
+
+# The start of the error a MERGE raises when its guard check fails; refresh.py
+# recognises it and turns it into the model's "another refresh" error.
+GUARD_FAILED = "ivm guard"
+
+
+def _guard_column(table: str | None = None) -> exp.Column:
+    return exp.column(names.GUARD, table=_ident(table) if table else None, quoted=True)
+
+
+def _is_guard_row(table: str | None, guard_row: bool = True) -> exp.Expression:
+    null = exp.Is(this=_guard_column(table), expression=exp.null())
+    return exp.not_(null) if guard_row else null
+
+
+def guard_check(state: TableName, guard: Guard) -> exp.Select:
+    """The MERGE's guard source row: `guard.read` if the state's guard row holds it, else an error.
+
+    One row, all other columns NULL once joined (see _guarded). It reads the
+    state itself: inside a MERGE into the state, Delta reads it at the MERGE's
+    own snapshot and records the read, so a refresh that committed earlier
+    fails this check, and one that commits while this MERGE runs makes the
+    MERGE's commit a conflict.
+    """
+    current = exp.Max(this=_guard_column())
+    read = exp.Literal.string(guard.read)
+    message = (
+        f"{GUARD_FAILED}: {state} no longer holds refresh {guard.read}: another refresh "
+        "committed to it after this one read it"
+    )
+    check = exp.Case(
+        ifs=[exp.If(this=exp.NullSafeEQ(this=current, expression=read), true=read.copy())],
+        default=exp.Anonymous(this="RAISE_ERROR", expressions=[exp.Literal.string(message)]),
+    )
+    return (
+        exp.select(exp.alias_(check, names.GUARD, quoted=True))
+        .from_(state.to_table())
+        .where(_is_guard_row(None))
+    )
+
+
+def _guarded(source: exp.Query, state: TableName, guard: Guard) -> exp.Subquery:
+    """The MERGE's source rows (guard column NULL), plus the guard source row (guard_check).
+
+    The guard source row matches the state's guard row in ON, so its value
+    cannot be pruned away and the check runs even when the change is empty.
+    A full join ON FALSE appends it without naming the source's columns. It
+    is a join, not a scalar subquery: Spark leaves a Delta read inside a
+    subquery expression of a MERGE source unconverted ("Table does not
+    support reads").
+    """
+    rows = (
+        exp.select(
+            exp.Column(this=exp.Star(), table=_ident(names.GUARDED_ALIAS)),
+            _guard_column(names.GUARD_CHECK_ALIAS),
+        )
+        .from_(source.subquery(_ident(names.GUARDED_ALIAS)))
+        .join(
+            guard_check(state, guard).subquery(_ident(names.GUARD_CHECK_ALIAS)),
+            on=exp.false(),
+            join_type="FULL OUTER",
+        )
+    )
+    return rows.subquery(_ident(names.DELTA_ALIAS))
+
+
+def _same_guard() -> exp.Expression:
+    """In ON: model rows (guard NULL) match model rows, the guard source row the guard row."""
+    return exp.NullSafeEQ(
+        this=_guard_column(names.TARGET_ALIAS), expression=_guard_column(names.DELTA_ALIAS)
+    )
+
+
+def _move_guard(guard: Guard) -> exp.When:
+    """The first clause: the matched guard row takes this refresh's id."""
+    return exp.When(
+        matched=True,
+        source=False,
+        condition=_is_guard_row(names.DELTA_ALIAS),
+        then=exp.Update(
+            expressions=[
+                exp.EQ(
+                    this=_guard_column(names.TARGET_ALIAS),
+                    expression=exp.Literal.string(guard.write),
+                )
+            ]
+        ),
+    )
+
+
+def _insert_row(columns: Sequence[str]) -> exp.When:
+    """WHEN NOT MATCHED THEN INSERT a model row (never the guard source row: it always matches)."""
+    delta = names.DELTA_ALIAS
+    return exp.When(
+        matched=False,
+        source=False,
+        condition=_is_guard_row(delta, guard_row=False),
+        then=exp.Insert(
+            this=exp.Tuple(
+                expressions=[exp.column(n, quoted=True) for n in (*columns, names.GUARD)]
+            ),
+            expression=exp.Tuple(
+                expressions=[
+                    *(exp.column(n, table=_ident(delta), quoted=True) for n in columns),
+                    exp.cast(exp.null(), exp.DataType.build("STRING")),
+                ]
+            ),
+        ),
+    )
+
+
+def create_state(
+    plan: ViewPlan, state: TableName, versions: Mapping[TableName, int], guard: str
+) -> str:
+    """The state at pinned versions, with its guard row holding this build's refresh id."""
+    columns = relations.state_table_columns(plan)
+    built = relations.build_query(plan, versions).subquery(_ident(names.BUILT_ALIAS))
+    rows = exp.select(
+        exp.Star(),
+        exp.alias_(exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True),
+    ).from_(built)
+    guard_row = exp.select(
+        *(exp.alias_(exp.null(), name, quoted=True) for name in columns),
+        exp.alias_(exp.Literal.string(guard), names.GUARD, quoted=True),
+    )
     properties = [exp.FileFormatProperty(this=exp.Var(this="DELTA"))] + [
         exp.Property(this=exp.Literal.string(key), value=exp.Literal.string(value))
         for key, value in STATE_TABLE_PROPERTIES.items()
@@ -50,15 +192,22 @@ def create_state(plan: ViewPlan, state: TableName, versions: Mapping[TableName, 
         kind="TABLE",
         replace=True,
         properties=exp.Properties(expressions=properties),
-        expression=relations.build_query(plan, versions),
+        expression=exp.union(rows, guard_row, distinct=False),
     )
     return _sql(create)
 
 
 def merge_changes(
-    plan: ViewPlan, state: TableName, windows: Mapping[TableName, relations.Window]
+    plan: ViewPlan,
+    state: TableName,
+    windows: Mapping[TableName, relations.Window],
+    guard: Guard,
 ) -> str:
-    """One MERGE that applies a refresh's whole change to the state, in one Delta commit."""
+    """One MERGE that applies a refresh's whole change to the state, in one Delta commit.
+
+    It applies nothing and fails if another refresh committed to the state
+    since this one read it (`guard`), and moves the guard row to this refresh.
+    """
     if plan.view_class is ViewClass.WINDOW:
         # Window values are not linear in the change rows: see merge_partitions.
         raise ValueError("a WINDOW model's change is applied by merge_partitions")
@@ -71,10 +220,10 @@ def merge_changes(
         return exp.column(name, table=_ident(delta), quoted=True)
 
     keys = plan.merge_keys
-    on: exp.Expression = (
-        exp.and_(*[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in keys])
-        if keys
-        else exp.true()
+    # The guard row (NULL keys) matches the guard source row only, never a
+    # change row of a NULL group.
+    on: exp.Expression = exp.and_(
+        *[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in keys], _same_guard()
     )
     touched_flags = {p.slot: p.touched_flag for p in plan.preaggregations}
     updates = []
@@ -94,7 +243,7 @@ def merge_changes(
             exp.EQ(this=t(column.name), expression=exp.Add(this=stored, expression=change))
         )
 
-    whens = []
+    whens = [_move_guard(guard)]
     emptied: exp.Expression = exp.EQ(
         this=exp.Add(this=t(names.COUNT), expression=d(names.COUNT)),
         expression=exp.Literal.number(0),
@@ -112,20 +261,10 @@ def merge_changes(
             exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
         )
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=updates)))
-    all_columns = relations.state_table_columns(plan)
-    whens.append(
-        exp.When(
-            matched=False,
-            source=False,
-            then=exp.Insert(
-                this=exp.Tuple(expressions=[exp.column(n, quoted=True) for n in all_columns]),
-                expression=exp.Tuple(expressions=[d(n) for n in all_columns]),
-            ),
-        )
-    )
+    whens.append(_insert_row(relations.state_table_columns(plan)))
     merge = exp.Merge(
         this=relations.aliased(state.to_table(), target),
-        using=relations.delta_query(plan, windows, state).subquery(_ident(delta)),
+        using=_guarded(relations.delta_query(plan, windows, state), state, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
@@ -149,6 +288,7 @@ def merge_partitions(
     state: TableName,
     versions: Mapping[TableName, int],
     keys: Sequence[window_rules.PartitionKey],
+    guard: Guard,
 ) -> str:
     """One MERGE that replaces a WINDOW model's state rows of the touched partitions.
 
@@ -157,7 +297,8 @@ def merge_partitions(
     partitions that the recomputation no longer produces are deleted, and
     the rest of the state is left alone. The partitions, as literals, are in
     the rows' WHERE, in ON and in the delete's condition, so Delta can skip
-    other partitions' files in the source and in the state.
+    other partitions' files in the source and in the state. The guard check
+    and move are merge_changes's (a NULL partition's delete spares the guard row).
     """
     assert plan.view_class is ViewClass.WINDOW and plan.window_partition
     target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
@@ -178,28 +319,32 @@ def merge_partitions(
     # The state's side of the partitions in ON too: it changes no match (every
     # source row lies in those partitions), and lets Delta prune the state's
     # files when it looks for matches.
-    on = exp.and_(*[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in plan.keys], in_state.copy())
-    all_columns = relations.state_table_columns(plan)
+    # The guard row has NULL partition columns: it is in ON's partitions
+    # explicitly, so the guard source row always finds it.
+    on = exp.and_(
+        *[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in plan.keys],
+        _same_guard(),
+        exp.paren(exp.or_(exp.paren(in_state.copy()), _is_guard_row(target))),
+    )
     whens = [
+        _move_guard(guard),
         exp.When(
             matched=True,
             source=False,
             condition=exp.NEQ(this=t(names.COUNT), expression=d(names.COUNT)),
             then=exp.Update(expressions=[exp.EQ(this=t(names.COUNT), expression=d(names.COUNT))]),
         ),
+        _insert_row(relations.state_table_columns(plan)),
         exp.When(
             matched=False,
-            source=False,
-            then=exp.Insert(
-                this=exp.Tuple(expressions=[exp.column(n, quoted=True) for n in all_columns]),
-                expression=exp.Tuple(expressions=[d(n) for n in all_columns]),
-            ),
+            source=True,
+            condition=exp.and_(exp.paren(in_state), _is_guard_row(target, guard_row=False)),
+            then=exp.var("DELETE"),
         ),
-        exp.When(matched=False, source=True, condition=exp.paren(in_state), then=exp.var("DELETE")),
     ]
     merge = exp.Merge(
         this=relations.aliased(state.to_table(), target),
-        using=relations.build_query(plan, versions, rows_filter=in_rows).subquery(_ident(delta)),
+        using=_guarded(relations.build_query(plan, versions, rows_filter=in_rows), state, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
@@ -224,7 +369,9 @@ def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> 
             "version",
             exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
         )
-    select = exp.select(*outputs).from_(table)
+    # The guard row is bookkeeping, in every view class (a global aggregate's
+    # view keeps rows with a zero count).
+    select = exp.select(*outputs).from_(table).where(_is_guard_row(None, guard_row=False))
     if plan.preaggregations:
         group_rows = exp.EQ(
             this=exp.column(names.SLOT, quoted=True), expression=exp.Literal.number(0)

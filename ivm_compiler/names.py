@@ -16,6 +16,13 @@ COPY = f"{RESERVED_PREFIX}copy"  # the exploded copy index when a bag view repea
 TARGET_ALIAS = f"{RESERVED_PREFIX}t"
 DELTA_ALIAS = f"{RESERVED_PREFIX}d"
 COPIES_ALIAS = f"{RESERVED_PREFIX}copies"
+# The guard row's column: NULL on every other row; on the state's one guard row,
+# the id of the refresh that last committed to the state. Every MERGE checks it
+# equals the id the refresh read and sets its own (emit.Guard).
+GUARD = f"{RESERVED_PREFIX}guard"
+GUARDED_ALIAS = f"{RESERVED_PREFIX}guarded"  # the MERGE source before its guard check
+GUARD_CHECK_ALIAS = f"{RESERVED_PREFIX}check"  # the guard source row joined to it
+BUILT_ALIAS = f"{RESERVED_PREFIX}built"  # create_state's model rows, before the guard row
 
 
 def group_key(index: int) -> str:

@@ -3,15 +3,13 @@
 Two dbt invocations that refresh the same model both read the same recorded
 state and compute the same change. The test makes that happen
 deterministically: just before this run's MERGE, the same MERGE is committed
-as if by the other invocation, then this run's MERGE goes ahead. It should
-apply nothing and say so; today it applies the change a second time (a known
-gap of issue 6, README "Known limits"), so the test is a strict xfail: it
-starts failing the suite the day the gap is closed, and then loses its mark.
+as if by the other invocation, then this run's MERGE goes ahead. It must
+apply nothing and say so: every MERGE checks the state's guard row still
+holds the refresh id this run read, and moves it (emit.Guard).
 """
 
 from __future__ import annotations
 
-import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
@@ -22,13 +20,6 @@ from tests.functional.ivm_project import QUERIES, OneSourceProject
 class TestConcurrentRefresh(OneSourceProject):
     model_names = ("grouped",)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="known gap (issue 6): a refresh whose MERGE starts after another refresh of "
-        "the same model committed applies the same change again. Delta's idempotent-write "
-        "confs would stop it but leak to every statement of the shared embedded session; "
-        "the planned fix is a guard row in the state that the MERGE checks.",
-    )
     def test_the_second_refresh_of_the_same_change_applies_nothing(
         self, project, spark, source_table
     ):

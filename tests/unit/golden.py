@@ -50,6 +50,7 @@ import sqlglot
 from sqlglot import exp
 
 from ivm_compiler import TableName, ViewPlan
+from ivm_compiler.emit import Guard
 from ivm_compiler.parse import DIALECT
 from ivm_compiler.relations import Window
 
@@ -73,6 +74,8 @@ BUILD_VERSION = 7
 # The state version create_view publishes (the view reads the state VERSION AS OF it).
 PUBLISHED_STATE_VERSION = 3
 FIRST_CHANGE, LAST_CHANGE = 8, 10
+# The refresh ids a MERGE's guard check expects and leaves (emit.Guard), and a build's.
+GUARD = Guard(read="r-read", write="r-this")
 
 
 def versions(plan: ViewPlan) -> dict[TableName, int]:

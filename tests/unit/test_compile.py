@@ -36,6 +36,7 @@ SOURCES = {
 ORDERS_TABLE = TableName(db="shop", name="orders")
 CUSTOMERS_TABLE = TableName(db="shop", name="customers")
 STATE = TableName(db="analytics", name="my_model__ivm_state")
+GUARD = emit.Guard(read="r-read", write="r-this")
 
 # The DESCRIBE QUERY answers below (for models and for the compiler's type probe)
 # are what Spark 4.0.1 reports over empty Delta tables with these columns.
@@ -374,13 +375,15 @@ def test_global_max_keeps_its_group_row_and_drops_emptied_values() -> None:
     assert catalog.probes == [
         "SELECT FIRST(`orders`.`amount`) AS value_0 FROM `shop`.`orders` AS `orders`"
     ]
-    merge = emit.merge_changes(plan, STATE, {ORDERS_TABLE: Window(recorded=1, pinned=2)})
+    merge = emit.merge_changes(plan, STATE, {ORDERS_TABLE: Window(recorded=1, pinned=2)}, GUARD)
     assert (
         "WHEN MATCHED AND `__ivm_t`.`__ivm_count` + `__ivm_d`.`__ivm_count` = 0 "
         "AND `__ivm_d`.`__ivm_slot` > 0 THEN DELETE"
     ) in merge
     view = emit.create_view(plan, STATE, TableName(db="analytics", name="my_model"))
-    assert view.endswith("FROM `analytics`.`my_model__ivm_state` WHERE `__ivm_slot` = 0")
+    assert view.endswith(
+        "FROM `analytics`.`my_model__ivm_state` WHERE `__ivm_guard` IS NULL AND `__ivm_slot` = 0"
+    )
 
 
 def test_record_refresh() -> None:
@@ -398,11 +401,11 @@ def test_identifiers_are_quoted_everywhere() -> None:
     plan, _ = compile_with(sql, [("line id", "int"), ("customer", "string")], sources=sources)
     state = TableName(db="analytics", name="weird``name__ivm_state")
     source = TableName(db="shop", name="order lines")
-    merge = emit.merge_changes(plan, state, {source: Window(recorded=0, pinned=2)})
+    merge = emit.merge_changes(plan, state, {source: Window(recorded=0, pinned=2)}, GUARD)
     assert "TABLE_CHANGES('`shop`.`order lines`', 1, 2)" in merge
     assert "`order lines`.`line id` AS `__ivm_g0`" in merge
     assert "`shop`.`order lines` VERSION AS OF 3 AS `order lines`" in emit.create_state(
-        plan, state, {source: 3}
+        plan, state, {source: 3}, "r-1"
     )
     assert "MERGE INTO `analytics`.`weird````name__ivm_state`" in merge
     view = emit.create_view(plan, state, TableName(db="analytics", name="weird"))
@@ -554,11 +557,11 @@ def test_group_by_all_compiles_like_the_group_by_it_stands_for() -> None:
     versions = {ORDERS_TABLE: 3}
     windows = {ORDERS_TABLE: Window(recorded=3, pinned=5)}
     # The state and its maintenance are the same; only the recorded model text differs.
-    assert emit.create_state(implicit, STATE, versions) == emit.create_state(
-        explicit, STATE, versions
+    assert emit.create_state(implicit, STATE, versions, "r-1") == emit.create_state(
+        explicit, STATE, versions, "r-1"
     )
-    assert emit.merge_changes(implicit, STATE, windows) == emit.merge_changes(
-        explicit, STATE, windows
+    assert emit.merge_changes(implicit, STATE, windows, GUARD) == emit.merge_changes(
+        explicit, STATE, windows, GUARD
     )
     assert implicit.state_columns == explicit.state_columns
     assert [o.expression for o in implicit.outputs] == [o.expression for o in explicit.outputs]
@@ -752,3 +755,66 @@ def test_conditions_on_the_outer_row_go_into_the_key_join() -> None:
     assert removed.rows.args["joins"][0].args["on"].sql("spark") == (
         f"`o`.`id` = `{relation.alias}`.`__ivm_k0` AND `o`.`qty` > 0"
     )
+
+
+def test_guard_check_passes_only_on_the_refresh_id_read() -> None:
+    check = emit.guard_check(STATE, GUARD).sql(dialect="spark")
+    assert check == (
+        "SELECT CASE WHEN MAX(`__ivm_guard`) IS NOT DISTINCT FROM 'r-read' THEN 'r-read' "
+        "ELSE RAISE_ERROR('ivm guard: analytics.my_model__ivm_state no longer holds refresh "
+        "r-read: another refresh committed to it after this one read it') END AS `__ivm_guard` "
+        "FROM `analytics`.`my_model__ivm_state` WHERE NOT `__ivm_guard` IS NULL"
+    )
+    # The adapter recognises the error the check raises.
+    from dbt.adapters.spark_ivm.delta import is_concurrent_refresh
+
+    message = check.split("RAISE_ERROR('")[1].split("')")[0]
+    assert is_concurrent_refresh(Exception(f"[USER_RAISED_EXCEPTION] {message}"))
+
+
+def test_every_merge_checks_and_moves_the_guard_row() -> None:
+    plan, _ = compile_with(GROUPED_SQL, GROUPED_DESCRIBE, GROUPED_PROBE)
+    merge = sqlglot.parse_one(
+        emit.merge_changes(plan, STATE, {ORDERS_TABLE: Window(recorded=1, pinned=2)}, GUARD),
+        read="spark",
+    )
+    assert isinstance(merge, exp.Merge)
+    # The source is the change rows, with a NULL guard, plus the guard source row
+    # (the check), appended by a full join that matches nothing.
+    source = merge.args["using"]
+    assert source.alias == "__ivm_d"
+    assert source.this.selects[-1].sql("spark") == "`__ivm_check`.`__ivm_guard`"
+    (join,) = source.this.args["joins"]
+    assert join.side == "FULL" and join.args["on"] == exp.false()
+    assert join.this.this.sql("spark") == emit.guard_check(STATE, GUARD).sql("spark")
+    # The guard source row meets the guard row in ON (so the check always runs)...
+    assert (
+        merge.args["on"]
+        .sql("spark")
+        .endswith("AND `__ivm_t`.`__ivm_guard` IS NOT DISTINCT FROM `__ivm_d`.`__ivm_guard`")
+    )
+    # ... and the first clause moves it to this refresh; model rows are inserted
+    # with a NULL guard, the guard source row never.
+    move, *_, insert = merge.args["whens"].expressions
+    assert move.sql("spark") == (
+        "WHEN MATCHED AND NOT `__ivm_d`.`__ivm_guard` IS NULL "
+        "THEN UPDATE SET `__ivm_t`.`__ivm_guard` = 'r-this'"
+    )
+    assert insert.args["condition"].sql("spark") == "`__ivm_d`.`__ivm_guard` IS NULL"
+    assert "CAST(NULL AS STRING)" in insert.sql("spark")
+
+
+def test_the_state_is_built_with_its_guard_row_and_the_view_leaves_it_out() -> None:
+    plan, _ = compile_with(GROUPED_SQL, GROUPED_DESCRIBE, GROUPED_PROBE)
+    create = sqlglot.parse_one(
+        emit.create_state(plan, STATE, {ORDERS_TABLE: 3}, "r-1"), read="spark"
+    )
+    union = create.expression
+    assert isinstance(union, exp.Union) and not union.args.get("distinct")
+    guard_row = union.expression
+    values = {e.alias: e.this for e in guard_row.expressions}
+    assert list(values) == [*(c.name for c in plan.state_columns), "__ivm_guard"]
+    assert values.pop("__ivm_guard") == exp.Literal.string("r-1")
+    assert all(isinstance(v, exp.Null) for v in values.values())
+    view = emit.view_query(plan, STATE).sql("spark")
+    assert "WHERE `__ivm_guard` IS NULL" in view

@@ -19,7 +19,7 @@ import sqlglot
 from sqlglot import exp
 
 from ivm_compiler import ViewClass, ViewPlan, compile_model, emit, relations
-from ivm_compiler.names import CHANGES_CTE, COUNT, SIGN, SLOT, is_reserved
+from ivm_compiler.names import CHANGES_CTE, COUNT, GUARD, SIGN, SLOT, is_reserved
 from ivm_compiler.parse import DIALECT
 from tests.unit import golden
 
@@ -42,8 +42,10 @@ def compile_case(
 
 def emit_all(plan: ViewPlan) -> dict[str, str]:
     return {
-        "create_state": emit.create_state(plan, golden.STATE, golden.versions(plan)),
-        "merge_changes": emit.merge_changes(plan, golden.STATE, golden.windows(plan)),
+        "create_state": emit.create_state(
+            plan, golden.STATE, golden.versions(plan), golden.GUARD.write
+        ),
+        "merge_changes": emit.merge_changes(plan, golden.STATE, golden.windows(plan), golden.GUARD),
         "create_view": emit.create_view(
             plan,
             golden.STATE,
@@ -173,11 +175,16 @@ def test_merge_matches_state_rows_null_safely(case: golden.Case) -> None:
     else:
         assert plan.merge_keys == plan.keys
     on = merge.args["on"]
+    conditions = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    # The last condition matches the guard row to the guard source row only (emit.Guard).
+    *conditions, same_guard = conditions
+    assert same_guard.sql(DIALECT) == (
+        f"`__ivm_t`.`{GUARD}` IS NOT DISTINCT FROM `__ivm_d`.`{GUARD}`"
+    )
     if not plan.merge_keys:
         assert plan.view_class is ViewClass.GLOBAL_AGGREGATE
-        assert on == exp.true()
+        assert not conditions
         return
-    conditions = list(on.flatten()) if isinstance(on, exp.And) else [on]
     # NULL is a group (GROUP BY) and a projected value like any other: '=' would
     # never match it, and every change to a NULL key would insert a new row.
     assert all(isinstance(c, exp.NullSafeEQ) for c in conditions)

@@ -75,6 +75,8 @@ def test_parse_recorded_takes_the_newest_refresh_commit_of_this_state() -> None:
             "WRITE at version 10",
             "MERGE at version 12",
         ),
+        # The guard row holds the id of the refresh that made that commit.
+        guard="r-new",
     )
 
 
@@ -146,7 +148,10 @@ def test_set_commit_metadata_escapes_semicolons() -> None:
     # And what Delta records is read back by parse_recorded.
     recorded = delta.parse_recorded(odd, HISTORY_COLUMNS, [history_row(1, "MERGE", value)])
     assert recorded == delta.RecordedState(
-        state_version=1, fingerprint="fp", sources={"shop.x;y": {"version": 3, "table_id": "t;1"}}
+        state_version=1,
+        fingerprint="fp",
+        sources={"shop.x;y": {"version": 3, "table_id": "t;1"}},
+        guard="r-1",
     )
 
 
@@ -164,7 +169,51 @@ def test_commit_metadata_shape() -> None:
         "state": "analytics.orders_by_customer__ivm_state",
         "fingerprint": "fp-7",
         "sources": {"shop.orders": {"version": 12, "table_id": "tid-9"}},
+        "guard": "r-7",
     }
+
+
+def test_a_commit_that_leaves_the_guard_row_records_the_guard_it_left() -> None:
+    # A window refresh whose change touches no partition commits no data: the
+    # guard row still holds the previous refresh's id, and the next MERGE must
+    # expect that one.
+    snapshot = delta.SourceSnapshot(table=SOURCE, table_id="tid-9", version=13)
+    metadata = delta.commit_metadata("r-8", STATE, "fp-7", [snapshot], guard="r-7")
+    value = json.dumps(metadata, sort_keys=True)
+    recorded = delta.parse_recorded(
+        STATE, HISTORY_COLUMNS, [history_row(6, "SET TBLPROPERTIES", value)]
+    )
+    assert recorded is not None and recorded.guard == "r-7"
+    # A refresh commit from before the guard row: no guard (the refresh rebuilds).
+    old = json.dumps({k: v for k, v in metadata.items() if k != "guard"})
+    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, [history_row(6, "MERGE", old)])
+    assert recorded is not None and recorded.guard is None
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "[USER_RAISED_EXCEPTION] ivm guard: analytics.m__ivm_state no longer holds refresh r-1",
+        "io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] Files were added",
+        "[DELTA_CONCURRENT_DELETE_READ] This transaction attempted to read one or more files",
+        "io.delta.exceptions.ConcurrentDeleteDeleteException: files were deleted",
+        "io.delta.exceptions.MetadataChangedException: [DELTA_METADATA_CHANGED]",
+    ],
+)
+def test_concurrent_refresh_errors_are_recognised(message: str) -> None:
+    assert delta.is_concurrent_refresh(Exception(message))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "[DIVIDE_BY_ZERO] Division by zero",
+        "[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [3, 5]",
+        "[USER_RAISED_EXCEPTION] a model's own raise_error",
+    ],
+)
+def test_other_errors_are_not_concurrent_refreshes(message: str) -> None:
+    assert not delta.is_concurrent_refresh(Exception(message))
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from ivm_compiler import TableName, ViewClass, compile_model
+from ivm_compiler import TableName, ViewClass, compile_model, emit
 from ivm_compiler.nodes import split_nodes
 from ivm_compiler.parse import DIALECT, parse_model
 from tests.unit.golden import FakeCatalog
@@ -118,7 +118,8 @@ def test_ivm_explain_shows_the_probe_and_the_partition_merge() -> None:
         "select id, rank() over (partition by k order by ts) as r from shop.src",
         [("id", "int"), ("r", "int")],
     )
-    shown = _change_statements(plan, refresh, {source: Window(3, 4)}, {source: 4})  # type: ignore[arg-type]
+    guard = emit.Guard(read="r-0", write="r-1")
+    shown = _change_statements(plan, refresh, {source: Window(3, 4)}, {source: 4}, guard)  # type: ignore[arg-type]
     assert sorted(shown) == ["merge_partitions", "probe_partitions"]
     assert "TABLE_CHANGES('`shop`.`src`', 4, 4)" in shown["probe_partitions"]
     # No keys yet: the predicate is FALSE until the probe answers.
@@ -127,4 +128,6 @@ def test_ivm_explain_shows_the_probe_and_the_partition_merge() -> None:
         "select id, rank() over (order by ts, id, k, v) as r from shop.src",
         [("id", "int"), ("r", "int")],
     )
-    assert _change_statements(unpartitioned, refresh, {source: Window(3, 4)}, {source: 4}) == {}  # type: ignore[arg-type]
+    assert (
+        _change_statements(unpartitioned, refresh, {source: Window(3, 4)}, {source: 4}, guard) == {}
+    )  # type: ignore[arg-type]

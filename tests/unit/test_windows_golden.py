@@ -21,7 +21,7 @@ import sqlglot
 from sqlglot import exp
 
 from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
-from ivm_compiler.names import COUNT
+from ivm_compiler.names import COUNT, GUARD
 from ivm_compiler.parse import DIALECT
 from ivm_compiler.rules.windows import PartitionKey
 from tests.unit import golden
@@ -53,9 +53,13 @@ def compile_case(fixture: golden.FixtureFile, case: golden.Case) -> ViewPlan:
 def emit_all(plan: ViewPlan, case: golden.Case) -> dict[str, str]:
     pinned = {table: golden.LAST_CHANGE for table in plan.tables}
     return {
-        "create_state": emit.create_state(plan, golden.STATE, golden.versions(plan)),
+        "create_state": emit.create_state(
+            plan, golden.STATE, golden.versions(plan), golden.GUARD.write
+        ),
         "probe_partitions": emit.probe_partitions(plan, golden.windows(plan)),
-        "merge_partitions": emit.merge_partitions(plan, golden.STATE, pinned, touched(case)),
+        "merge_partitions": emit.merge_partitions(
+            plan, golden.STATE, pinned, touched(case), golden.GUARD
+        ),
         "create_view": emit.create_view(
             plan,
             golden.STATE,
@@ -123,15 +127,20 @@ def test_merge_recomputes_only_the_touched_partitions(case: golden.Case) -> None
     by_source = [w for w in whens if w.args.get("source")]
     assert len(by_source) == 1 and by_source[0].args["then"] == exp.var("DELETE")
     condition = by_source[0].args["condition"].sql(DIALECT)
+    # The guard row (NULL in every partition column) is never deleted.
+    assert f"`__ivm_t`.`{GUARD}` IS NULL" in condition
     # Only state rows of the touched partitions may be deleted.
     for column in plan.window_partition:
         assert f"`__ivm_t`.`{column.state_column}`" in condition
     # Every key is matched null-safely (NULL partitions and values are rows too).
     on = merge.args["on"]
     safe = [c.this.name for c in on.find_all(exp.NullSafeEQ)]
-    assert sorted(safe) == sorted(plan.keys)
-    # A matched row is rewritten only when its multiplicity changed.
-    matched = next(w for w in whens if w.args.get("matched"))
+    # ... and the guard row meets the guard source row only (emit.Guard).
+    assert sorted(safe) == sorted([*plan.keys, GUARD])
+    # The guard row is moved first; a matched model row is rewritten only when
+    # its multiplicity changed.
+    move, matched = [w for w in whens if w.args.get("matched")]
+    assert move.args["condition"].sql(DIALECT) == f"NOT `__ivm_d`.`{GUARD}` IS NULL"
     assert matched.args["condition"].sql(DIALECT) == (f"`__ivm_t`.`{COUNT}` <> `__ivm_d`.`{COUNT}`")
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from sqlglot import exp
 
 from ivm_compiler import TableName
+from ivm_compiler.emit import GUARD_FAILED
 from ivm_compiler.parse import DIALECT
 
 # Delta writes this session conf into the commitInfo of every commit made while
@@ -85,6 +86,9 @@ class RecordedState:
     # Commits made after that refresh which may have changed the state's data
     # (e.g. an UPDATE by hand): "<operation> at version <n>", oldest first.
     later_writes: tuple[str, ...] = ()
+    # The refresh id the state's guard row holds after that commit (emit.Guard);
+    # None in states written before the guard row existed.
+    guard: str | None = None
 
 
 # Operations on a state table that leave its rows as they were: commits of these
@@ -174,14 +178,20 @@ def reset_commit_metadata() -> str:
 
 
 def commit_metadata(
-    refresh_id: str, state: TableName, fingerprint: str, sources: Sequence[SourceSnapshot]
+    refresh_id: str,
+    state: TableName,
+    fingerprint: str,
+    sources: Sequence[SourceSnapshot],
+    guard: str | None = None,
 ) -> dict[str, Any]:
+    """What a refresh commit records; `guard`: the guard row's id after it (default: this one)."""
     return {
         METADATA_MARKER: 1,
         "refresh_id": refresh_id,
         "state": str(state),
         "fingerprint": fingerprint,
         "sources": {str(s.table): {"version": s.version, "table_id": s.table_id} for s in sources},
+        "guard": guard or refresh_id,
     }
 
 
@@ -202,6 +212,7 @@ def parse_recorded(state: TableName, columns: list[str], rows: Rows) -> Recorded
             fingerprint=str(metadata.get("fingerprint")),
             sources=dict(metadata.get("sources") or {}),
             later_writes=tuple(reversed(later)),
+            guard=str(metadata["guard"]) if metadata.get("guard") else None,
         )
     return None
 
@@ -238,3 +249,36 @@ CHANGE_HISTORY_UNAVAILABLE = (
 def is_change_history_unavailable(error: BaseException) -> bool:
     text = str(error)
     return any(marker.lower() in text.lower() for marker in CHANGE_HISTORY_UNAVAILABLE)
+
+
+# Errors of a MERGE into a state that mean another refresh of the same model
+# committed first: its guard check failed (emit.GUARD_FAILED), or Delta found
+# a concurrent commit to the files it read (DeltaConcurrentModificationException
+# and its subclasses, by class name and by error class).
+CONCURRENT_REFRESH = (
+    f"{GUARD_FAILED}:",
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+    "DELTA_CONCURRENT_",
+    "DELTA_METADATA_CHANGED",
+    "DELTA_PROTOCOL_CHANGED",
+)
+
+
+def is_concurrent_refresh(error: BaseException) -> bool:
+    """Whether a state MERGE failed because another refresh committed to the state first.
+
+    >>> is_concurrent_refresh(Exception("[USER_RAISED_EXCEPTION] ivm guard: a.m__ivm_state ..."))
+    True
+    >>> is_concurrent_refresh(Exception("io.delta.exceptions.ConcurrentAppendException: Files"))
+    True
+    >>> is_concurrent_refresh(Exception("[DIVIDE_BY_ZERO] Division by zero"))
+    False
+    """
+    text = str(error)
+    return any(marker in text for marker in CONCURRENT_REFRESH)

@@ -38,18 +38,22 @@ CLASS_STATE = {
 }
 
 
+# Stands for the refresh id a real refresh draws (uuid4 hex) in the statements shown.
+EXPLAIN_REFRESH_ID = "<refresh id>"
+
+
 def _change_statements(
-    plan: ViewPlan, refresh: Refresh, windows: dict, current: dict
+    plan: ViewPlan, refresh: Refresh, windows: dict, current: dict, guard: emit.Guard
 ) -> dict[str, str]:
     """How a refresh applies a change: one MERGE, or for WINDOW a probe and a MERGE."""
     if plan.view_class is not ViewClass.WINDOW:
-        return {"merge_changes": emit.merge_changes(plan, refresh.state, windows)}
+        return {"merge_changes": emit.merge_changes(plan, refresh.state, windows, guard)}
     if not plan.window_partition:
         return {}  # recomputed by create_state on every refresh with changes
     return {
         "probe_partitions": emit.probe_partitions(plan, windows),
         # The probe's keys replace FALSE (no partition) in the three predicates.
-        "merge_partitions": emit.merge_partitions(plan, refresh.state, current, []),
+        "merge_partitions": emit.merge_partitions(plan, refresh.state, current, [], guard),
     }
 
 
@@ -79,9 +83,14 @@ def explain(refresh: Refresh) -> Explanation:
         first = plan.tables[0]
         windows[first] = Window(recorded=current[first], pinned=current[first] + 1)
 
+    # The guard the next MERGE would check (and a placeholder for the id it would write).
+    guard = emit.Guard(
+        read=(recorded.guard if recorded and recorded.guard else EXPLAIN_REFRESH_ID),
+        write=EXPLAIN_REFRESH_ID,
+    )
     statements = {
-        "create_state": emit.create_state(plan, refresh.state, current),
-        **_change_statements(plan, refresh, windows, current),
+        "create_state": emit.create_state(plan, refresh.state, current, EXPLAIN_REFRESH_ID),
+        **_change_statements(plan, refresh, windows, current, guard),
         "create_view": emit.create_view(
             plan,
             refresh.state,
@@ -170,11 +179,13 @@ def _state_size(refresh: Refresh, plan: ViewPlan) -> list[str]:
 
 def _count_rows(refresh: Refresh, plan: ViewPlan) -> list[tuple[str, int]]:
     state = refresh.state.sql()
+    model_rows = f"`{names.GUARD}` IS NULL"  # the guard row is no model row
     if not plan.preaggregations:
-        _, rows = refresh.runner.query(f"SELECT COUNT(*) FROM {state}")
+        _, rows = refresh.runner.query(f"SELECT COUNT(*) FROM {state} WHERE {model_rows}")
         return [("group rows" if plan.keys else "rows", int(rows[0][0]))]
     _, rows = refresh.runner.query(
-        f"SELECT `{names.SLOT}`, COUNT(*) FROM {state} GROUP BY `{names.SLOT}` ORDER BY 1"
+        f"SELECT `{names.SLOT}`, COUNT(*) FROM {state} WHERE {model_rows} "
+        f"GROUP BY `{names.SLOT}` ORDER BY 1"
     )
     return [
         ("group rows" if int(slot) == 0 else f"pre-aggregation slot {int(slot)}", int(count))

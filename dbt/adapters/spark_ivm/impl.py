@@ -34,7 +34,7 @@ from dbt.adapters.spark_ivm.housekeeping import (
     report,
 )
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
-from dbt.adapters.spark_ivm.refresh import Refresh, RefreshResult, table_name_of
+from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, table_name_of
 from dbt.adapters.spark_ivm.strategy import AUTO
 from dbt.adapters.spark_ivm.strict import StrictReads
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, names
@@ -132,6 +132,9 @@ class SparkIvmAdapter(SparkAdapter):
         except InvalidSource as invalid:
             refresh.publisher.fail(invalid)
             raise DbtRuntimeError(str(invalid)) from invalid
+        except ConcurrentRefresh as concurrent:
+            refresh.publisher.fail(concurrent)
+            raise DbtRuntimeError(str(concurrent)) from concurrent
         except Exception as error:
             refresh.publisher.fail(error)
             raise

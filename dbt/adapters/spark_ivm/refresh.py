@@ -255,9 +255,11 @@ class Refresh:
                         )
                         self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
                         return self._build(plan, pinned, "recompute", reason, shown_version)
-                    self._apply_partitions(plan, pinned, touched, result)
+                    self._apply_partitions(plan, pinned, touched, result, recorded)
                 else:
-                    self._apply_changes(plan, pinned, windows, result)
+                    self._apply_changes(plan, pinned, windows, result, recorded)
+            except ConcurrentRefresh:
+                raise
             except Exception as error:
                 if not delta.is_change_history_unavailable(error):
                     raise
@@ -409,6 +411,10 @@ class Refresh:
             )
         if recorded.fingerprint != plan.fingerprint:
             return "the model's SQL or its columns changed since the state was built"
+        if recorded.guard is None:
+            # Only a commit made by hand with refresh metadata gets here (the
+            # state format version is in the fingerprint).
+            return f"the state table {self.state} has no guard row to check its MERGE against"
         for table, snapshot in pinned.items():
             previous = recorded.sources.get(str(table))
             if previous is None:
@@ -616,7 +622,9 @@ class Refresh:
         # when the model's columns change.
         refresh_id = uuid.uuid4().hex
         self._commit(
-            emit.create_state(plan, self.state, {t: s.version for t, s in pinned.items()}),
+            emit.create_state(
+                plan, self.state, {t: s.version for t, s in pinned.items()}, refresh_id
+            ),
             delta.commit_metadata(
                 refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
             ),
@@ -655,15 +663,14 @@ class Refresh:
         pinned: dict[TableName, delta.SourceSnapshot],
         windows: dict[TableName, Window],
         result: RefreshResult,
+        recorded: delta.RecordedState,
     ) -> None:
         refresh_id = uuid.uuid4().hex
         metadata = delta.commit_metadata(
             refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
         )
-        # Delta's MERGE answers with one row of counts (num_affected_rows, ...).
-        self._record_merge(
-            emit.merge_changes(plan, self.state, windows), metadata, refresh_id, result
-        )
+        guard = self._guard(recorded, refresh_id)
+        self._record_merge(emit.merge_changes(plan, self.state, windows, guard), metadata, result)
 
     def _touched_partitions(
         self, plan: ViewPlan, windows: dict[TableName, Window]
@@ -678,40 +685,69 @@ class Refresh:
         pinned: dict[TableName, delta.SourceSnapshot],
         touched: list[windows_rules.PartitionKey],
         result: RefreshResult,
+        recorded: delta.RecordedState,
     ) -> None:
         """Recompute a WINDOW model's touched partitions with one MERGE (rules/windows.py)."""
         refresh_id = uuid.uuid4().hex
-        metadata = delta.commit_metadata(
-            refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
-        )
         result.action = "incremental"
         if not touched:
             # Every change row failed the model's WHERE: nothing to recompute,
-            # but the window is consumed, so record the versions.
+            # but the window is consumed, so record the versions. The commit
+            # changes no data and leaves the guard row as it was, so it says so;
+            # a concurrent refresh doing the same records the same nothing.
+            metadata = delta.commit_metadata(
+                refresh_id,
+                self.state,
+                plan.fingerprint,
+                self._recorded_pins(pinned),
+                guard=recorded.guard,
+            )
             self._commit(emit.record_refresh(self.state, refresh_id), metadata)
             result.reason = "the changes touch no window partition"
             return
+        metadata = delta.commit_metadata(
+            refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
+        )
         statement = emit.merge_partitions(
-            plan, self.state, {t: s.version for t, s in pinned.items()}, touched
+            plan,
+            self.state,
+            {t: s.version for t, s in pinned.items()},
+            touched,
+            self._guard(recorded, refresh_id),
         )
         self.log.debug(f"{self.model}: recomputing {len(touched)} window partitions")
-        self._record_merge(statement, metadata, refresh_id, result)
+        self._record_merge(statement, metadata, result)
+
+    def _guard(self, recorded: delta.RecordedState, refresh_id: str) -> emit.Guard:
+        assert recorded.guard is not None  # _rebuild_reason rebuilds a state without one
+        return emit.Guard(read=recorded.guard, write=refresh_id)
 
     def _record_merge(
-        self, statement: str, metadata: dict[str, Any], refresh_id: str, result: RefreshResult
+        self, statement: str, metadata: dict[str, Any], result: RefreshResult
     ) -> None:
-        """Run a MERGE; when it wrote nothing (so made no commit), record the versions anyway."""
-        columns, rows = self._commit(statement, metadata)
+        """Run a guarded MERGE (emit.Guard); it always commits, as it moves the guard row.
+
+        When another refresh of the model committed after this one read the
+        state, the MERGE fails having written nothing: the model's error says
+        so (the other refresh applied the change, or a newer one).
+        """
+        try:
+            columns, rows = self._commit(statement, metadata)
+        except Exception as error:
+            if delta.is_concurrent_refresh(error):
+                raise ConcurrentRefresh(self.model, self.state, error) from error
+            raise
+        # Delta's MERGE answers with one row of counts (num_affected_rows, ...);
+        # the guard row's move is one of the updated rows, not a model row.
         merged = dict(zip(columns, rows[0])) if rows else {}
         result.action = "incremental"
         result.rows_inserted = int(merged.get("num_inserted_rows") or 0)
-        result.rows_updated = int(merged.get("num_updated_rows") or 0)
+        result.rows_updated = max(int(merged.get("num_updated_rows") or 0) - 1, 0)
         result.rows_deleted = int(merged.get("num_deleted_rows") or 0)
-        if int(merged.get("num_affected_rows") or 0) == 0:
-            # The changes cancelled out, so MERGE had nothing to write and made
-            # no commit. Record the new versions with a commit that changes no
-            # data, so the next refresh does not read this window again.
-            self._commit(emit.record_refresh(self.state, refresh_id), metadata)
+        if result.rows_affected == 0:
+            # The changes cancelled out: the commit only moved the guard row and
+            # recorded the new versions, so the next refresh does not read this
+            # window again.
             result.reason = "source changes cancelled out"
 
     def _commit(
@@ -741,6 +777,19 @@ class Refresh:
 
 
 FIRST_BUILD = "first build"
+
+
+class ConcurrentRefresh(Exception):
+    """Another refresh of the same model committed to its state after this one read it."""
+
+    def __init__(self, model: str, state: TableName, error: BaseException) -> None:
+        self.model = model
+        super().__init__(
+            f"Model '{model}': another refresh of this model committed to {state} after this "
+            "run read it, so this run applied nothing (its change is already applied, or "
+            f"will be by the next run) ({first_line(error, limit=300)}). Fix: re-run to pick "
+            "up later changes; do not refresh one model from two dbt invocations at once."
+        )
 
 
 # Commits of a source read when it is pinned: a window longer than this
