@@ -690,24 +690,22 @@ class Refresh:
         """Recompute a WINDOW model's touched partitions with one MERGE (rules/windows.py)."""
         refresh_id = uuid.uuid4().hex
         result.action = "incremental"
+        # With no touched partition the commit changes no data and leaves the
+        # guard row as it was, so it records the guard it read; a concurrent
+        # refresh doing the same records the same nothing.
+        metadata = delta.commit_metadata(
+            refresh_id,
+            self.state,
+            plan.fingerprint,
+            self._recorded_pins(pinned),
+            guard=None if touched else recorded.guard,
+        )
         if not touched:
             # Every change row failed the model's WHERE: nothing to recompute,
-            # but the window is consumed, so record the versions. The commit
-            # changes no data and leaves the guard row as it was, so it says so;
-            # a concurrent refresh doing the same records the same nothing.
-            metadata = delta.commit_metadata(
-                refresh_id,
-                self.state,
-                plan.fingerprint,
-                self._recorded_pins(pinned),
-                guard=recorded.guard,
-            )
+            # but the window is consumed, so record the versions.
             self._commit(emit.record_refresh(self.state, refresh_id), metadata)
             result.reason = "the changes touch no window partition"
             return
-        metadata = delta.commit_metadata(
-            refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
-        )
         statement = emit.merge_partitions(
             plan,
             self.state,
