@@ -22,7 +22,7 @@ from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
-from ivm_compiler import names
+from ivm_compiler import lineage, names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import (
     DIALECT,
@@ -129,6 +129,23 @@ def _compile(
     written_as_exists = semi_joins.joins_as_exists(model, tree)
     qualified = _inline_relations(model, qualify_model(model, written_as_exists, schemas))
     described = catalog.describe_query(written)
+    plan = _compile_qualified(
+        model, sql, catalog, upstreams, tree, tables, schemas, qualified, described
+    )
+    return dataclasses.replace(plan, source_columns=lineage.columns_read(qualified, schemas))
+
+
+def _compile_qualified(
+    model: str,
+    sql: str,
+    catalog: Catalog,
+    upstreams: dict[TableName, UpstreamModel],
+    tree: exp.Select,
+    tables: list[TableName],
+    schemas: dict[TableName, list[tuple[str, str]]],
+    qualified: exp.Query,
+    described: list[tuple[str, str]],
+) -> ViewPlan:
     if isinstance(qualified, exp.SetOperation):
         return _compile_set_operation(model, sql, tree, tables, qualified, described, upstreams)
     if windows.windows_of(qualified):

@@ -9,7 +9,7 @@ table's columns; relations.py and emit.py turn it into Spark SQL.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from sqlglot import exp
@@ -209,6 +209,10 @@ class ViewPlan:
     # ORDER BY ... LIMIT k of the model: the state keeps every row, the view the
     # top k (rules/top_k.py).
     top_k: TopK | None = None
+    # Source -> {column: type} of the source columns the model reads
+    # (lineage.py): a refresh records them, and a later refresh that finds one
+    # of them renamed, dropped or retyped rebuilds or stops instead of patching.
+    source_columns: Mapping[TableName, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def tables(self) -> tuple[TableName, ...]:

@@ -10,6 +10,7 @@ from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm.groups import NO_GROUP
 from dbt.adapters.spark_ivm.refresh import FALLBACK_VALUES
+from dbt.adapters.spark_ivm.schema_changes import ON_SCHEMA_CHANGE_VALUES
 from dbt.adapters.spark_ivm.strategy import STRATEGIES
 
 # config name -> what it accepts (documented in README.md, "Configuration").
@@ -51,6 +52,13 @@ def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
         raise CompilationError(
             f"Model '{model}': ivm_strategy={chosen!r} is not valid; it must be "
             f"{IVM_CONFIGS['ivm_strategy']}."
+        )
+
+    on_schema_change = config.get("on_schema_change")
+    if on_schema_change is not None and on_schema_change not in ON_SCHEMA_CHANGE_VALUES:
+        raise CompilationError(
+            f"Model '{model}': on_schema_change={on_schema_change!r} is not valid; it must "
+            "be one of: " + ", ".join(repr(v) for v in ON_SCHEMA_CHANGE_VALUES) + "."
         )
 
     unique_order = config.get("ivm_window_order_unique")

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
+from dbt.adapters.spark_ivm.schema_changes import SchemaCommit
 from ivm_compiler import TableName
 from ivm_compiler.emit import GUARD_FAILED
 from ivm_compiler.parse import DIALECT
@@ -61,6 +62,10 @@ class SourceSnapshot:
     # row counts, newest first (what ivm_strategy: auto sizes a change with).
     size_bytes: int = 0
     recent_commits: tuple[CommitRows, ...] = ()
+    # The column-changing commits among those recent ones (schema_changes.py),
+    # and the oldest version that history read covers.
+    schema_commits: tuple[SchemaCommit, ...] = ()
+    history_from: int = 0
 
     def changed_rows(self, after: int) -> tuple[int, float | None] | None:
         """Change-feed rows after version `after` up to this pin, and bytes per row if known.
@@ -183,14 +188,26 @@ def commit_metadata(
     fingerprint: str,
     sources: Sequence[SourceSnapshot],
     guard: str | None = None,
+    columns_read: Mapping[TableName, Mapping[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """What a refresh commit records; `guard`: the guard row's id after it (default: this one)."""
+    """What a refresh commit records; `guard`: the guard row's id after it (default: this one).
+
+    `columns_read`: the columns (name -> type) the model reads of each source,
+    which the next refresh compares with the source's columns then.
+    """
+    read = {str(table).lower(): dict(columns) for table, columns in (columns_read or {}).items()}
+    recorded = {}
+    for source in sources:
+        entry: dict[str, Any] = {"version": source.version, "table_id": source.table_id}
+        if str(source.table).lower() in read:
+            entry["columns"] = read[str(source.table).lower()]
+        recorded[str(source.table)] = entry
     return {
         METADATA_MARKER: 1,
         "refresh_id": refresh_id,
         "state": str(state),
         "fingerprint": fingerprint,
-        "sources": {str(s.table): {"version": s.version, "table_id": s.table_id} for s in sources},
+        "sources": recorded,
         "guard": guard or refresh_id,
     }
 
@@ -235,6 +252,9 @@ CHANGE_HISTORY_UNAVAILABLE = (
     "DELTA_MISSING_CHANGE_DATA",
     "DELTA_CHANGE_TABLE_FEED_DISABLED",
     "DELTA_VERSIONS_NOT_CONTIGUOUS",
+    # A window spanning a column rename, drop or type change of a column
+    # mapping table (schema_changes.py finds renames and drops beforehand).
+    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE",
     # A vacuumed change file, as the Thrift server reports it (no Java cause chain).
     "FAILED_READ_FILE.FILE_NOT_EXIST",
     "VersionNotFoundException",

@@ -35,6 +35,7 @@ from dbt.adapters.spark_ivm.housekeeping import (
 )
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, table_name_of
+from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
 from dbt.adapters.spark_ivm.strategy import AUTO
 from dbt.adapters.spark_ivm.strict import StrictReads
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, names
@@ -108,6 +109,7 @@ class SparkIvmAdapter(SparkAdapter):
         refresh.fallback = config.get("ivm_fallback")
         refresh.strategy = config.get("ivm_strategy") or AUTO
         refresh.window_order_unique = bool(config.get("ivm_window_order_unique"))
+        refresh.on_schema_change = config.get("on_schema_change") or "ignore"
         refresh.docs = _view_docs(docs)
         group_run = self._group_run(graph, selected, invocation_id)
         refresh.publisher = Publisher(
@@ -132,9 +134,9 @@ class SparkIvmAdapter(SparkAdapter):
         except InvalidSource as invalid:
             refresh.publisher.fail(invalid)
             raise DbtRuntimeError(str(invalid)) from invalid
-        except ConcurrentRefresh as concurrent:
-            refresh.publisher.fail(concurrent)
-            raise DbtRuntimeError(str(concurrent)) from concurrent
+        except (ConcurrentRefresh, ModelColumnsChanged) as stopped:
+            refresh.publisher.fail(stopped)
+            raise DbtRuntimeError(str(stopped)) from stopped
         except Exception as error:
             refresh.publisher.fail(error)
             raise

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlglot import exp, parse_one
 
-from dbt.adapters.spark_ivm import delta, strategy
+from dbt.adapters.spark_ivm import delta, schema_changes, strategy
 from dbt.adapters.spark_ivm.groups import Staged
 from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from ivm_compiler import (
@@ -113,6 +113,10 @@ class Refresh:
     # and ORDER BY pick out one row, so the ties warnings (the compiler's only
     # plan warnings) are not logged.
     window_order_unique: bool = False
+    # dbt's on_schema_change, for the model's own columns: 'fail' stops a
+    # rebuild that would change them; the other values rebuild (an ivm model
+    # always has its query's columns).
+    on_schema_change: str = "ignore"
     # Tells dbt's relation cache about a relation the refresh created besides the
     # model's own (a plan node's view and state), so later lookups find it.
     relation_created: Callable[[TableName, str], None] = lambda table, kind: None
@@ -134,6 +138,9 @@ class Refresh:
             self._refresh_nodes(split)
             plan = self.compile(split)
         except NotMaintainable as refusal:
+            # A refusal of SQL that compiled at the last refresh: a source
+            # column the model reads may have been renamed or dropped since.
+            self._raise_if_source_columns_changed(refusal)
             if self.fallback != FALLBACK_FULL_REFRESH:
                 raise
             result = self._recompute(str(refusal))
@@ -143,6 +150,54 @@ class Refresh:
             result = self._maintain(plan)
         result.seconds = time.monotonic() - started
         return result
+
+    def _raise_if_source_columns_changed(self, refusal: NotMaintainable) -> None:
+        """Raise SourceSchemaChanged when a column the state was built on is gone."""
+        if self.relation_exists(self.state) is None:
+            return
+        recorded = self.recorded()
+        if recorded is None:
+            return
+        changes: list[schema_changes.ColumnChange] = []
+        versions: dict[str, int] = {}
+        for source, entry in recorded.sources.items():
+            if not entry.get("columns"):
+                continue
+            table = table_name_of(source)
+            try:
+                current = self.catalog_columns(table)
+            except Exception as error:  # noqa: BLE001 - a source that is gone: the refusal says it
+                self.log.debug(f"{self.model}: cannot list the columns of {table}: {error}")
+                continue
+            if not current:
+                continue  # no such table now: the refusal already says what is wrong
+            after = int(entry["version"])
+            found = schema_changes.read_column_changes(
+                source, entry["columns"], current, self._schema_commits_after(table, after)
+            )
+            gone = [c for c in found if c.kind in ("renamed", "dropped")]
+            if gone:
+                changes.extend(gone)
+                versions[source] = after
+        if changes:
+            raise schema_changes.SourceSchemaChanged(
+                self.model, changes, versions, first_line(refusal, limit=300)
+            ) from refusal
+
+    def _schema_commits_after(
+        self, table: TableName, after: int, snapshot: delta.SourceSnapshot | None = None
+    ) -> tuple[schema_changes.SchemaCommit, ...]:
+        """The column-changing commits of `table` after version `after`.
+
+        A pin's recent history usually covers the window; a longer one (or no
+        pin yet) reads the table's whole history.
+        """
+        if snapshot is not None and snapshot.history_from <= after + 1:
+            commits = snapshot.schema_commits
+        else:
+            columns, rows = self.runner.query(delta.describe_history(table))
+            commits = schema_changes.schema_commits(columns, rows)
+        return tuple(c for c in commits if c.version > after)
 
     def split(self) -> nodes.Split:
         """The model's query and its plan nodes (CTEs and subqueries that cannot be merged)."""
@@ -212,6 +267,8 @@ class Refresh:
         recorded = self.recorded() if state_exists else None
         shown_version = self.published_version(target_type)
         reason = self._rebuild_reason(plan, pinned, state_exists, recorded)
+        if reason not in (None, FIRST_BUILD) and not self.full_refresh and target_type == "view":
+            reason = self._with_model_columns(plan, reason)
         if reason is not None:
             action = "build" if reason == FIRST_BUILD else "rebuild"
             if action == "rebuild" and not self.full_refresh:
@@ -409,6 +466,18 @@ class Refresh:
                 f"the state table {self.state} was written outside dbt after its last refresh "
                 f"({', '.join(recorded.later_writes)})"
             )
+        changed = self._read_columns_changed(plan, pinned, recorded)
+        if changed:
+            return "a column it reads changed since the last refresh: " + "; ".join(
+                c.describe() for c in changed
+            )
+        blocking = self._feed_blocking_commits(plan, pinned, recorded)
+        if blocking:
+            return (
+                "the change feed cannot be read across a column rename or drop ("
+                + "; ".join(f"{table}: {commit.describe()}" for table, commit in blocking)
+                + "), so the sources are read again in full"
+            )
         if recorded.fingerprint != plan.fingerprint:
             return "the model's SQL or its columns changed since the state was built"
         if recorded.guard is None:
@@ -437,6 +506,78 @@ class Refresh:
             if int(previous["version"]) > snapshot.version:
                 return f"{table} is at version {snapshot.version}, older than the recorded one"
         return None
+
+    def _with_model_columns(self, plan: ViewPlan, reason: str) -> str:
+        """The rebuild's reason, with the model's column changes if any (on_schema_change)."""
+        before = self.catalog_columns(self.target)
+        after = [(output.name, output.data_type) for output in plan.outputs]
+        if not before or not schema_changes.columns_differ(before, after):
+            return reason
+        if self.on_schema_change == "fail":
+            raise schema_changes.ModelColumnsChanged(self.model, before, after)
+        return (
+            f"{reason}; the model's columns change "
+            f"({schema_changes.describe_column_diff(before, after)})"
+        )
+
+    def _read_columns_changed(
+        self,
+        plan: ViewPlan,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        recorded: delta.RecordedState,
+    ) -> list[schema_changes.ColumnChange]:
+        """Columns the state was computed from that are retyped, or another column now.
+
+        (A column renamed or dropped while still named by the SQL cannot
+        compile; under `SELECT *` it changes the model's own columns, which
+        the fingerprint and on_schema_change handle.)
+        """
+        changes = []
+        for table, snapshot in pinned.items():
+            entry = recorded.sources.get(str(table)) or {}
+            read = entry.get("columns")
+            if not read or entry.get("table_id") != snapshot.table_id:
+                continue
+            after = int(entry["version"])
+            # An upstream ivm model's state never changes its columns in place
+            # (a rebuild gives it a new table id).
+            commits = (
+                self._schema_commits_after(table, after, snapshot)
+                if snapshot.version > after and table not in plan.upstreams
+                else ()
+            )
+            now = plan.source_columns.get(table, {})
+            changes.extend(
+                c
+                for c in schema_changes.read_column_changes(
+                    str(table), read, list(now.items()), commits
+                )
+                if c.kind in ("retyped", "replaced")
+                and c.column.lower() in {n.lower() for n in now}
+            )
+        return changes
+
+    def _feed_blocking_commits(
+        self,
+        plan: ViewPlan,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        recorded: delta.RecordedState,
+    ) -> list[tuple[TableName, schema_changes.SchemaCommit]]:
+        """Commits in the refresh window that Delta will not read a change feed across."""
+        found = []
+        for table, snapshot in pinned.items():
+            entry = recorded.sources.get(str(table)) or {}
+            if table in plan.upstreams or entry.get("table_id") != snapshot.table_id:
+                continue
+            after = int(entry.get("version", snapshot.version))
+            if snapshot.version <= after:
+                continue
+            found.extend(
+                (table, commit)
+                for commit in self._schema_commits_after(table, after, snapshot)
+                if commit.blocks_change_feed and commit.version <= snapshot.version
+            )
+        return found
 
     def _upstream_models(self, tables: list[TableName]) -> dict[TableName, UpstreamModel]:
         """The sources that are ivm models: views that name their state table."""
@@ -597,6 +738,8 @@ class Refresh:
             version=version,
             size_bytes=int(detail.get("sizeInBytes") or 0),
             recent_commits=delta.commit_rows(history_columns, history),
+            schema_commits=schema_changes.schema_commits(history_columns, history),
+            history_from=min(int(row[history_columns.index("version")]) for row in history),
         )
 
     def recorded(self) -> delta.RecordedState | None:
@@ -625,9 +768,7 @@ class Refresh:
             emit.create_state(
                 plan, self.state, {t: s.version for t, s in pinned.items()}, refresh_id
             ),
-            delta.commit_metadata(
-                refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
-            ),
+            self._metadata(refresh_id, plan, pinned),
         )
         result = RefreshResult(
             action=action,
@@ -666,9 +807,7 @@ class Refresh:
         recorded: delta.RecordedState,
     ) -> None:
         refresh_id = uuid.uuid4().hex
-        metadata = delta.commit_metadata(
-            refresh_id, self.state, plan.fingerprint, self._recorded_pins(pinned)
-        )
+        metadata = self._metadata(refresh_id, plan, pinned)
         guard = self._guard(recorded, refresh_id)
         self._record_merge(emit.merge_changes(plan, self.state, windows, guard), metadata, result)
 
@@ -693,12 +832,8 @@ class Refresh:
         # With no touched partition the commit changes no data and leaves the
         # guard row as it was, so it records the guard it read; a concurrent
         # refresh doing the same records the same nothing.
-        metadata = delta.commit_metadata(
-            refresh_id,
-            self.state,
-            plan.fingerprint,
-            self._recorded_pins(pinned),
-            guard=None if touched else recorded.guard,
+        metadata = self._metadata(
+            refresh_id, plan, pinned, guard=None if touched else recorded.guard
         )
         if not touched:
             # Every change row failed the model's WHERE: nothing to recompute,
@@ -715,6 +850,23 @@ class Refresh:
         )
         self.log.debug(f"{self.model}: recomputing {len(touched)} window partitions")
         self._record_merge(statement, metadata, result)
+
+    def _metadata(
+        self,
+        refresh_id: str,
+        plan: ViewPlan,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        guard: str | None = None,
+    ) -> dict[str, Any]:
+        """The commit metadata of a refresh: versions, fingerprint, columns read, guard."""
+        return delta.commit_metadata(
+            refresh_id,
+            self.state,
+            plan.fingerprint,
+            self._recorded_pins(pinned),
+            guard=guard,
+            columns_read=plan.source_columns,
+        )
 
     def _guard(self, recorded: delta.RecordedState, refresh_id: str) -> emit.Guard:
         assert recorded.guard is not None  # _rebuild_reason rebuilds a state without one
