@@ -325,3 +325,42 @@ def test_other_errors_are_not_change_history(text: str) -> None:
 
 def test_classification_ignores_case() -> None:
     assert delta.is_change_history_unavailable(Exception("CANNOT TIME TRAVEL delta table"))
+
+
+def _history(*operations: str) -> tuple[delta.CommitRows, ...]:
+    """Commits 1..n with these operations, as DESCRIBE HISTORY gives them (newest first)."""
+    columns = ["version", "operation", "operationMetrics"]
+    rows = [[v, op, {"numOutputRows": "3"}] for v, op in enumerate(operations, start=1)]
+    return delta.commit_rows(columns, rows)
+
+
+def test_a_window_of_compactions_only_preserves_data() -> None:
+    pin = delta.SourceSnapshot(
+        TableName("db", "src"),
+        "id",
+        4,
+        recent_commits=_history("WRITE", "OPTIMIZE", "VACUUM START", "VACUUM END"),
+    )
+    assert pin.only_preserving_data_after(1)
+    assert not pin.only_preserving_data_after(0)  # the WRITE at version 1 is in the window
+
+
+def test_a_window_not_covered_by_the_history_read_is_not_assumed_empty() -> None:
+    pin = delta.SourceSnapshot(TableName("db", "src"), "id", 9, recent_commits=_history("OPTIMIZE"))
+    assert not pin.only_preserving_data_after(0)
+
+
+def test_commit_metadata_records_the_columns_read() -> None:
+    source = delta.SourceSnapshot(TableName("db", "Src"), "id", 3)
+    metadata = delta.commit_metadata(
+        "r",
+        TableName("db", "m__ivm_state"),
+        "f",
+        [source],
+        columns_read={TableName("db", "src"): {"k": "int"}},
+    )
+    assert metadata["sources"]["db.Src"] == {
+        "version": 3,
+        "table_id": "id",
+        "columns": {"k": "int"},
+    }

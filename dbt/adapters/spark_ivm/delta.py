@@ -49,6 +49,8 @@ class CommitRows:
     rows: int | None
     # Bytes per row written, when the commit wrote rows and says how many bytes.
     bytes_per_row: float | None = None
+    # An OPTIMIZE, VACUUM or property change: the rows are what they were.
+    preserves_data: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,15 @@ class SourceSnapshot:
             return None
         sizes = [c.bytes_per_row for c in window if c.bytes_per_row]
         return sum(c.rows or 0 for c in window), (max(sizes) if sizes else None)
+
+    def only_preserving_data_after(self, after: int) -> bool:
+        """Whether every commit after version `after` up to this pin left the rows as they were.
+
+        Such a window (compactions, vacuums, property changes) has no change
+        to apply; reading its change feed would find none.
+        """
+        window = [c for c in self.recent_commits if after < c.version <= self.version]
+        return len(window) == self.version - after and all(c.preserves_data for c in window)
 
 
 @dataclass(frozen=True)
@@ -167,7 +178,14 @@ def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
         written = changed if operation in _APPENDING_OPERATIONS else None
         written_bytes = count("numOutputBytes")
         per_row = written_bytes / written if written and written_bytes else None
-        found.append(CommitRows(int(row[version_at]), changed, per_row))
+        found.append(
+            CommitRows(
+                int(row[version_at]),
+                changed,
+                per_row,
+                preserves_data=operation in DATA_PRESERVING_OPERATIONS,
+            )
+        )
     return tuple(found)
 
 

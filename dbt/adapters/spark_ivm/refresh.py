@@ -81,6 +81,8 @@ class RefreshResult:
             counts = f"+{self.rows_inserted} ~{self.rows_updated} -{self.rows_deleted} state rows"
             return f"IVM incremental {counts} ({versions})"
         if self.action == "no_change":
+            if self.reason != NO_SOURCE_COMMITS:
+                return f"IVM no changes: {self.reason} ({versions})"
             return f"IVM no changes ({versions})"
         return f"IVM {self.action}: {self.reason} ({versions})"
 
@@ -284,11 +286,19 @@ class Refresh:
         }
         result = RefreshResult(
             action="no_change",
-            reason="no source commits since the last refresh",
+            reason=NO_SOURCE_COMMITS,
             source_versions={str(t): s.version for t, s in pinned.items()},
             previous_versions={str(t): w.recorded for t, w in windows.items()},
         )
-        if any(window.changed for window in windows.values()):
+        if any(window.changed for window in windows.values()) and all(
+            pinned[table].only_preserving_data_after(window.recorded)
+            for table, window in windows.items()
+            if window.changed
+        ):
+            # Nothing to apply, and the state keeps recording the versions it
+            # was computed at (they hold the same rows as the pinned ones).
+            result.reason = "only commits that keep the rows as they were (OPTIMIZE, VACUUM)"
+        elif any(window.changed for window in windows.values()):
             if plan.view_class is ViewClass.WINDOW and not plan.window_partition:
                 reason = (
                     "its window functions have no PARTITION BY column in common, so any "
@@ -927,6 +937,7 @@ class Refresh:
 
 
 FIRST_BUILD = "first build"
+NO_SOURCE_COMMITS = "no source commits since the last refresh"
 
 
 class ConcurrentRefresh(Exception):
