@@ -442,7 +442,7 @@ def _compile_window(
         having=None,
         fingerprint=_fingerprint(view_class, tables, qualified, described, upstreams),
         window_partition=windows.partition_state_columns(partition, key_names),
-        warnings=tuple(
+        tie_warnings=tuple(
             windows.tie_warnings(model, qualified, [name for name, _ in source_columns])
         ),
     )

@@ -203,9 +203,10 @@ class ViewPlan:
     # For WINDOW: the PARTITION BY columns common to all its window functions
     # (empty: every refresh recomputes the whole model).
     window_partition: tuple[PartitionColumn, ...] = ()
-    # What the refresh logs as a warning every time it runs (e.g. window
-    # functions whose result may depend on how ties are broken).
-    warnings: tuple[str, ...] = ()
+    # Window functions whose result may depend on how ties are broken: the
+    # refresh logs each every time it runs, unless the model sets
+    # ivm_window_order_unique (the user vouches for a unique order).
+    tie_warnings: tuple[str, ...] = ()
     # ORDER BY ... LIMIT k of the model: the state keeps every row, the view the
     # top k (rules/top_k.py).
     top_k: TopK | None = None

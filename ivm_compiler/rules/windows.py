@@ -214,7 +214,8 @@ def tie_warnings(model: str, select: exp.Select, source_columns: Sequence[str]) 
                 f"{', '.join(missing)}: among rows tied on its ORDER BY, a refresh that "
                 "recomputes their partition may pick a different row than a full "
                 "recomputation would. Add columns that make the order unique (e.g. a "
-                "unique id) to the ORDER BY."
+                "unique id) to the ORDER BY, or set ivm_window_order_unique=true if "
+                "the order is unique already."
             )
     return warnings
 

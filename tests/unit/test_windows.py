@@ -94,7 +94,7 @@ def test_ties_rule_warns_when_the_order_leaves_a_column_out() -> None:
     )
     # ROW_NUMBER leaves id and v out; LEAD names every column; RANK gives ties one
     # value; SUM's default frame (RANGE) sums ties together.
-    (warning,) = plan.warnings
+    (warning,) = plan.tie_warnings
     assert warning.startswith(f"Model '{MODEL}': ROW_NUMBER() OVER (PARTITION BY `src`.`k`")
     assert "does not order by id, v" in warning
     # A ROWS frame counts rows, so ties matter there.
@@ -103,7 +103,7 @@ def test_ties_rule_warns_when_the_order_leaves_a_column_out() -> None:
         "current row) as s from shop.src",
         [("id", "int"), ("s", "decimal(20,2)")],
     )
-    assert len(plan.warnings) == 1 and "does not order by id, v" in plan.warnings[0]
+    assert len(plan.tie_warnings) == 1 and "does not order by id, v" in plan.tie_warnings[0]
 
 
 def test_ivm_explain_shows_the_probe_and_the_partition_merge() -> None:

@@ -112,8 +112,7 @@ class Refresh:
     # ivm_strategy: auto | incremental | recompute (strategy.py).
     strategy: str = strategy.AUTO
     # ivm_window_order_unique: the user vouches that every window's PARTITION BY
-    # and ORDER BY pick out one row, so the ties warnings (the compiler's only
-    # plan warnings) are not logged.
+    # and ORDER BY pick out one row, so the plan's tie warnings are not logged.
     window_order_unique: bool = False
     # dbt's on_schema_change, for the model's own columns: 'fail' stops a
     # rebuild that would change them; the other values rebuild (an ivm model
@@ -253,7 +252,7 @@ class Refresh:
     # -- the ivm path -------------------------------------------------------
 
     def _maintain(self, plan: ViewPlan) -> RefreshResult:
-        for warning in () if self.window_order_unique else plan.warnings:
+        for warning in () if self.window_order_unique else plan.tie_warnings:
             self.log.warning(warning)
         pinned = {table: self.pin(table, plan.upstreams.get(table)) for table in plan.tables}
         target_type = self.relation_exists(self.target)
