@@ -119,11 +119,28 @@ SUPPORTED_AGGREGATES_TEXT = "COUNT, SUM, AVG, MIN, MAX or COUNT(DISTINCT x)"
 
 @dataclass(frozen=True)
 class TableName:
-    """A source table as the model names it (dbt renders `schema.identifier`)."""
+    """A source table as the model names it (dbt renders `schema.identifier`).
+
+    Parts are kept in lower case: Spark's session catalog matches table and
+    schema names case-insensitively and stores them lower-cased, and sqlglot's
+    qualify lower-cases them in the trees it returns, so `s.Orders` named by a
+    model and `s.orders` in its qualified tree must be one key.
+
+    >>> TableName(db="Sales", name="Select") == TableName(db="sales", name="select")
+    True
+    >>> TableName(db="Sales", name="Select").sql()
+    '`sales`.`select`'
+    """
 
     db: str | None
     name: str
     catalog: str | None = None
+
+    def __post_init__(self) -> None:
+        for part in ("db", "name", "catalog"):
+            value = getattr(self, part)
+            if value is not None:
+                object.__setattr__(self, part, value.lower())
 
     @classmethod
     def of(cls, table: exp.Table) -> TableName:

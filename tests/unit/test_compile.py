@@ -95,6 +95,18 @@ def test_grouped_plan() -> None:
     assert catalog.asked == ["columns shop.orders", "describe model", "describe probe"]
 
 
+def test_a_source_named_in_mixed_case_is_one_source() -> None:
+    # dbt renders a source as declared (`Shop`.`Orders` with quoting on); Spark
+    # matches it case-insensitively and sqlglot's qualify lower-cases it, so
+    # the plan, the catalog question and the sources must all agree on it.
+    # (This raised KeyError: TableName(db='shop', name='orders').)
+    sql = GROUPED_SQL.replace("FROM shop.orders", "FROM `Shop`.`Orders`")
+    plan, catalog = compile_with(sql, GROUPED_DESCRIBE, GROUPED_PROBE)
+    assert plan.sources == (SourceRef(alias="orders", table=ORDERS_TABLE),)
+    assert plan.tables == (ORDERS_TABLE,)
+    assert catalog.asked[0] == "columns shop.orders"
+
+
 def test_one_probe_asks_keys_sums_and_averages_without_the_models_filter() -> None:
     _, catalog = compile_with(GROUPED_SQL, GROUPED_DESCRIBE, GROUPED_PROBE)
     # COUNT(qty) needs no type: only the argument that is summed and averaged is asked.

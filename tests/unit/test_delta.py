@@ -90,6 +90,18 @@ def test_parse_recorded_without_later_writes() -> None:
     assert recorded is not None and recorded.later_writes == ()
 
 
+def test_parse_recorded_reads_mixed_case_names_of_older_commits() -> None:
+    # Commits written before TableName lower-cased its parts spell the state
+    # and the sources as the model named them; they still count as this state's.
+    metadata = json.loads(refresh_metadata(STATE, "r-old", "fp", 31))
+    metadata["state"] = str(STATE).upper()
+    metadata["sources"] = {"Shop.Orders": metadata["sources"]["shop.orders"]}
+    rows = [history_row(5, "MERGE", json.dumps(metadata))]
+    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, rows)
+    assert recorded is not None and recorded.state_version == 5
+    assert recorded.sources == {"shop.orders": {"version": 31, "table_id": "tid-1"}}
+
+
 def test_parse_recorded_sorts_versions_as_numbers() -> None:
     # Versions may arrive as text or Decimal (agate); "10" sorts before "9" as text.
     rows = [
@@ -359,7 +371,9 @@ def test_commit_metadata_records_the_columns_read() -> None:
         [source],
         columns_read={TableName("db", "src"): {"k": "int"}},
     )
-    assert metadata["sources"]["db.Src"] == {
+    # Table names are lower-cased (Spark's catalog is case-insensitive), so the
+    # model's `Src` and the lineage's `src` are one source.
+    assert metadata["sources"]["db.src"] == {
         "version": 3,
         "table_id": "id",
         "columns": {"k": "int"},

@@ -238,14 +238,16 @@ def parse_recorded(state: TableName, columns: list[str], rows: Rows) -> Recorded
     later: list[str] = []
     for row in sorted(rows, key=lambda r: int(r[version_at]), reverse=True):
         metadata = _load(row[metadata_at])
-        if metadata is None or metadata.get("state") != str(state):
+        # Names are compared lower-cased: commits written before TableName
+        # lower-cased its parts may spell the state or a source in mixed case.
+        if metadata is None or str(metadata.get("state")).lower() != str(state):
             if str(row[operation_at]) not in DATA_PRESERVING_OPERATIONS:
                 later.append(f"{row[operation_at]} at version {int(row[version_at])}")
             continue
         return RecordedState(
             state_version=int(row[version_at]),
             fingerprint=str(metadata.get("fingerprint")),
-            sources=dict(metadata.get("sources") or {}),
+            sources={str(k).lower(): v for k, v in (metadata.get("sources") or {}).items()},
             later_writes=tuple(reversed(later)),
             guard=str(metadata["guard"]) if metadata.get("guard") else None,
         )
