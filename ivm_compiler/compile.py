@@ -715,11 +715,52 @@ def _probe_types(
                 f"cast it to a DECIMAL, e.g. SUM(CAST({shown} AS DECIMAL(38, 6))), or "
                 + FALLBACK_HINT,
             )
+        _refuse_inexact_decimal_sum(model, argument, types[f"sum_{argument.index}"])
     return {
         key: exp.DataType.build(types[f"avg_{a.index}"], dialect=DIALECT)
         for key, a in arguments.items()
         if key in averaged
     }
+
+
+# Spark's decimal `+` widens its result by one digit; past precision 38 it
+# keeps the integer digits and cuts the scale to max(scale - 1, 6)
+# (spark.sql.decimalOperations.allowPrecisionLoss). A refresh adds a sum's
+# change to the stored sum with `+`, so a DECIMAL(38, s) sum with s > 6 would
+# lose its last digit on every refresh (and a sum near the maximum overflows
+# when cast back), while Spark's own SUM adds at DECIMAL(38, s) exactly.
+EXACT_DECIMAL_ADD_SCALE = 6
+
+
+def _refuse_inexact_decimal_sum(
+    model: str, argument: aggregates.ArgumentState, sum_type: str
+) -> None:
+    """Refuse SUM/AVG whose DECIMAL(38, s > 6) sum Spark's `+` cannot add exactly.
+
+    >>> from ivm_compiler.rules.aggregates import ArgumentState
+    >>> amount = ArgumentState(index=0, argument=exp.column("amount"), needs_sum=True)
+    >>> _refuse_inexact_decimal_sum("m", amount, "decimal(38,6)")
+    >>> _refuse_inexact_decimal_sum("m", amount, "decimal(37,10)")
+    >>> _refuse_inexact_decimal_sum("m", amount, "decimal(38,10)")
+    Traceback (most recent call last):
+    ...
+    ivm_compiler.errors.NotMaintainable: ...DECIMAL(38, 10)...
+    """
+    data_type = exp.DataType.build(sum_type, dialect=DIALECT)
+    if data_type.this != exp.DataType.Type.DECIMAL or len(data_type.expressions) != 2:
+        return
+    precision, scale = (int(e.this.name) for e in data_type.expressions)
+    if precision < 38 or scale <= EXACT_DECIMAL_ADD_SCALE:
+        return
+    shown = argument.argument.sql(dialect=DIALECT)
+    raise NotMaintainable(
+        model,
+        f"SUM/AVG over {shown}, whose sum is a DECIMAL(38, {scale}) (Spark adds two such "
+        f"decimals at scale {scale - 1}, so every refresh would round the stored sum)",
+        f"cast it to at most {EXACT_DECIMAL_ADD_SCALE} decimal places, e.g. "
+        f"SUM(CAST({shown} AS DECIMAL(38, {EXACT_DECIMAL_ADD_SCALE}))), or to at most 27 "
+        f"digits, e.g. DECIMAL(27, {scale}), or " + FALLBACK_HINT,
+    )
 
 
 def _finalizer(
