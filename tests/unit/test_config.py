@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from dbt_common.exceptions import CompilationError
 
+from dbt.adapters.spark_ivm import config
 from dbt.adapters.spark_ivm.config import IVM_CONFIGS, validate_model_config
 
 MODEL = "model.shop.orders_by_customer"
@@ -109,3 +110,22 @@ def test_window_order_unique_must_be_a_boolean(value: object) -> None:
     message = str(raised.value)
     assert f"Model '{MODEL}': ivm_window_order_unique={value!r} is not valid" in message
     assert "true or false (unset: false)" in message
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["bad`; drop table src; --", "with space", "semi;colon", "quote'", "", "ünïcode"],
+)
+def test_relation_names_spark_cannot_store_or_dbt_spark_would_paste_are_refused(
+    name: str,
+) -> None:
+    with pytest.raises(CompilationError, match=r"Model 'model\.p\.m': alias .* letters, digits"):
+        config.validate_relation_name("model.p.m", "alias", name)
+    with pytest.raises(CompilationError, match=r"schema .* is not a valid name for Spark"):
+        config.validate_schema_name(name)
+
+
+@pytest.mark.parametrize("name", ["Hostile_Totals", "analytics_2", "_x", None])
+def test_plain_relation_names_pass(name: str | None) -> None:
+    config.validate_relation_name("model.p.m", "schema", name)
+    config.validate_schema_name(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import string
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,6 +69,45 @@ def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
             f"must be {IVM_CONFIGS['ivm_window_order_unique']} (a YAML or Jinja boolean, "
             "not a string)."
         )
+
+
+# Spark's session catalog takes table and schema names of these characters
+# only (INVALID_SCHEMA_OR_RELATION_NAME otherwise, quoted or not), and
+# dbt-spark writes relation names into its SQL unquoted by default and never
+# escapes a backtick: anything else in a name is refused before SQL runs.
+NAME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_")
+
+
+def validate_relation_name(model: str, kind: str, name: str | None) -> None:
+    """Refuse a schema or relation name Spark cannot store and dbt-spark would paste raw.
+
+    >>> validate_relation_name("model.p.m", "alias", "Daily_Totals_2")
+    >>> validate_relation_name("model.p.m", "alias", "x`; drop table t")
+    Traceback (most recent call last):
+    ...
+    dbt_common.exceptions.base.CompilationError: Compilation Error
+      Model 'model.p.m': alias 'x`; drop table t' is not a valid name ...
+    """
+    if name is None or (name and set(name) <= NAME_CHARACTERS):
+        return
+    raise CompilationError(
+        f"Model '{model}': {kind} {name!r} is not a valid name for Spark (its catalog "
+        "takes only letters, digits and _ in table and schema names, and dbt-spark "
+        f"writes names into SQL unquoted). Fix: set the {kind} config to a name of "
+        "letters, digits and _."
+    )
+
+
+def validate_schema_name(schema: str | None) -> None:
+    """Refuse a schema name before dbt-spark's `create schema if not exists <name>` runs."""
+    if schema is None or (schema and set(schema) <= NAME_CHARACTERS):
+        return
+    raise CompilationError(
+        f"schema {schema!r} is not a valid name for Spark (its catalog takes only letters, "
+        "digits and _ in schema names, and dbt-spark writes names into SQL unquoted). "
+        "Fix: set the models' schema config (or the profile's schema) to a name of "
+        "letters, digits and _."
+    )
 
 
 def _similar(a: str, b: str) -> bool:

@@ -22,7 +22,11 @@ from dbt.adapters.spark.impl import SparkAdapter
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
 from dbt.adapters.spark_ivm import __version__
-from dbt.adapters.spark_ivm.config import validate_model_config
+from dbt.adapters.spark_ivm.config import (
+    validate_model_config,
+    validate_relation_name,
+    validate_schema_name,
+)
 from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
 from dbt.adapters.spark_ivm.explain import explain, write_statements
 from dbt.adapters.spark_ivm.groups import GroupRun, consistency_groups, members_from_graph
@@ -104,6 +108,8 @@ class SparkIvmAdapter(SparkAdapter):
         resources) and `invocation_id` place the model in its consistency group.
         """
         validate_model_config(model_id, config)
+        validate_relation_name(model_id, "schema", relation.schema)
+        validate_relation_name(model_id, "alias", relation.identifier)
         refresh = self._refresh_of(relation, sql, model_id, upstream)
         refresh.full_refresh = full_refresh
         refresh.fallback = config.get("ivm_fallback")
@@ -144,6 +150,18 @@ class SparkIvmAdapter(SparkAdapter):
             self.cache_added(self.ivm_state_relation(relation))
         logger.info(f"{model_id}: {result.message} in {result.seconds:.2f}s")
         return result
+
+    def list_relations_without_caching(self, schema_relation: BaseRelation) -> list[Any]:
+        """dbt-spark's SHOW TABLE EXTENDED IN <schema>, after refusing a schema name it
+        would paste into SQL raw: dbt lists the schemas of a project's models before
+        any model runs, so a schema config carrying SQL reaches Spark here first."""
+        validate_schema_name(schema_relation.schema)
+        return super().list_relations_without_caching(schema_relation)
+
+    def create_schema(self, relation: BaseRelation) -> None:
+        """dbt-spark's CREATE SCHEMA, after refusing a name it would paste into SQL raw."""
+        validate_schema_name(relation.schema)
+        super().create_schema(relation)
 
     @available
     def ivm_repair_groups(self) -> str:
