@@ -25,7 +25,8 @@ import random
 from pathlib import Path
 
 import pytest
-from dbt.tests.util import run_dbt, run_dbt_and_capture
+from dbt.tests.util import rm_file, run_dbt, run_dbt_and_capture, write_file
+from dbt_common.exceptions import CompilationError
 
 from tests.functional.ivm_checks import bag_difference, recorded_state, state_builds
 from tests.functional.ivm_project import IvmProject
@@ -198,14 +199,28 @@ TYPED_SEED = (
 )
 TYPED_QUERIES = {
     "typed_rows": "select * from {src}",
+    # SUM over the DECIMAL(38,10) itself is refused (a DECIMAL(38,10) sum
+    # cannot be added exactly by Spark's `+`; see typed_fine_sums), so the sum
+    # is taken at 6 places, as the refusal suggests.
     "typed_groups": (
-        "select day, flag, pair, sum(amount) as total, min(at) as first_at, "
+        "select day, flag, pair, sum(cast(amount as decimal(38, 6))) as total, "
+        "min(at) as first_at, "
         "max(day) as last_day, count(distinct nums) as n_nums, count(*) as n "
         "from {src} group by day, flag, pair"
     ),
     "typed_days": "select distinct day, flag from {src}",
 }
-MAP_MODEL = "select attrs, count(*) as n from {{ source('raw', 'mapped') }} group by attrs"
+# Refused through dbt, creating nothing: model -> what the message must say.
+REFUSED_TYPED_MODELS = {
+    "typed_map_groups": (
+        "select attrs, count(*) as n from {{ source('raw', 'mapped') }} group by attrs",
+        ["MAP GROUP BY key", "attrs", "map<string,int>", "map_entries()"],
+    ),
+    "typed_fine_sums": (
+        "select flag, sum(amount) as total from {{ source('raw', 'typed') }} group by flag",
+        ["amount", "DECIMAL(38, 10)", "DECIMAL(38, 6)"],
+    ),
+}
 
 
 def _typed_batch(seed: int = 6) -> list[str]:
@@ -241,7 +256,9 @@ def _typed_batch(seed: int = 6) -> list[str]:
 class TestHostileTypes(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
-        files = {"sources.yml": TYPED_SOURCES_YML, "typed_map_groups.sql": MAP_MODEL}
+        files = {"sources.yml": TYPED_SOURCES_YML}
+        for name, (sql, _) in REFUSED_TYPED_MODELS.items():
+            files[f"{name}.sql"] = sql
         for name, query in TYPED_QUERIES.items():
             files[f"{name}.sql"] = query.format(src="{{ source('raw', 'typed') }}")
         return files
@@ -258,31 +275,35 @@ class TestHostileTypes(IvmProject):
 
     def test_types_refresh_incrementally(self, project, spark, source_table):
         schema = project.test_schema
-        run_dbt(["run", "--exclude", "typed_map_groups"])
+        run_dbt(["run", "--exclude", *REFUSED_TYPED_MODELS])
         for statement in _typed_batch():
             spark.sql(statement.format(t=source_table))
-        results = run_dbt(["run", "--exclude", "typed_map_groups"])
+        results = run_dbt(["run", "--exclude", *REFUSED_TYPED_MODELS])
         for name, result in _results_by_model(results).items():
             assert str(result.adapter_response.get("code")) == "INCREMENTAL", (name, result.message)
         for name, query in TYPED_QUERIES.items():
             assert_matches_at_recorded_versions(spark, schema, name, query, {"src": "typed"})
             assert state_builds(spark, schema, name) == 1, f"{name} was rebuilt"
         # The extremes survived the round trip through the state exactly.
-        totals = {
-            str(row["total"])
-            for row in spark.sql(f"SELECT total FROM {schema}.typed_groups").collect()
+        amounts = {
+            str(row["amount"])
+            for row in spark.sql(f"SELECT amount FROM {schema}.typed_rows").collect()
         }
-        assert DECIMAL_MAX in totals
+        # (id 2 held -DECIMAL_MAX; the batch's `amount + 0.5` changed it, rounded
+        # to 9 places by Spark's own decimal `+`)
+        assert DECIMAL_MAX in amounts
 
-    def test_map_group_key_is_refused_and_creates_nothing(self, project, spark, source_table):
+    def test_refused_types_fail_through_dbt_and_create_nothing(self, project, spark, source_table):
         schema = project.test_schema
-        results = run_dbt(["run", "--select", "typed_map_groups"], expect_pass=False)
-        message = str(results[0].message)
-        assert "typed_map_groups" in message, message
-        assert "MAP GROUP BY key" in message and "attrs" in message, message
-        assert "map_entries()" in message, message
+        results = run_dbt(["run", "--select", *REFUSED_TYPED_MODELS], expect_pass=False)
+        for name, result in _results_by_model(results).items():
+            message = str(result.message)
+            assert str(result.status) == "error" and name in message, message
+            assert "cannot be maintained incrementally" in message, message
+            for part in REFUSED_TYPED_MODELS[name][1]:
+                assert part in message, (part, message)
         tables = {row["tableName"] for row in spark.sql(f"SHOW TABLES IN {schema}").collect()}
-        assert not {t for t in tables if t.startswith("typed_map_groups")}, tables
+        assert not {t for t in tables for name in REFUSED_TYPED_MODELS if t.startswith(name)}
 
 
 # --- 3. wide rows ----------------------------------------------------------------
@@ -361,14 +382,19 @@ sources:
       - name: src
 """
 PLAIN_MODEL = "select k, v from {{ source('raw', 'src') }}"
-# model -> (its config call, the config the error must name)
+# model -> (its config call, the config the error must name). Every value
+# is refused by the adapter before the model's first statement.
 INJECTIONS = {
     "inj_group": ("""{{ config(ivm_group="x'; DROP TABLE src; --") }}""", "ivm_group"),
     "inj_strategy": ("""{{ config(ivm_strategy="auto; drop table src") }}""", "ivm_strategy"),
     "inj_fallback": ("""{{ config(ivm_fallback="full_refresh' --") }}""", "ivm_fallback"),
+    # dbt-spark renders relation names unquoted (and its quote() does not
+    # escape a backtick), so the alias would reach SQL as written.
     "inj_alias": ("""{{ config(alias="bad`; drop table src; --") }}""", "alias"),
-    "inj_schema": ("""{{ config(schema="x`; drop table src; --") }}""", "schema"),
 }
+# dbt creates a model's schema before any model runs, with dbt-spark's
+# `create schema if not exists <name>`: the adapter refuses the name there.
+SCHEMA_INJECTION = """{{ config(schema="x`; drop table src; --") }}"""
 
 
 class TestConfigInjection(IvmProject):
@@ -389,17 +415,40 @@ class TestConfigInjection(IvmProject):
         project.run_sql(f"INSERT INTO {table} VALUES (1, 1), (2, NULL)")
         return table
 
+    def _tables(self, spark, schema: str) -> set[str]:
+        return {row["tableName"] for row in spark.sql(f"SHOW TABLES IN {schema}").collect()}
+
     def test_sql_in_configs_is_refused_before_any_sql(self, project, spark, source_table):
         schema = project.test_schema
-        before = {row["tableName"] for row in spark.sql(f"SHOW TABLES IN {schema}").collect()}
-        results = _results_by_model(run_dbt(["run"], expect_pass=False))
+        before = self._tables(spark, schema)
+        results = _results_by_model(run_dbt(["run", "--exclude", "inj_schema"], expect_pass=False))
         assert str(results["plain_rows"].status) == "success"
         for name, (_, config) in INJECTIONS.items():
-            result = results[name]
-            message = str(result.message)
-            assert str(result.status) == "error", (name, message)
-            assert name in message and config in message, (name, message)
+            message = str(results[name].message)
+            assert str(results[name].status) == "error", (name, message)
+            assert f"model.test.{name}" in message and config in message, (name, message)
         assert spark.sql(f"SELECT * FROM {source_table}").count() == 2
-        after = {row["tableName"] for row in spark.sql(f"SHOW TABLES IN {schema}").collect()}
-        assert before <= after
+        after = self._tables(spark, schema)
         assert after - before == {"plain_rows", "plain_rows__ivm_state"}, after - before
+
+    def test_sql_in_a_schema_config_is_refused_before_create_schema(
+        self, project, spark, source_table
+    ):
+        # Its own project state: dbt lists every model's schema before any
+        # model runs, so the bad schema stops the whole invocation.
+        models = Path(project.project_root, "models")
+        schemas = {row[0] for row in spark.sql("SHOW SCHEMAS").collect()}
+        write_file(f"{SCHEMA_INJECTION}\n{PLAIN_MODEL}", models, "inj_schema.sql")
+        try:
+            # Refused while dbt fills its relation cache, which knows the
+            # schema but not which model asked for it.
+            with pytest.raises(CompilationError) as refused:
+                run_dbt(["run", "--select", "inj_schema"], expect_pass=False)
+        finally:
+            rm_file(models, "inj_schema.sql")
+        message = str(refused.value)
+        assert "drop table src; --' is not a valid name for Spark" in message, message
+        assert "schema config" in message, message
+        assert {row[0] for row in spark.sql("SHOW SCHEMAS").collect()} == schemas
+        assert spark.sql(f"SELECT * FROM {source_table}").count() == 2
+        assert "plain_rows" in self._tables(spark, project.test_schema)
