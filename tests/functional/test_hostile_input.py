@@ -10,13 +10,16 @@ recomputes each model at the versions it records.
   upper-case model name; aggregate, DISTINCT and self-join models refreshed
   incrementally; ivm_explain of the upper-case model.
 - TestHostileTypes: DECIMAL(38,10) at its extremes, DATE/TIMESTAMP at the
-  epoch and year 9999, BOOLEAN, ARRAY, STRUCT and BINARY values and keys;
-  a MAP group key refused through dbt with nothing created.
+  epoch and year 9999, BOOLEAN, ARRAY, STRUCT and BINARY values and keys,
+  COUNT(DISTINCT array); a MAP group key and a SUM over the DECIMAL(38,10)
+  (found here: Spark's `+` would round it) refused through dbt, creating
+  nothing.
 - TestWideRows: 151 columns (the state's `__ivm_guard` past Delta's 32
   columns with file statistics) and ~200 KB strings.
-- TestConfigInjection: SQL fragments in ivm configs, a model alias and a
-  custom schema: refused before any SQL, naming the model and the config;
-  the source and the other models survive.
+- TestConfigInjection: SQL fragments in ivm configs and a model alias:
+  refused before the model's first statement, naming the model and the
+  config; a custom schema: refused before dbt lists or creates it (naming
+  the schema config); the source and the other models survive.
 """
 
 from __future__ import annotations
