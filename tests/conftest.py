@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+import threading
 import time
 
 import pytest
@@ -88,16 +89,9 @@ def spark():
     """The process's SparkSession, created with the embedded runtime's configs."""
     from pyspark.sql import SparkSession
 
-    from dbt.adapters.spark_ivm.runtime import delta_jar_paths, session_configs
+    from dbt.adapters.spark_ivm.runtime import session_configs
 
     configs = {**session_configs(RUNTIME_DIR), **ANSI_CONF}
-    # Measured: in this process, CREATE TABLE ... USING DELTA sent over Thrift
-    # failed with DATA_SOURCE_NOT_FOUND while the jars were only in spark.jars
-    # (the server's statement threads did not see them; a bare pyspark script
-    # did). On the driver's own classpath every thread finds them.
-    jars = delta_jar_paths()
-    if jars is not None:
-        configs["spark.driver.extraClassPath"] = os.pathsep.join(str(jar) for jar in jars)
     builder = SparkSession.builder.enableHiveSupport()
     for key, value in configs.items():
         builder = builder.config(key, value)
@@ -114,9 +108,9 @@ def thrift_server(spark):
     process with its own JVM, so each has its own server and port.
     """
     port = _free_port()
-    # The server reads its HiveConf from the session's Hadoop configuration,
-    # which carries the session's confs: these are the --hiveconf of
-    # spark-submit. Operation logs would go to /tmp/<user>/operation_logs,
+    # These are spark-submit's --hiveconf, which sets them as JVM system
+    # properties; HiveConf applies system properties over everything else.
+    # Operation logs would go to /tmp/<user>/operation_logs,
     # shared with every other Spark process on the machine, and are not read.
     hive_confs = {
         "hive.server2.thrift.bind.host": "127.0.0.1",
@@ -125,15 +119,31 @@ def thrift_server(spark):
         "hive.exec.local.scratchdir": os.path.join(RUNTIME_DIR, "hive-scratch-local"),
         "hive.exec.scratchdir": os.path.join(RUNTIME_DIR, "hive-scratch"),
     }
+    system = spark._jvm.java.lang.System  # type: ignore[union-attr]
     for key, value in hive_confs.items():
-        spark.conf.set(key, value)
+        system.setProperty(key, value)
     server_class = spark._jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2  # type: ignore[union-attr]
     # startWithContext(SQLContext) is startWithSparkSession(session, exitOnError=true),
     # which would call System.exit, ending the whole pytest process, if the
     # server failed to start; here a failure is an exception of this fixture.
-    server = server_class.startWithSparkSession(spark._jsparkSession, False)  # type: ignore[attr-defined]
+    # Started from a new Python thread, so from a new JVM thread (py4j gives
+    # each Python thread its own): Spark reuses a Hive SessionState found on
+    # the calling thread, and this thread's (made when dbt's session method
+    # ran first) carries a HiveConf read before the properties above, so
+    # the server listened on *:10000.
+    started: list = []
+    starter = threading.Thread(
+        target=lambda: started.append(
+            server_class.startWithSparkSession(spark._jsparkSession, False)  # type: ignore[attr-defined]
+        )
+    )
+    starter.start()
+    starter.join()
+    if not started:
+        raise RuntimeError("HiveThriftServer2 did not start (see the JVM's output above)")
+    server = started[0]
     try:
-        _wait_for_port(port, timeout=60)
+        _wait_for_port(port, timeout=120)
         yield port
     finally:
         server.stop()
