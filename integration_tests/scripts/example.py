@@ -12,6 +12,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
 from dbt.cli.main import dbtRunner
 from pyspark.sql import SparkSession
@@ -23,6 +24,14 @@ SOURCE = "shop_raw.order_lines"
 CUSTOMERS = "shop_raw.customers"
 STATUSES = ["open", "paid", "paid", "paid", "cancelled"]
 SEGMENTS = ["retail", "retail", "wholesale", "online"]
+
+
+class Sql(Protocol):
+    """What the loader writes through: a SparkSession here, or any object whose
+    `sql` runs one statement (tests/functional/test_server_mode.py sends them
+    over Thrift)."""
+
+    def sql(self, statement: str, /) -> object: ...
 
 
 def start_spark() -> SparkSession:
@@ -45,7 +54,7 @@ def line(line_id: int, rng: random.Random) -> str:
     )
 
 
-def create_sources(spark: SparkSession, rng: random.Random) -> None:
+def create_sources(spark: Sql, rng: random.Random) -> None:
     spark.sql("CREATE DATABASE IF NOT EXISTS shop_raw")
     spark.sql(f"DROP TABLE IF EXISTS {SOURCE}")
     spark.sql(
@@ -67,7 +76,7 @@ def create_sources(spark: SparkSession, rng: random.Random) -> None:
     print(f"Created {SOURCE} with 2000 order lines and {CUSTOMERS} with 40 (change data feed on)")
 
 
-def apply_batch(spark: SparkSession, rng: random.Random) -> None:
+def apply_batch(spark: Sql, rng: random.Random) -> None:
     spark.sql(f"INSERT INTO {SOURCE} VALUES " + ", ".join(line(i, rng) for i in range(2001, 2051)))
     spark.sql(f"UPDATE {SOURCE} SET status = 'paid' WHERE status = 'open' AND line_id % 7 = 0")
     spark.sql(f"UPDATE {SOURCE} SET discount = NULL WHERE line_id % 11 = 0")

@@ -177,3 +177,9 @@ class TestRandomNodeChanges(RandomJoinChanges):
             ],
             "chained": ["chained__ivm_cte_a", "chained__ivm_cte_b"],
         }
+
+
+# Server mode (tests/conftest.py): the same tests with dbt connected to a Spark
+# Thrift Server, as against a cluster.
+class TestRandomJoinChangesOverThrift(TestRandomJoinChanges):
+    ivm_connection = "thrift"

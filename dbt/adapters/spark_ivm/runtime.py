@@ -85,6 +85,11 @@ def session_configs(runtime_dir: str | os.PathLike[str]) -> dict[str, str]:
     jars = delta_jar_paths()
     if jars is not None:
         configs["spark.jars"] = ",".join(str(jar) for jar in jars)
+        # Also on the driver's own classpath: a Thrift server in this JVM
+        # (server.py, the tests' server mode) runs statements on threads that
+        # did not always see spark.jars' class loader, and answered CREATE
+        # TABLE ... USING DELTA with DATA_SOURCE_NOT_FOUND.
+        configs["spark.driver.extraClassPath"] = os.pathsep.join(str(jar) for jar in jars)
     else:
         configs["spark.jars.packages"] = ",".join(
             f"{group}:{artifact}:{version}" for group, artifact, version in DELTA_ARTIFACTS
