@@ -39,6 +39,28 @@ if DEFAULT_CONNECTION not in CONNECTIONS:
         f"IVM_TEST_CONNECTION={DEFAULT_CONNECTION!r}: expected one of {', '.join(CONNECTIONS)}"
     )
 
+# Server-mode repeats of session-mode classes that the test command leaves out
+# (`server_lane = "extended"` on the class): each passed over Thrift on its own,
+# and together they add about 20 minutes. The test command keeps every refresh
+# branch (TestIvmMaterializationOverThrift), concurrent refreshes and the
+# standalone server's worked example (test_server_mode.py) over Thrift.
+# IVM_SERVER_ALL=1 (or IVM_TEST_CONNECTION=thrift, which runs every class over
+# Thrift) runs them too.
+SERVER_ALL = os.environ.get("IVM_SERVER_ALL") == "1" or DEFAULT_CONNECTION == THRIFT
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if SERVER_ALL:
+        return
+    skip = pytest.mark.skip(
+        reason="server-mode repeat of a session-mode class, left out of the test command "
+        "for time (about 20 minutes for all): IVM_SERVER_ALL=1 runs it"
+    )
+    for item in items:
+        if getattr(item.cls, "server_lane", None) == "extended":
+            item.add_marker(skip)
+
+
 # dbt-spark sets this on every connection it opens (both methods); the oracle
 # session must evaluate queries the same way, whichever connection dbt uses.
 ANSI_CONF = {"spark.sql.ansi.enabled": "false"}

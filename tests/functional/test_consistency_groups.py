@@ -318,7 +318,9 @@ class TestGroupAllOrNothing(GroupProject):
 # Thrift Server, as against a cluster.
 class TestGroupUnderConcurrentWriterOverThrift(TestGroupUnderConcurrentWriter):
     ivm_connection = "thrift"
+    server_lane = "extended"
 
 
 class TestGroupAllOrNothingOverThrift(TestGroupAllOrNothing):
     ivm_connection = "thrift"
+    server_lane = "extended"

@@ -101,7 +101,9 @@ class TestPlanNodeRelations(OneSourceProject):
 # Thrift Server, as against a cluster.
 class TestOrphansOverThrift(TestOrphans):
     ivm_connection = "thrift"
+    server_lane = "extended"
 
 
 class TestPlanNodeRelationsOverThrift(TestPlanNodeRelations):
     ivm_connection = "thrift"
+    server_lane = "extended"

@@ -305,7 +305,9 @@ class TestIvmMaterializationOverThrift(TestIvmMaterialization):
 
 class TestRefusalsAndFallbacksOverThrift(TestRefusalsAndFallbacks):
     ivm_connection = "thrift"
+    server_lane = "extended"
 
 
 class TestPersistDocsOverThrift(TestPersistDocs):
     ivm_connection = "thrift"
+    server_lane = "extended"

@@ -183,3 +183,4 @@ class TestRandomNodeChanges(RandomJoinChanges):
 # Thrift Server, as against a cluster.
 class TestRandomJoinChangesOverThrift(TestRandomJoinChanges):
     ivm_connection = "thrift"
+    server_lane = "extended"

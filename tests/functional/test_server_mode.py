@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.util
 import random
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,57 @@ def test_worked_example_refreshes_incrementally_over_thrift(thrift_port, tmp_pat
         assert not _failed_tests(second)
     finally:
         sql.close()
+
+
+def _dbt_process(tmp_path: Path, name: str, *args: str) -> subprocess.Popen:
+    """`dbt <args>` on the example as a process of its own: a second dbt invocation."""
+    run_dir = tmp_path / name
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("dbt")),
+            *args,
+            "--project-dir",
+            str(PROJECT_DIR),
+            "--profiles-dir",
+            str(PROJECT_DIR),
+            "--target",
+            "server",
+            "--target-path",
+            str(run_dir / "target"),
+            "--log-path",
+            str(run_dir / "logs"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_two_dbt_invocations_refreshing_one_model_at_once(thrift_port, tmp_path, monkeypatch):
+    """Two `dbt run`s of the same model started together: one applies the change,
+    the other finds nothing left to apply or fails cleanly; the model has the
+    change exactly once."""
+    monkeypatch.setenv("SPARK_IVM_THRIFT_HOST", server.DEFAULT_HOST)
+    monkeypatch.setenv("SPARK_IVM_THRIFT_PORT", str(thrift_port))
+    example, rng = _example(), random.Random(11)
+    sql = ThriftSql(thrift_port)
+    try:
+        example.apply_batch(sql, rng)
+    finally:
+        sql.close()
+    model = "revenue_by_customer"
+    runs = [_dbt_process(tmp_path, f"run{i}", "run", "--select", model) for i in (1, 2)]
+    outputs = [run.communicate(timeout=600)[0] for run in runs]
+    outcomes = []
+    for run, output in zip(runs, outputs):
+        if run.returncode == 0:
+            outcomes.append("no_change" if "IVM no changes" in output else "applied")
+        else:
+            assert "another refresh of this model" in output, output[-3000:]
+            outcomes.append("refused")
+    print(f"two simultaneous refreshes: {outcomes}")
+    assert sorted(outcomes) in (["applied", "no_change"], ["applied", "refused"]), outcomes
+    # The change is in the model once: its ivm_matches_query test recomputes the query.
+    check = _dbt_process(tmp_path, "test", "test", "--select", model)
+    output = check.communicate(timeout=600)[0]
+    assert check.returncode == 0, output[-3000:]

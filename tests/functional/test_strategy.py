@@ -83,3 +83,4 @@ class TestStrategy(OneSourceProject):
 # Thrift Server, as against a cluster.
 class TestStrategyOverThrift(TestStrategy):
     ivm_connection = "thrift"
+    server_lane = "extended"
