@@ -32,7 +32,7 @@ from dbt.tests.util import rm_file, run_dbt, run_dbt_and_capture, write_file
 from dbt_common.exceptions import CompilationError
 
 from tests.functional.ivm_checks import bag_difference, recorded_state, state_builds
-from tests.functional.ivm_project import IvmProject
+from tests.functional.ivm_project import SOURCES_YML, IvmProject
 
 
 def _results_by_model(results) -> dict[str, object]:
@@ -376,14 +376,6 @@ sources:
 
 # --- 4. SQL in config values -------------------------------------------------------
 
-INJECTION_SOURCES_YML = """
-version: 2
-sources:
-  - name: raw
-    schema: "{{ target.schema }}"
-    tables:
-      - name: src
-"""
 PLAIN_MODEL = "select k, v from {{ source('raw', 'src') }}"
 # model -> (its config call, the config the error must name). Every value
 # is refused by the adapter before the model's first statement.
@@ -403,7 +395,7 @@ SCHEMA_INJECTION = """{{ config(schema="x`; drop table src; --") }}"""
 class TestConfigInjection(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
-        files = {"sources.yml": INJECTION_SOURCES_YML, "plain_rows.sql": PLAIN_MODEL}
+        files = {"sources.yml": SOURCES_YML, "plain_rows.sql": PLAIN_MODEL}
         for name, (config, _) in INJECTIONS.items():
             files[f"{name}.sql"] = f"{config}\n{PLAIN_MODEL}"
         return files

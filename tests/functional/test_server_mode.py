@@ -74,22 +74,24 @@ def thrift_port(tmp_path_factory):
         server.stop(runtime)
 
 
+def _example_args(run_dir: Path) -> list[str]:
+    """dbt's options for the example over the server, with `run_dir` for its files."""
+    return [
+        "--project-dir",
+        str(PROJECT_DIR),
+        "--profiles-dir",
+        str(PROJECT_DIR),
+        "--target",
+        "server",
+        "--target-path",
+        str(run_dir / "target"),
+        "--log-path",
+        str(run_dir / "logs"),
+    ]
+
+
 def _build(tmp_path: Path) -> list:
-    result = dbtRunner().invoke(
-        [
-            "build",
-            "--project-dir",
-            str(PROJECT_DIR),
-            "--profiles-dir",
-            str(PROJECT_DIR),
-            "--target",
-            "server",
-            "--target-path",
-            str(tmp_path / "target"),
-            "--log-path",
-            str(tmp_path / "logs"),
-        ]
-    )
+    result = dbtRunner().invoke(["build", *_example_args(tmp_path)])
     assert result.success, f"dbt build failed: {result.exception}"
     return list(result.result.results)
 
@@ -129,22 +131,8 @@ def test_worked_example_refreshes_incrementally_over_thrift(thrift_port, tmp_pat
 
 def _dbt_process(tmp_path: Path, name: str, *args: str) -> subprocess.Popen:
     """`dbt <args>` on the example as a process of its own: a second dbt invocation."""
-    run_dir = tmp_path / name
     return subprocess.Popen(
-        [
-            str(Path(sys.executable).with_name("dbt")),
-            *args,
-            "--project-dir",
-            str(PROJECT_DIR),
-            "--profiles-dir",
-            str(PROJECT_DIR),
-            "--target",
-            "server",
-            "--target-path",
-            str(run_dir / "target"),
-            "--log-path",
-            str(run_dir / "logs"),
-        ],
+        [str(Path(sys.executable).with_name("dbt")), *args, *_example_args(tmp_path / name)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
