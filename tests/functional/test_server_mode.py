@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dbt.adapters.factory import reset_adapters
 from dbt.cli.main import dbtRunner
 
 from dbt.adapters.spark_ivm import server
@@ -91,7 +92,14 @@ def _example_args(run_dir: Path) -> list[str]:
 
 
 def _build(tmp_path: Path) -> list:
-    result = dbtRunner().invoke(["build", *_example_args(tmp_path)])
+    try:
+        result = dbtRunner().invoke(["build", *_example_args(tmp_path)])
+    finally:
+        # dbt keeps the adapter an invocation registered (here: the example's
+        # `server` target) and registers no other of the same type after it:
+        # left in place, the next test class's project would talk to this
+        # module's server, stopped by then.
+        reset_adapters()
     assert result.success, f"dbt build failed: {result.exception}"
     return list(result.result.results)
 
