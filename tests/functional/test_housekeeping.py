@@ -95,15 +95,3 @@ class TestPlanNodeRelations(OneSourceProject):
         _, output = run_dbt_and_capture(["run-operation", "ivm_orphans"])
         assert f"view {schema}.noded__ivm_cte_per_group (of {schema}.noded)" in output
         assert f"table {schema}.noded__ivm_cte_per_group__ivm_state (of {schema}.noded)" in output
-
-
-# Server mode (tests/conftest.py): the same tests with dbt connected to a Spark
-# Thrift Server, as against a cluster.
-class TestOrphansOverThrift(TestOrphans):
-    ivm_connection = "thrift"
-    server_lane = "extended"
-
-
-class TestPlanNodeRelationsOverThrift(TestPlanNodeRelations):
-    ivm_connection = "thrift"
-    server_lane = "extended"

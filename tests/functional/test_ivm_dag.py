@@ -158,8 +158,10 @@ class TestIvmDag(IvmProject):
         )
     )
     def test_every_level_equals_its_query_after_random_changes(
-        self, project, spark, sources, steps
+        self, project, spark, sources, example_budget, steps
     ):
+        if not example_budget.admits_next():
+            return
         for statements in steps:
             for statement in statements:
                 spark.sql(statement.format(**sources))

@@ -295,19 +295,3 @@ class TestPersistDocs(IvmProject):
         run_dbt(["run"])
         described = {r.col_name: r for r in spark.sql(f"DESCRIBE TABLE EXTENDED {view}").collect()}
         assert described["g"].comment == "Group name, edited"
-
-
-# Server mode (tests/conftest.py): the same tests with dbt connected to a Spark
-# Thrift Server, as against a cluster.
-class TestIvmMaterializationOverThrift(TestIvmMaterialization):
-    ivm_connection = "thrift"
-
-
-class TestRefusalsAndFallbacksOverThrift(TestRefusalsAndFallbacks):
-    ivm_connection = "thrift"
-    server_lane = "extended"
-
-
-class TestPersistDocsOverThrift(TestPersistDocs):
-    ivm_connection = "thrift"
-    server_lane = "extended"

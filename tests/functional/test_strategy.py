@@ -77,10 +77,3 @@ class TestStrategy(OneSourceProject):
         actions = _actions(run_dbt(["run"]))
         assert actions["grouped"] == "INCREMENTAL", actions
         assert_model_matches_query(spark, schema, "grouped", QUERIES["grouped"], "src")
-
-
-# Server mode (tests/conftest.py): the same tests with dbt connected to a Spark
-# Thrift Server, as against a cluster.
-class TestStrategyOverThrift(TestStrategy):
-    ivm_connection = "thrift"
-    server_lane = "extended"

@@ -36,11 +36,13 @@ class SparkIvmCredentials(SparkCredentials):
     # Folder for the embedded runtime's warehouse and metastore (session method
     # only). Default: `.spark_ivm/` inside the dbt project directory.
     runtime_dir: str | None = None
-    # dbt-spark's thrift method sleeps this many seconds whenever a statement
-    # has not finished at its first poll. Its default of 5 s made a refresh
-    # (about ten statements of a fraction of a second each) take several times
-    # its session-mode time; 1 s is the smallest it accepts (an integer).
-    poll_interval: int = 1
+    # dbt-spark's thrift method sleeps this many seconds between status polls
+    # of a statement that has not finished at its first poll. Its default of
+    # 5 s made a refresh (ten or more statements of a fraction of a second
+    # each) take several times its session-mode time. Declared a float here
+    # (dbt-spark's is an integer) so that the sleep can be shorter than a
+    # statement: a status poll is one cheap Thrift call.
+    poll_interval: float = 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()

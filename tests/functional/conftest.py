@@ -1,0 +1,48 @@
+"""Fixtures of the integration tests that depend on the connection mode (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import THRIFT
+
+# Over Thrift the property tests replay fewer of their examples: the compiled
+# SQL of a refresh does not depend on the connection, only how it reaches
+# Spark does, and every example over Thrift costs more than in-process (a
+# status poll per statement). Example 0 is Hypothesis's simplest draw (often
+# no change at all), so Thrift starts at example 1.
+THRIFT_EXAMPLES = int(os.environ.get("IVM_PROPERTY_EXAMPLES_THRIFT", "1"))
+
+
+class ExampleBudget:
+    """Which of a property test's examples run: `admits_next()` is asked once per example."""
+
+    def __init__(self, first: int, limit: int | None) -> None:
+        self.first = first
+        self.limit = limit
+        self.seen = 0
+        self.admitted = 0
+
+    def admits_next(self) -> bool:
+        index = self.seen
+        self.seen += 1
+        admitted = index >= self.first and (self.limit is None or self.admitted < self.limit)
+        self.admitted += admitted
+        return admitted
+
+
+@pytest.fixture
+def example_budget(connection: str):
+    """The examples a property test runs in this mode; fails the test if none ran."""
+    budget = (
+        ExampleBudget(first=1, limit=THRIFT_EXAMPLES)
+        if connection == THRIFT
+        else (ExampleBudget(first=0, limit=None))
+    )
+    yield budget
+    assert budget.admitted > 0, (
+        f"no example of {budget.seen} ran over {connection}: "
+        "raise IVM_PROPERTY_EXAMPLES (Thrift skips example 0)"
+    )
