@@ -3,6 +3,8 @@
 Statements:
 - create_state: the state table computed at pinned source versions (first build, full refresh);
 - merge_changes: the signed delta of a change window, applied with one MERGE;
+- probe_join_keys: the key range of a join's change, which narrows the
+  MERGE's reads of join partners (key_bounds.py);
 - probe_partitions, merge_partitions: a WINDOW model's touched partitions, and
   the MERGE that recomputes them (rules/windows.py);
 - create_view: the relation users query, exposing only the model's columns;
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from ivm_compiler import names, relations
+from ivm_compiler import key_bounds, names, relations
 from ivm_compiler.parse import DIALECT, TableName
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
 from ivm_compiler.rules import top_k
@@ -202,11 +204,13 @@ def merge_changes(
     state: TableName,
     windows: Mapping[TableName, relations.Window],
     guard: Guard,
+    bounds: key_bounds.Bounds | None = None,
 ) -> str:
     """One MERGE that applies a refresh's whole change to the state, in one Delta commit.
 
     It applies nothing and fails if another refresh committed to the state
     since this one read it (`guard`), and moves the guard row to this refresh.
+    `bounds`: the answer of probe_join_keys, narrowing the join partners' reads.
     """
     if plan.view_class is ViewClass.WINDOW:
         # Window values are not linear in the change rows: see merge_partitions.
@@ -264,11 +268,21 @@ def merge_changes(
     whens.append(_insert_row(relations.state_table_columns(plan)))
     merge = exp.Merge(
         this=relations.aliased(state.to_table(), target),
-        using=_guarded(relations.delta_query(plan, windows, state), state, guard),
+        using=_guarded(relations.delta_query(plan, windows, state, bounds), state, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
     return _sql(merge)
+
+
+def probe_join_keys(
+    plan: ViewPlan, windows: Mapping[TableName, relations.Window]
+) -> tuple[str, list[key_bounds.KeyColumn]] | None:
+    """The probe of a join's change key bounds, and the keys in its answer's order; None: no join."""
+    changes = relations.bounded_keys(plan, windows)
+    if not changes:
+        return None
+    return _sql(key_bounds.probe_query(changes)), key_bounds.probe_columns(changes)
 
 
 def probe_partitions(plan: ViewPlan, windows: Mapping[TableName, relations.Window]) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ivm_compiler import names
+from ivm_compiler import key_bounds, names
 from ivm_compiler.parse import DIALECT, TableName, from_tables, set_operation_branches
 from ivm_compiler.plan import KeyRelation, MergeRule, SourceRef, UpstreamModel, ViewPlan
 from ivm_compiler.rules import extremes
@@ -287,13 +287,19 @@ def rows_at(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Query:
     )
 
 
-def signed_rows(plan: ViewPlan, windows: Mapping[TableName, Window]) -> exp.Query:
+def signed_rows(
+    plan: ViewPlan,
+    windows: Mapping[TableName, Window],
+    bounds: key_bounds.Bounds | None = None,
+) -> exp.Query:
     """The signed change of the model's flattened rows over the windows (the sum above).
 
     For a set operation the change is the sum of its operands' changes, each
     operand's by the join rule over its own sources; with outer joins, the
     sum of the signed inner-join terms' changes (a negative term flips the
-    sign of its change rows).
+    sign of its change rows). With `bounds` (the probe of `bounded_keys`),
+    each term reads the partners of its changed input within the change's
+    key range (key_bounds.py).
     """
     terms: list[exp.Select] = []
     for term_sign, select, inputs in linear_terms(plan):
@@ -315,6 +321,10 @@ def signed_rows(plan: ViewPlan, windows: Mapping[TableName, Window]) -> exp.Quer
                 return table_at_version(table, version, relation.alias, upstream)
 
             term = _reading(select, inputs, read)
+            for bound in key_bounds.partner_bounds(select, inputs, position, plan.source_columns):
+                predicate = key_bounds.bound_predicate(bound, bounds or {})
+                if predicate is not None:
+                    term = term.where(predicate)
             sign: exp.Expression = exp.column(names.SIGN, table=ident(changed.alias), quoted=True)
             if term_sign < 0:
                 sign = exp.Neg(this=sign)
@@ -414,7 +424,34 @@ def _nonzero(columns: list[exp.Expression]) -> exp.Expression:
     )
 
 
-def delta_query(plan: ViewPlan, windows: Mapping[TableName, Window], state: TableName) -> exp.Query:
+def bounded_keys(
+    plan: ViewPlan, windows: Mapping[TableName, Window]
+) -> dict[TableName, tuple[exp.Subquery, list[key_bounds.KeyColumn]]]:
+    """Per changed source: its change rows and the join columns whose bounds narrow a partner read."""
+    found: dict[TableName, list[key_bounds.KeyColumn]] = {}
+    for _, select, inputs in linear_terms(plan):
+        for position, changed in enumerate(inputs):
+            if not windows[_input_table(changed)].changed:
+                continue
+            for bound in key_bounds.partner_bounds(select, inputs, position, plan.source_columns):
+                keys = found.setdefault(bound.key.table, [])
+                if bound.key not in keys:
+                    keys.append(bound.key)
+    return {
+        table: (
+            signed_changes(table, windows[table], names.CHANGES_CTE, plan.upstreams.get(table)),
+            keys,
+        )
+        for table, keys in found.items()
+    }
+
+
+def delta_query(
+    plan: ViewPlan,
+    windows: Mapping[TableName, Window],
+    state: TableName,
+    bounds: key_bounds.Bounds | None = None,
+) -> exp.Query:
     """Per state row, the change to apply: additive columns as differences, recomputed ones as values.
 
     Rows whose changes cancel out (a row inserted then deleted, an update that
@@ -422,7 +459,7 @@ def delta_query(plan: ViewPlan, windows: Mapping[TableName, Window], state: Tabl
     The state table itself is read only for the pre-aggregation rows of groups
     whose values changed.
     """
-    changes = signed_rows(plan, windows)
+    changes = signed_rows(plan, windows, bounds)
     additive = [c for c in plan.value_columns if c.rule is not MergeRule.RECOMPUTED]
     if not plan.preaggregations:
         select = _group_select(plan, names.CHANGES_CTE, use_delta=True).having(

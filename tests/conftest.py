@@ -18,6 +18,7 @@ needs one mode names it in `ivm_connection`.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import tempfile
 import threading
@@ -97,6 +98,21 @@ ANSI_CONF = {"spark.sql.ansi.enabled": "false"}
 # window and strategy tests 200 s -> 181 s). Results do not depend on it; the
 # benchmark (bench/), which checks its results at SF 1 and 5, keeps codegen on.
 SPEED_CONF = {"spark.sql.codegen.wholeStage": "false"}
+
+
+# dbt-tests-adapter's own `prefix` (of the test schema) and `project_root`
+# do not depend on `connection`, so pytest would keep them for a class's
+# second mode: that mode would reuse the first one's project directory, with
+# the model files its tests renamed or edited. Depending on `connection`
+# gives each mode its own.
+@pytest.fixture(scope="class")
+def prefix(connection: str) -> str:
+    return f"test{time.time_ns() // 1000}{random.randint(0, 9999):04}_{connection}"
+
+
+@pytest.fixture(scope="class")
+def project_root(tmpdir_factory, connection: str):
+    return tmpdir_factory.mktemp(f"project_{connection}")
 
 
 @pytest.fixture(scope="class")

@@ -37,6 +37,31 @@ def test_history_yields_the_column_changing_commits_oldest_first():
     assert [c.blocks_change_feed for c in commits] == [False, True, True]
 
 
+# The same history as Spark's Thrift server sends it: maps as text, their
+# strings quoted but not escaped (HiveResult), which is not JSON.
+THRIFT_HISTORY = [
+    [4, "RENAME COLUMN", '{"oldColumnPath":"v","newColumnPath":"v2"}'],
+    [3, "DROP COLUMNS", '{"columns":"["w"]"}'],
+    [
+        2,
+        "ADD COLUMNS",
+        (
+            '{"columns":"[{"column":{"name":"z","type":"integer","nullable":true,'
+            '"metadata":{"comment":"a \\"quoted\\" note"}},"position":null}]"}'
+        ),
+    ],
+]
+
+
+def test_history_over_thrift_reads_like_history_in_session():
+    commits = schema_commits(HISTORY_COLUMNS, THRIFT_HISTORY)
+    assert [c.describe() for c in commits] == [
+        "ADD COLUMNS z at version 2",
+        "DROP COLUMNS w at version 3",
+        "RENAME COLUMN v to v2 at version 4",
+    ]
+
+
 def test_renamed_and_dropped_columns_are_named():
     commits = schema_commits(HISTORY_COLUMNS, HISTORY)
     now = [("k", "int"), ("v2", "int"), ("z", "int")]

@@ -47,7 +47,16 @@ def _change_statements(
 ) -> dict[str, str]:
     """How a refresh applies a change: one MERGE, or for WINDOW a probe and a MERGE."""
     if plan.view_class is not ViewClass.WINDOW:
-        return {"merge_changes": emit.merge_changes(plan, refresh.state, windows, guard)}
+        probe = emit.probe_join_keys(plan, windows)
+        if probe is None:
+            return {"merge_changes": emit.merge_changes(plan, refresh.state, windows, guard)}
+        # The probe only reads the change feed: run it, so that the MERGE
+        # shown is the one a refresh would run now.
+        bounds = refresh.join_key_bounds(plan, windows)
+        return {
+            "probe_join_keys": probe[0],
+            "merge_changes": emit.merge_changes(plan, refresh.state, windows, guard, bounds),
+        }
     if not plan.window_partition:
         return {}  # recomputed by create_state on every refresh with changes
     return {

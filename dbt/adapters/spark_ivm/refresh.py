@@ -38,6 +38,7 @@ from ivm_compiler import (
     ViewPlan,
     compile_model,
     emit,
+    key_bounds,
     names,
     nodes,
 )
@@ -475,12 +476,18 @@ class Refresh:
                 f"the state table {self.state} was written outside dbt after its last refresh "
                 f"({', '.join(recorded.later_writes)})"
             )
-        changed = self._read_columns_changed(plan, pinned, recorded)
+        window = self._schema_commits_in_window(plan, pinned, recorded)
+        changed = self._read_columns_changed(plan, pinned, recorded, window)
         if changed:
             return "a column it reads changed since the last refresh: " + "; ".join(
                 c.describe() for c in changed
             )
-        blocking = self._feed_blocking_commits(plan, pinned, recorded)
+        blocking = [
+            (table, commit)
+            for table, commits in window.items()
+            for commit in commits
+            if commit.blocks_change_feed and commit.version <= pinned[table].version
+        ]
         if blocking:
             return (
                 "the change feed cannot be read across a column rename or drop ("
@@ -529,11 +536,37 @@ class Refresh:
             f"({schema_changes.describe_column_diff(before, after)})"
         )
 
+    def _schema_commits_in_window(
+        self,
+        plan: ViewPlan,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        recorded: delta.RecordedState,
+    ) -> dict[TableName, tuple[schema_changes.SchemaCommit, ...]]:
+        """Each source's column-changing commits after the version the state recorded.
+
+        Read once per refresh for both checks below (a long window reads the
+        table's whole history). Commits past the pin are kept: the columns the
+        plan compiled against are the catalog's, which may already show them.
+        Left out: sources that were re-created (another check names that) and
+        upstream ivm models, whose state never changes its columns in place (a
+        rebuild gives it a new table id).
+        """
+        window = {}
+        for table, snapshot in pinned.items():
+            entry = recorded.sources.get(str(table)) or {}
+            if table in plan.upstreams or entry.get("table_id") != snapshot.table_id:
+                continue
+            after = int(entry.get("version", snapshot.version))
+            if snapshot.version > after:
+                window[table] = self._schema_commits_after(table, after, snapshot)
+        return window
+
     def _read_columns_changed(
         self,
         plan: ViewPlan,
         pinned: dict[TableName, delta.SourceSnapshot],
         recorded: delta.RecordedState,
+        window: dict[TableName, tuple[schema_changes.SchemaCommit, ...]],
     ) -> list[schema_changes.ColumnChange]:
         """Columns the state was computed from that are retyped, or another column now.
 
@@ -547,46 +580,16 @@ class Refresh:
             read = entry.get("columns")
             if not read or entry.get("table_id") != snapshot.table_id:
                 continue
-            after = int(entry["version"])
-            # An upstream ivm model's state never changes its columns in place
-            # (a rebuild gives it a new table id).
-            commits = (
-                self._schema_commits_after(table, after, snapshot)
-                if snapshot.version > after and table not in plan.upstreams
-                else ()
-            )
             now = plan.source_columns.get(table, {})
             changes.extend(
                 c
                 for c in schema_changes.read_column_changes(
-                    str(table), read, list(now.items()), commits
+                    str(table), read, list(now.items()), window.get(table, ())
                 )
                 if c.kind in ("retyped", "replaced")
                 and c.column.lower() in {n.lower() for n in now}
             )
         return changes
-
-    def _feed_blocking_commits(
-        self,
-        plan: ViewPlan,
-        pinned: dict[TableName, delta.SourceSnapshot],
-        recorded: delta.RecordedState,
-    ) -> list[tuple[TableName, schema_changes.SchemaCommit]]:
-        """Commits in the refresh window that Delta will not read a change feed across."""
-        found = []
-        for table, snapshot in pinned.items():
-            entry = recorded.sources.get(str(table)) or {}
-            if table in plan.upstreams or entry.get("table_id") != snapshot.table_id:
-                continue
-            after = int(entry.get("version", snapshot.version))
-            if snapshot.version <= after:
-                continue
-            found.extend(
-                (table, commit)
-                for commit in self._schema_commits_after(table, after, snapshot)
-                if commit.blocks_change_feed and commit.version <= snapshot.version
-            )
-        return found
 
     def _upstream_models(self, tables: list[TableName]) -> dict[TableName, UpstreamModel]:
         """The sources that are ivm models: views that name their state table."""
@@ -818,7 +821,26 @@ class Refresh:
         refresh_id = uuid.uuid4().hex
         metadata = self._metadata(refresh_id, plan, pinned)
         guard = self._guard(recorded, refresh_id)
-        self._record_merge(emit.merge_changes(plan, self.state, windows, guard), metadata, result)
+        bounds = self.join_key_bounds(plan, windows)
+        self._record_merge(
+            emit.merge_changes(plan, self.state, windows, guard, bounds), metadata, result
+        )
+
+    def join_key_bounds(
+        self, plan: ViewPlan, windows: dict[TableName, Window]
+    ) -> key_bounds.Bounds:
+        """The change's join-key ranges, which narrow the MERGE's partner reads (key_bounds.py)."""
+        probe = emit.probe_join_keys(plan, windows)
+        if probe is None:
+            return {}
+        sql, keys = probe
+        _, rows = self.runner.query(sql)
+        bounds = key_bounds.parse_probe(keys, rows[0])
+        self.log.debug(
+            f"{self.model}: join partners read within "
+            + ", ".join(f"{t}.{c} in [{lo}, {hi}]" for (t, c), (lo, hi) in bounds.items())
+        )
+        return bounds
 
     def _touched_partitions(
         self, plan: ViewPlan, windows: dict[TableName, Window]

@@ -107,8 +107,8 @@ def schema_commits(columns: list[str], rows: Sequence[Sequence[Any]]) -> tuple[S
         if operation not in SCHEMA_OPERATIONS:
             continue
         parameters = row[parameters_at] or {}
-        if isinstance(parameters, str):  # agate hands maps over as JSON text
-            parameters = json.loads(parameters)
+        if isinstance(parameters, str):
+            parameters = parse_map_text(parameters)
         found.append(SchemaCommit(int(row[version_at]), operation, dict(parameters)))
     return tuple(sorted(found, key=lambda c: c.version))
 
@@ -242,6 +242,63 @@ def _normal_type(data_type: str) -> str:
     return {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}.get(
         text, text
     )
+
+
+def parse_map_text(text: str) -> dict[str, str]:
+    r"""A map<string, string> received as text: JSON (the session method), or Hive's rendering.
+
+    Spark's Thrift server renders a map as `{"key":"value",...}` with each
+    string quoted but not escaped, so a value that is JSON text of its own
+    (ADD COLUMNS' `columns`) breaks JSON parsing. Such values are read by
+    their brackets instead.
+
+    >>> parse_map_text('{"columns":"[{"column":{"name":"u"}}]","x":"a,b"}')
+    {'columns': '[{"column":{"name":"u"}}]', 'x': 'a,b'}
+    >>> parse_map_text('{"columns": "[\\"v\\"]"}')
+    {'columns': '["v"]'}
+    """
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return _hive_map(text)
+    return {str(k): v for k, v in parsed.items()} if isinstance(parsed, dict) else {}
+
+
+def _hive_map(text: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    at = 1 if text.startswith("{") else 0
+    while at < len(text) and text[at] == '"':
+        key_end = text.index('":"', at + 1)
+        key, start = text[at + 1 : key_end], key_end + 3
+        if start < len(text) and text[start] in "[{":
+            end = _json_end(text, start)
+        else:  # a plain value: up to the next entry or the end of the map
+            ends = [i for i in (text.find('","', start), len(text) - 2) if i >= start]
+            end = min(ends)
+        found[key] = text[start:end]
+        at = end + 2  # past the closing quote and the comma (or brace)
+    return found
+
+
+def _json_end(text: str, start: int) -> int:
+    """The index just past the JSON array or object that starts at `start`."""
+    depth, in_string, escaped = 0, False, False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            escaped = char == "\\" and not escaped
+            if char == '"' and not escaped:
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return len(text)
 
 
 def _top(path: str) -> str:

@@ -1,0 +1,84 @@
+"""A join's refresh reads its partner only within the key range of the change (key_bounds.py).
+
+The dimension is written one key per INSERT, so each of its files holds one
+key and Delta's min/max statistics can skip the others. A change of the fact
+table at one key must make the MERGE read one file of the dimension, and the
+model must still equal its query.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dbt.tests.util import run_dbt
+
+from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, state_builds
+from tests.functional.ivm_project import DIM_DDL, IvmProject, create_source, model_files
+
+QUERY = (
+    "select s.g, d.name, count(*) as n, sum(s.v) as sv "
+    "from {src} as s join {dim} as d on s.k = d.k group by s.g, d.name"
+)
+KEYS = (1, 2, 3, 4)
+
+
+class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
+    @pytest.fixture(scope="class")
+    def models(self):
+        return model_files(queries={"fact_by_name": QUERY})
+
+    @pytest.fixture(scope="class")
+    def sources(self, project):
+        src = create_source(project)
+        dim = f"{project.test_schema}.dim"
+        project.run_sql(DIM_DDL.format(table=dim))
+        for k in KEYS:
+            project.run_sql(f"INSERT INTO {dim} VALUES ({k}, 'n{k}', {k}), ({k}, 'm{k}', NULL)")
+        run_dbt(["run"])
+        return {"src": src, "dim": dim}
+
+    def _dim_files(self, spark, dim: str) -> int:
+        return spark.sql(f"SELECT COUNT(DISTINCT _metadata.file_path) FROM {dim}").collect()[0][0]
+
+    def _check(self, project, spark) -> None:
+        assert_model_matches_sources(
+            spark, project.test_schema, "fact_by_name", QUERY, ["src", "dim"]
+        )
+        assert state_builds(spark, project.test_schema, "fact_by_name") == 1
+
+    def test_a_change_at_one_key_reads_one_file_of_the_partner(self, project, spark, sources):
+        total = self._dim_files(spark, sources["dim"])
+        assert total == len(KEYS)
+        scans = ScanLog(spark)
+        mark = scans.mark()
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (2, 'a', 5, 1.00), (2, 'b', 6, 2.00)")
+        run_dbt(["run"])
+        merge_scans = [s for s in scans.scans_since(mark, sources["dim"]) if "MERGE" in s.execution]
+        assert merge_scans, "no scan of the dimension in the MERGE"
+        assert [s.files_read for s in merge_scans] == [1] * len(merge_scans), merge_scans
+        self._check(project, spark)
+
+    def test_keys_spanning_the_partner_read_it_whole_and_null_keys_read_nothing(
+        self, project, spark, sources
+    ):
+        scans = ScanLog(spark)
+        mark = scans.mark()
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 1, 1.00), (4, 'c', 2, 1.00)")
+        run_dbt(["run"])
+        merge_scans = [s for s in scans.scans_since(mark, sources["dim"]) if "MERGE" in s.execution]
+        assert max(s.files_read for s in merge_scans) == len(KEYS), merge_scans
+        self._check(project, spark)
+
+        # A change whose keys are all NULL meets no dimension row: nothing is read.
+        mark = scans.mark()
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (NULL, 'a', 1, 1.00)")
+        run_dbt(["run"])
+        merge_scans = [s for s in scans.scans_since(mark, sources["dim"]) if "MERGE" in s.execution]
+        assert all(s.files_read == 0 for s in merge_scans), merge_scans
+        self._check(project, spark)
+
+    def test_both_sides_changing_in_one_refresh_stay_exact(self, project, spark, sources):
+        spark.sql(f"UPDATE {sources['dim']} SET name = 'renamed' WHERE k = 3")
+        spark.sql(f"DELETE FROM {sources['src']} WHERE k = 2 AND g = 'a'")
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (3, 'b', 7, 0.50), (NULL, NULL, 1, NULL)")
+        run_dbt(["run"])
+        self._check(project, spark)

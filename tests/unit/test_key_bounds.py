@@ -1,0 +1,125 @@
+"""key_bounds.py: a join's partner reads narrowed to the key range of the change."""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+
+from ivm_compiler import emit, key_bounds
+from ivm_compiler.relations import Window, signed_rows
+from tests.unit.test_compile import (
+    CUSTOMERS_TABLE,
+    JOIN_DESCRIBE,
+    JOIN_PROBE,
+    JOIN_SQL,
+    ORDERS_TABLE,
+    compile_with,
+)
+
+BOTH_CHANGED = {ORDERS_TABLE: Window(recorded=3, pinned=5), CUSTOMERS_TABLE: Window(7, 8)}
+
+
+def _term_filters(sql: str) -> list[str]:
+    """The WHERE of each UNION ALL term of signed rows, as Spark SQL."""
+    filters = []
+    for select in sqlglot.parse_one(sql, read="spark").find_all(exp.Select):
+        if not select.args.get("joins") or select.find_ancestor(exp.Subquery):
+            continue
+        where = select.args.get("where")
+        filters.append(where.this.sql("spark") if where else "")
+    return filters
+
+
+def test_the_probe_asks_each_changed_inputs_join_column_once():
+    plan, _ = compile_with(JOIN_SQL, JOIN_DESCRIBE, JOIN_PROBE)
+    sql, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
+    assert keys == [
+        key_bounds.KeyColumn(ORDERS_TABLE, "customer", "string"),
+        key_bounds.KeyColumn(CUSTOMERS_TABLE, "name", "string"),
+    ]
+    assert sql.count("TABLE_CHANGES(") == 2
+    assert "MIN(`__ivm_changes`.`customer`)" in sql and "MAX(`__ivm_changes`.`name`)" in sql
+
+
+def test_each_term_reads_its_partner_within_the_changed_inputs_bounds():
+    plan, _ = compile_with(JOIN_SQL, JOIN_DESCRIBE, JOIN_PROBE)
+    _, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
+    bounds = key_bounds.parse_probe(keys, ["ann", "bob", None, None])
+    filters = _term_filters(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark"))
+    assert filters == [
+        # orders changed: customers read for names in ['ann', 'bob'] only
+        "`o`.`qty` > 0 AND `c`.`name` BETWEEN CAST('ann' AS STRING) AND CAST('bob' AS STRING)",
+        # customers changed, every changed name NULL: no order can meet it
+        "`o`.`qty` > 0 AND FALSE",
+    ]
+
+
+def test_without_an_answer_the_terms_are_unchanged():
+    plan, _ = compile_with(JOIN_SQL, JOIN_DESCRIBE, JOIN_PROBE)
+    assert _term_filters(signed_rows(plan, BOTH_CHANGED).sql("spark")) == [
+        "`o`.`qty` > 0",
+        "`o`.`qty` > 0",
+    ]
+
+
+def test_an_unchanged_input_is_not_probed():
+    plan, _ = compile_with(JOIN_SQL, JOIN_DESCRIBE, JOIN_PROBE)
+    windows = {ORDERS_TABLE: Window(3, 5), CUSTOMERS_TABLE: Window(8, 8)}
+    _, keys = emit.probe_join_keys(plan, windows)
+    assert [k.table for k in keys] == [ORDERS_TABLE]
+
+
+def test_no_probe_without_a_join():
+    plan, _ = compile_with(
+        "SELECT customer, COUNT(*) AS n FROM shop.orders GROUP BY customer",
+        [("customer", "string"), ("n", "bigint")],
+        [("key_0", "string")],
+    )
+    assert emit.probe_join_keys(plan, {ORDERS_TABLE: Window(1, 2)}) is None
+
+
+def _bounds_of(sql: str, describe) -> list[key_bounds.PartnerBound]:
+    plan, _ = compile_with(sql, describe)
+    from ivm_compiler.relations import linear_terms
+
+    ((_, select, inputs),) = linear_terms(plan)
+    return key_bounds.partner_bounds(select, inputs, 0, plan.source_columns)
+
+
+def test_equalities_of_different_types_or_of_expressions_are_not_bounded():
+    # o.id (int) = c.name (string): Spark compares them as numbers, while the
+    # text bounds would order them as strings.
+    assert (
+        _bounds_of(
+            "SELECT o.id, c.country FROM shop.orders AS o JOIN shop.customers AS c ON o.id = c.name",
+            [("id", "int"), ("country", "string")],
+        )
+        == []
+    )
+    assert (
+        _bounds_of(
+            "SELECT o.id, c.country FROM shop.orders AS o "
+            "JOIN shop.customers AS c ON o.id + 1 = c.id",
+            [("id", "int"), ("country", "string")],
+        )
+        == []
+    )
+
+
+def test_floating_point_keys_are_not_bounded():
+    assert (
+        _bounds_of(
+            "SELECT a.id FROM shop.orders AS a JOIN shop.orders AS b ON a.price = b.price",
+            [("id", "int")],
+        )
+        == []
+    )
+
+
+def test_an_equality_in_where_bounds_like_one_in_on():
+    found = _bounds_of(
+        "SELECT o.amount, c.country FROM shop.orders AS o, shop.customers AS c "
+        "WHERE o.id = c.id AND c.country = 'fr'",
+        [("amount", "decimal(10,2)"), ("country", "string")],
+    )
+    assert [(b.key.column, b.partner_alias, b.partner_column) for b in found] == [("id", "c", "id")]
