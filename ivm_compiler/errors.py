@@ -9,9 +9,24 @@ FALLBACK_HINT = (
 
 
 def first_line(error: BaseException, limit: int | None = None) -> str:
-    """An error's first line (or its type's name), for quoting it inside another message."""
-    text = str(error).strip()
-    return text.splitlines()[0][:limit] if text else type(error).__name__
+    """An error's first line (or its type's name), for quoting it inside another message.
+
+    dbt's errors start with a header line of their kind ("Runtime Error",
+    "Database Error"): the line after it says what went wrong (over Thrift,
+    a Spark error reaches the plugin only in that form).
+
+    >>> first_line(RuntimeError("Runtime Error\\n  [DELTA_X] it failed\\n  at ..."))
+    '[DELTA_X] it failed'
+    >>> first_line(ValueError("one line"))
+    'one line'
+    """
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    header = lines[0].split()
+    if len(lines) > 1 and len(header) == 2 and header[1] == "Error":
+        lines = lines[1:]
+    return lines[0][:limit]
 
 
 class NotMaintainable(Exception):

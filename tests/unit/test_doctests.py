@@ -22,6 +22,7 @@ MODULES = sorted(
         "tests.unit.test_windows_golden",
         "dbt.adapters.spark_ivm.groups",
         "dbt.adapters.spark_ivm.schema_changes",
+        "dbt.adapters.spark_ivm.delta",
     }
     | {info.name for info in pkgutil.walk_packages(ivm_compiler.__path__, prefix="ivm_compiler.")}
 )

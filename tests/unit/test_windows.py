@@ -119,7 +119,9 @@ def test_ivm_explain_shows_the_probe_and_the_partition_merge() -> None:
         [("id", "int"), ("r", "int")],
     )
     guard = emit.Guard(read="r-0", write="r-1")
-    shown = _change_statements(plan, refresh, {source: Window(3, 4)}, {source: 4}, guard)  # type: ignore[arg-type]
+    shown = _change_statements(  # type: ignore[arg-type]
+        plan, refresh, {source: Window(3, 4)}, {source: 4}, guard, pending=True
+    )
     assert sorted(shown) == ["merge_partitions", "probe_partitions"]
     assert "TABLE_CHANGES('`shop`.`src`', 4, 4)" in shown["probe_partitions"]
     # No keys yet: the predicate is FALSE until the probe answers.
@@ -129,5 +131,8 @@ def test_ivm_explain_shows_the_probe_and_the_partition_merge() -> None:
         [("id", "int"), ("r", "int")],
     )
     assert (
-        _change_statements(unpartitioned, refresh, {source: Window(3, 4)}, {source: 4}, guard) == {}
-    )  # type: ignore[arg-type]
+        _change_statements(  # type: ignore[arg-type]
+            unpartitioned, refresh, {source: Window(3, 4)}, {source: 4}, guard, pending=True
+        )
+        == {}
+    )

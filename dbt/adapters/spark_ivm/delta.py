@@ -8,6 +8,7 @@ quoted by sqlglot through TableName.sql(), never pasted from user input.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from sqlglot import exp
 from dbt.adapters.spark_ivm.schema_changes import SchemaCommit
 from ivm_compiler import TableName
 from ivm_compiler.emit import GUARD_FAILED
+from ivm_compiler.errors import first_line
 from ivm_compiler.parse import DIALECT
 
 # Delta writes this session conf into the commitInfo of every commit made while
@@ -284,6 +286,27 @@ CHANGE_HISTORY_UNAVAILABLE = (
     "FileNotFoundException",
     "is not available for version",
 )
+
+
+# A Spark or Delta error's class and message, e.g. "[DELTA_FILE_NOT_FOUND] ...".
+_ERROR_CLASS_LINE = re.compile(r"\[[A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)?\][^\n]*")
+
+
+def error_summary(error: BaseException, limit: int = 300) -> str:
+    """The line of an error that says what Spark refused, for quoting it in a reason.
+
+    Over Thrift a Spark error reaches the plugin wrapped by dbt-spark
+    ("Database Error", the server's exception chain), so its first line says
+    little; the line with the error class says what happened.
+
+    >>> error_summary(RuntimeError("Database Error\\n  org.x.HiveSQLException: Error running "
+    ...     "query: org.y.E: [DELTA_X_Y] it failed.\\n  at z"))
+    '[DELTA_X_Y] it failed.'
+    >>> error_summary(ValueError("no class here"))
+    'no class here'
+    """
+    found = _ERROR_CLASS_LINE.search(str(error))
+    return found.group(0).strip()[:limit] if found else first_line(error, limit=limit)
 
 
 def is_change_history_unavailable(error: BaseException) -> bool:

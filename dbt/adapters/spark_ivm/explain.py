@@ -43,16 +43,26 @@ EXPLAIN_REFRESH_ID = "<refresh id>"
 
 
 def _change_statements(
-    plan: ViewPlan, refresh: Refresh, windows: dict, current: dict, guard: emit.Guard
+    plan: ViewPlan,
+    refresh: Refresh,
+    windows: dict,
+    current: dict,
+    guard: emit.Guard,
+    pending: bool,
 ) -> dict[str, str]:
-    """How a refresh applies a change: one MERGE, or for WINDOW a probe and a MERGE."""
+    """How a refresh applies a change: one MERGE, or for WINDOW a probe and a MERGE.
+
+    `pending`: the windows are the sources' commits since the last refresh
+    (else the next commit of one source, which does not exist yet).
+    """
     if plan.view_class is not ViewClass.WINDOW:
         probe = emit.probe_join_keys(plan, windows)
         if probe is None:
             return {"merge_changes": emit.merge_changes(plan, refresh.state, windows, guard)}
-        # The probe only reads the change feed: run it, so that the MERGE
-        # shown is the one a refresh would run now.
-        bounds = refresh.join_key_bounds(plan, windows)
+        # The probe only reads the change feed: with pending commits run it,
+        # so that the MERGE shown is the one the next refresh runs; without,
+        # the MERGE is shown unbounded (each term then gains `BETWEEN` bounds).
+        bounds = refresh.join_key_bounds(plan, windows) if pending else {}
         return {
             "probe_join_keys": probe[0],
             "merge_changes": emit.merge_changes(plan, refresh.state, windows, guard, bounds),
@@ -87,7 +97,8 @@ def explain(refresh: Refresh) -> Explanation:
         table: Window(recorded=reflected.get(table, version), pinned=version)
         for table, version in current.items()
     }
-    if not any(window.changed for window in windows.values()):
+    pending = any(window.changed for window in windows.values())
+    if not pending:
         # Show the MERGE the next commit on the first source would run.
         first = plan.tables[0]
         windows[first] = Window(recorded=current[first], pinned=current[first] + 1)
@@ -99,7 +110,7 @@ def explain(refresh: Refresh) -> Explanation:
     )
     statements = {
         "create_state": emit.create_state(plan, refresh.state, current, EXPLAIN_REFRESH_ID),
-        **_change_statements(plan, refresh, windows, current, guard),
+        **_change_statements(plan, refresh, windows, current, guard, pending),
         "create_view": emit.create_view(
             plan,
             refresh.state,

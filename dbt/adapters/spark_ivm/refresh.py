@@ -338,7 +338,7 @@ class Refresh:
                 )
                 reason = (
                     f"the change feed or an old version of {changed} can no longer be read "
-                    f"({first_line(error, limit=300)})"
+                    f"({delta.error_summary(error)})"
                 )
                 self.log.warning(f"{self.model}: rebuilding fully: {reason}")
                 return self._build(plan, pinned, "rebuild", reason, shown_version)
