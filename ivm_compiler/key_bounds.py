@@ -143,8 +143,9 @@ def bound_predicate(bound: PartnerBound, bounds: Bounds) -> exp.Expression | Non
     low, high = found
     if low is None or high is None:
         return exp.false()
-    column = exp.column(bound.partner_column, table=exp.to_identifier(bound.partner_alias, True))
-    column.this.set("quoted", True)
+    column = exp.column(
+        bound.partner_column, table=exp.to_identifier(bound.partner_alias, True), quoted=True
+    )
     return exp.Between(
         this=column,
         low=_literal(low, bound.key.data_type),
@@ -164,25 +165,17 @@ def probe_query(
     selects = []
     index = 0
     for rows, keys in changes.values():
-        alias = rows.alias
         columns = []
         for key in keys:
-            value = exp.column(key.column, table=exp.to_identifier(alias, True), quoted=True)
-            text = exp.DataType.build("string")
-            columns.append(
-                exp.alias_(
-                    exp.cast(exp.Min(this=value), text),
-                    f"{names.RESERVED_PREFIX}lo_{index}",
-                    quoted=True,
+            value = exp.column(key.column, table=exp.to_identifier(rows.alias, True), quoted=True)
+            for end, bound in (("lo", exp.Min), ("hi", exp.Max)):
+                columns.append(
+                    exp.alias_(
+                        exp.cast(bound(this=value.copy()), exp.DataType.build("string")),
+                        f"{names.RESERVED_PREFIX}{end}_{index}",
+                        quoted=True,
+                    )
                 )
-            )
-            columns.append(
-                exp.alias_(
-                    exp.cast(exp.Max(this=value.copy()), text),
-                    f"{names.RESERVED_PREFIX}hi_{index}",
-                    quoted=True,
-                )
-            )
             index += 1
         selects.append(
             exp.select(*columns)
