@@ -32,3 +32,10 @@ def test_poll_interval_takes_fractions_and_whole_seconds(seconds):
 def test_poll_interval_must_be_a_number():
     with pytest.raises(ValidationError, match="poll_interval|soon"):
         SparkIvmCredentials.validate({**THRIFT_PROFILE, "poll_interval": "soon"})
+
+
+def test_reuse_connections_defaults_to_true_and_can_be_turned_off():
+    assert SparkIvmCredentials.from_dict(THRIFT_PROFILE).reuse_connections is True
+    profile = {**THRIFT_PROFILE, "reuse_connections": False}
+    SparkIvmCredentials.validate(profile)
+    assert SparkIvmCredentials.from_dict(profile).reuse_connections is False

@@ -9,7 +9,9 @@ defaults beneath whatever ``server_side_parameters`` the profile sets.
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 from dbt.adapters.spark.connections import (
     SparkConnectionManager,
@@ -43,6 +45,13 @@ class SparkIvmCredentials(SparkCredentials):
     # (dbt-spark's is an integer) so that the sleep can be shorter than a
     # statement: a status poll is one cheap Thrift call.
     poll_interval: float = 0.1
+    # Thrift only: keep a thread's server session open from one node to the
+    # next instead of closing it after every node (dbt's default). Opening a
+    # server session builds a new Spark session state on the server, whose
+    # first statement reloads every table's metadata, and closing it cleans
+    # up its scratch directories: together 0.3-2 s per node on a local server.
+    # A connection on which any statement failed is closed as before.
+    reuse_connections: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,3 +71,47 @@ class SparkIvmCredentials(SparkCredentials):
 
 class SparkIvmConnectionManager(SparkConnectionManager):
     TYPE = "spark_ivm"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Handles on which a statement failed: their server session may hold
+        # state a failed statement left behind (a commit-metadata SET whose
+        # RESET never ran), or their transport may be broken. Never reused.
+        self._failed_handles: weakref.WeakSet = weakref.WeakSet()
+
+    def add_query(self, sql: str, *args: Any, **kwargs: Any):
+        try:
+            return super().add_query(sql, *args, **kwargs)
+        except BaseException:
+            connection = self.get_if_exists()
+            if connection is not None and connection.handle is not None:
+                with self.lock:
+                    self._failed_handles.add(connection.handle)
+            raise
+
+    def release(self) -> None:
+        """Close the thread's connection after its node, unless it is a healthy
+        Thrift session kept for the thread's next node (`reuse_connections`).
+
+        A kept connection stays in dbt's thread_connections: dbt renames it
+        for the next node (ConnectionReused) and closes it in cleanup_all at
+        the end of the invocation.
+        """
+        connection = self.get_if_exists()
+        if connection is not None and self._keeps_open(connection):
+            # What close() would do first: Spark has no transactions, so
+            # dbt's ROLLBACK of the node's "transaction" is a no-op.
+            connection.transaction_open = False
+            return
+        super().release()
+
+    def _keeps_open(self, connection) -> bool:
+        credentials = connection.credentials
+        if credentials.method != SparkConnectionMethod.THRIFT:
+            return False
+        if not getattr(credentials, "reuse_connections", False):
+            return False
+        if connection.state != "open":
+            return False
+        with self.lock:
+            return connection.handle not in self._failed_handles
