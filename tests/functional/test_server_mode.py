@@ -1,11 +1,17 @@
-"""Server mode end to end: the standalone Thrift server and the worked example over it.
+"""Server mode end to end: the standalone Thrift server, and the worked example over Thrift.
 
 `python -m dbt.adapters.spark_ivm.server`'s start() launches a server of its
-own (its own JVM, runtime directory and port); dbt runs the worked example
-(integration_tests/, target `server`) in this process through dbtRunner,
-talking to it only over Thrift. The sources are written over Thrift too, by
-the example's own loader: that server's metastore is not this process's.
-The example's schema.yml tests every model with ivm_matches_query, the oracle.
+own (its own JVM, runtime directory and port): the first test starts it,
+writes a Delta source with a change feed and reads the feed over Thrift,
+and stops it.
+
+The worked example (integration_tests/, target `server`) then runs over the
+suite's Thrift server (tests/conftest.py, inside this worker's JVM), so no
+third JVM competes with the two test workers for the machine's two cores:
+dbt runs in this process through dbtRunner, and as separate `dbt` processes
+for two simultaneous invocations, talking to the server only over Thrift.
+The sources are written over Thrift too, by the example's own loader. The
+example's schema.yml tests every model with ivm_matches_query, the oracle.
 """
 
 from __future__ import annotations
@@ -64,15 +70,69 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def thrift_port(tmp_path_factory):
-    runtime = tmp_path_factory.mktemp("thrift-server")
+def test_the_standalone_server_starts_serves_delta_and_stops(tmp_path):
+    """The README's local server: Delta Lake with change data feeds, over Thrift only."""
+    from pyhive import hive
+
+    runtime = tmp_path / "thrift-server"
     port = _free_port()
-    server.start(runtime, port)
+    process = server.start(runtime, port)
     try:
-        yield port
+        connection = hive.connect(host=server.DEFAULT_HOST, port=port, username="dbt")
+        cursor = connection.cursor()
+        try:
+            cursor.execute(
+                "CREATE TABLE standalone_check (k INT) USING DELTA "
+                "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+            )
+            cursor.execute("INSERT INTO standalone_check VALUES (1), (2)")
+            cursor.execute("DELETE FROM standalone_check WHERE k = 1")
+            cursor.execute("SELECT k, _change_type FROM table_changes('standalone_check', 1)")
+            assert sorted(cursor.fetchall()) == [(1, "delete"), (1, "insert"), (2, "insert")]
+        finally:
+            cursor.close()
+            connection.close()
     finally:
-        server.stop(runtime)
+        stopped = server.stop(runtime)
+    assert stopped == process.pid
+    assert process.wait(timeout=60) is not None
+    with pytest.raises(OSError):
+        socket.create_connection((server.DEFAULT_HOST, port), timeout=2).close()
+    # Everything it wrote stays under its runtime directory.
+    assert (runtime / "warehouse" / "standalone_check" / "_delta_log").is_dir()
+
+
+@pytest.fixture(scope="module")
+def thrift_port(thrift_server, monkeypatch_module):
+    """The suite's Thrift server, named to the example's `server` target through its env vars."""
+    monkeypatch_module.setenv("SPARK_IVM_THRIFT_HOST", "127.0.0.1")
+    monkeypatch_module.setenv("SPARK_IVM_THRIFT_PORT", str(thrift_server))
+    return thrift_server
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.fixture(scope="module")
+def example_schemas(spark):
+    """The example's schemas live in the worker's shared warehouse: dropped afterwards."""
+    yield
+    for schema in ("ivm_example", "shop_raw"):
+        spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture(scope="module")
+def example_sources(thrift_port, example_schemas):
+    """The example's sources, written over Thrift."""
+    sql = ThriftSql(thrift_port)
+    try:
+        _example().create_sources(sql, random.Random(7))
+    finally:
+        sql.close()
+    return thrift_port
 
 
 def _example_args(run_dir: Path) -> list[str]:
@@ -117,13 +177,10 @@ def _failed_tests(results: list) -> list[str]:
     return [r.node.name for r in results if r.node.resource_type == "test" and r.status != "pass"]
 
 
-def test_worked_example_refreshes_incrementally_over_thrift(thrift_port, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARK_IVM_THRIFT_HOST", server.DEFAULT_HOST)
-    monkeypatch.setenv("SPARK_IVM_THRIFT_PORT", str(thrift_port))
-    example, rng = _example(), random.Random(7)
-    sql = ThriftSql(thrift_port)
+def test_worked_example_refreshes_incrementally_over_thrift(example_sources, tmp_path):
+    example, rng = _example(), random.Random(8)
+    sql = ThriftSql(example_sources)
     try:
-        example.create_sources(sql, rng)
         first = _build(tmp_path)
         assert set(_codes(first).values()) == {"BUILD"}, _codes(first)
         assert not _failed_tests(first)
@@ -147,19 +204,21 @@ def _dbt_process(tmp_path: Path, name: str, *args: str) -> subprocess.Popen:
     )
 
 
-def test_two_dbt_invocations_refreshing_one_model_at_once(thrift_port, tmp_path, monkeypatch):
+def test_two_dbt_invocations_refreshing_one_model_at_once(example_sources, tmp_path):
     """Two `dbt run`s of the same model started together: one applies the change,
     the other finds nothing left to apply or fails cleanly; the model has the
     change exactly once."""
-    monkeypatch.setenv("SPARK_IVM_THRIFT_HOST", server.DEFAULT_HOST)
-    monkeypatch.setenv("SPARK_IVM_THRIFT_PORT", str(thrift_port))
-    example, rng = _example(), random.Random(11)
-    sql = ThriftSql(thrift_port)
+    model = "revenue_by_customer"
+    # Built first (or already built by the test above): the race is between
+    # two incremental refreshes, not two first builds.
+    built = _dbt_process(tmp_path, "build", "run", "--select", model)
+    output = built.communicate(timeout=600)[0]
+    assert built.returncode == 0, output[-3000:]
+    sql = ThriftSql(example_sources)
     try:
-        example.apply_batch(sql, rng)
+        _example().apply_batch(sql, random.Random(11))
     finally:
         sql.close()
-    model = "revenue_by_customer"
     runs = [_dbt_process(tmp_path, f"run{i}", "run", "--select", model) for i in (1, 2)]
     outputs = [run.communicate(timeout=600)[0] for run in runs]
     outcomes = []
