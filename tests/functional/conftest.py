@@ -14,14 +14,20 @@ from tests.conftest import THRIFT
 # status poll per statement). Example 0 is Hypothesis's simplest draw (often
 # no change at all), so Thrift starts at example 1.
 THRIFT_EXAMPLES = int(os.environ.get("IVM_PROPERTY_EXAMPLES_THRIFT", "1"))
+# ... and refresh once after all of the example's statements, instead of
+# after each step: the same changes (several commits in one refresh window),
+# one dbt run instead of up to three. IVM_PROPERTY_STEPS_THRIFT=all keeps
+# the steps as drawn.
+THRIFT_STEPS_JOINED = os.environ.get("IVM_PROPERTY_STEPS_THRIFT", "one") != "all"
 
 
 class ExampleBudget:
     """Which of a property test's examples run: `admits_next()` is asked once per example."""
 
-    def __init__(self, first: int, limit: int | None) -> None:
+    def __init__(self, first: int, limit: int | None, join_steps: bool = False) -> None:
         self.first = first
         self.limit = limit
+        self.join_steps = join_steps
         self.seen = 0
         self.admitted = 0
 
@@ -32,12 +38,18 @@ class ExampleBudget:
         self.admitted += admitted
         return admitted
 
+    def steps(self, drawn: list[list]) -> list[list]:
+        """The steps of an example: as drawn, or all its statements before one refresh."""
+        if not self.join_steps:
+            return drawn
+        return [[statement for step in drawn for statement in step]]
+
 
 @pytest.fixture
 def example_budget(connection: str):
     """The examples a property test runs in this mode; fails the test if none ran."""
     budget = (
-        ExampleBudget(first=1, limit=THRIFT_EXAMPLES)
+        ExampleBudget(first=1, limit=THRIFT_EXAMPLES, join_steps=THRIFT_STEPS_JOINED)
         if connection == THRIFT
         else (ExampleBudget(first=0, limit=None))
     )

@@ -162,7 +162,7 @@ class TestIvmDag(IvmProject):
     ):
         if not example_budget.admits_next():
             return
-        for statements in steps:
+        for statements in example_budget.steps(steps):
             for statement in statements:
                 spark.sql(statement.format(**sources))
             run_dbt(["run"])

@@ -92,7 +92,7 @@ class TestRandomChangeSequences(IvmProject):
             return
         spark.sql(f"DELETE FROM {source_table}")
         self._refresh_and_check(project, spark, source_table)
-        for statements_before_refresh in steps:
+        for statements_before_refresh in example_budget.steps(steps):
             for statement in statements_before_refresh:
                 spark.sql(statement.format(table=source_table))
             self._refresh_and_check(project, spark, source_table)

@@ -142,7 +142,7 @@ class RandomJoinChanges(IvmProject):
         for table in sources.values():
             spark.sql(f"DELETE FROM {table}")
         self._refresh_and_check(project, spark, sources)
-        for statements_before_refresh in steps:
+        for statements_before_refresh in example_budget.steps(steps):
             for statement in statements_before_refresh:
                 spark.sql(statement.format(**sources))
             self._refresh_and_check(project, spark, sources)

@@ -142,7 +142,7 @@ class TestRandomWindowChanges(IvmProject):
         if not example_budget.admits_next():
             return
         # Examples continue on the previous one's rows: a reset would cost a refresh.
-        for statements_before_refresh in steps:
+        for statements_before_refresh in example_budget.steps(steps):
             for statement in statements_before_refresh:
                 if isinstance(statement, list):
                     self._insert(spark.sql, source, statement)
