@@ -6,6 +6,12 @@ three ivm models refreshed in one invocation, grouped and independent). It runs 
 suite's shared SparkSession (tests/conftest.py): the harness starts its session
 with getOrCreate, exactly as dbt-spark's session method does, so it finds the
 suite's session and no second JVM is started.
+
+It is the one refreshing layer that runs in session mode only: the harness
+counts each refresh's Spark jobs and bytes read from the driver's status
+store, which a Thrift client cannot see, and it measures the engine, not
+the transport. The refresh code it drives is the same in both modes, and
+every test under tests/functional and tests/warehouse runs it over Thrift.
 """
 
 from __future__ import annotations

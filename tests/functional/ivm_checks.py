@@ -7,6 +7,7 @@ ALL both ways, so duplicates count).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -45,6 +46,84 @@ def bag_difference(spark: SparkSession, model_sql: str, query_sql: str) -> BagDi
         model_rows=model_rows,
         query_rows=query_rows,
     )
+
+
+def bag_differences(
+    spark: SparkSession, pairs: Mapping[str, tuple[str, str]]
+) -> dict[str, BagDifference]:
+    """bag_difference of many (model_sql, query_sql) pairs, named, in one statement.
+
+    The property tests check every model after every refresh: one statement
+    for all of them plans once and waits once, instead of once per model.
+    """
+    names = list(pairs)
+    columns = []
+    for index, name in enumerate(names):
+        model_sql, query_sql = pairs[name]
+        columns += [
+            f"(SELECT count(*) FROM (({query_sql}) EXCEPT ALL ({model_sql})) AS missing_{index})",
+            f"(SELECT count(*) FROM (({model_sql}) EXCEPT ALL ({query_sql})) AS extra_{index})",
+        ]
+    counts = spark.sql("SELECT " + ", ".join(columns)).collect()[0]
+    differences = {}
+    for index, name in enumerate(names):
+        missing, extra = int(counts[2 * index]), int(counts[2 * index + 1])
+        model_rows = query_rows = None
+        if missing or extra:
+            model_sql, query_sql = pairs[name]
+            model_rows, query_rows = spark.sql(model_sql).count(), spark.sql(query_sql).count()
+        differences[name] = BagDifference(missing, extra, model_rows, query_rows)
+    return differences
+
+
+@dataclass(frozen=True)
+class StateHistory:
+    """What one read of a state's Delta history says: the last refresh and the builds."""
+
+    recorded: delta.RecordedState
+    # Its CREATE/REPLACE commits (see state_builds).
+    builds: int
+
+
+def state_history(spark: SparkSession, schema: str, model: str) -> StateHistory:
+    state = TableName(db=schema, name=f"{model}__ivm_state")
+    history = spark.sql(delta.describe_history(state))
+    rows = [list(r) for r in history.collect()]
+    recorded = delta.parse_recorded(state, history.columns, rows)
+    assert recorded is not None, f"{state} has no refresh commit"
+    operation = history.columns.index("operation")
+    builds = sum(1 for row in rows if "CREATE" in row[operation] or "REPLACE" in row[operation])
+    return StateHistory(recorded=recorded, builds=builds)
+
+
+def assert_models_match_sources(
+    spark: SparkSession, schema: str, queries: Mapping[str, str], sources: list[str]
+) -> dict[str, tuple[dict[str, int], int]]:
+    """assert_model_matches_sources for many models, their oracles in one statement.
+
+    Returns, per model, the source versions it records and its state's builds.
+    """
+    found: dict[str, tuple[dict[str, int], int]] = {}
+    pairs = {}
+    for model, template in queries.items():
+        history = state_history(spark, schema, model)
+        versions = {
+            source: int(history.recorded.sources[f"{schema}.{source}"]["version"])
+            for source in sources
+            if f"{{{source}}}" in template
+        }
+        query = template.format(
+            **{s: f"{schema}.{s} VERSION AS OF {v}" for s, v in versions.items()}
+        )
+        pairs[model] = (f"SELECT * FROM {schema}.{model}", query)
+        found[model] = (versions, history.builds)
+    differing = {
+        model: f"{model} differs from its query at versions {found[model][0]}: {difference}"
+        for model, difference in bag_differences(spark, pairs).items()
+        if not difference.equal
+    }
+    assert not differing, "\n".join(differing.values())
+    return found
 
 
 def recorded_state(spark: SparkSession, schema: str, model: str) -> delta.RecordedState:
@@ -104,6 +183,12 @@ def state_builds(spark: SparkSession, schema: str, model: str) -> int:
     state = TableName(db=schema, name=f"{model}__ivm_state")
     operations = [row["operation"] for row in spark.sql(delta.describe_history(state)).collect()]
     return sum(1 for operation in operations if "CREATE" in operation or "REPLACE" in operation)
+
+
+def all_node_models(spark: SparkSession, schema: str) -> list[str]:
+    """Every plan node kept in `schema`, in one statement: views `*__ivm_cte_*`."""
+    views = spark.sql(f"SHOW VIEWS IN {schema} LIKE '*__ivm_cte_*'").collect()
+    return sorted(row["viewName"] for row in views)
 
 
 def node_models(spark: SparkSession, schema: str, model: str) -> list[str]:

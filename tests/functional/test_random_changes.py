@@ -16,7 +16,7 @@ from dbt.tests.util import run_dbt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.functional.ivm_checks import assert_model_matches_query, latest_version
+from tests.functional.ivm_checks import assert_models_match_sources, latest_version
 from tests.functional.ivm_project import (
     QUERIES,
     IvmProject,
@@ -79,9 +79,11 @@ class TestRandomChangeSequences(IvmProject):
     def _refresh_and_check(self, project, spark, table: str) -> None:
         run_dbt(["run"])
         current = latest_version(spark, table)
-        for model, query in QUERIES.items():
-            version = assert_model_matches_query(spark, project.test_schema, model, query, "src")
-            assert version == current, f"{model} records version {version}, source is at {current}"
+        checked = assert_models_match_sources(spark, project.test_schema, QUERIES, ["src"])
+        for model, (versions, _) in checked.items():
+            assert versions == {"src": current}, (
+                f"{model} records {versions}, source is at {current}"
+            )
 
     @random_change_settings(default_examples=3)
     @given(steps=steps)

@@ -23,6 +23,11 @@ and the dedupe, three-way join, aggregate and window refreshes.
 plus the `table` time comparison; its committed report
 (integration_tests/warehouse/results/) is the record of the full run.
 `IVM_WAREHOUSE_FULL=1` runs that here.
+
+Like every integration test that refreshes, the slice runs in both
+connection modes (ids ending in [session] and [thrift]): over Thrift dbt
+reaches the suite's Thrift server (tests/conftest.py) while the raw data is
+written through this process's session, which shares that server's catalog.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from dbt.adapters.factory import reset_adapters
 from driver import LAYERS, DbtProject, run_warehouse
 
-from tests.conftest import RUNTIME_DIR
+from tests.conftest import RUNTIME_DIR, TEST_CONNECTIONS, THRIFT
 
 pytestmark = pytest.mark.spark
 
@@ -44,29 +50,48 @@ MODELS = 37 if FULL else 11
 BATCHES = 3 if FULL else 1
 
 
-@pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    return tmp_path_factory.mktemp("warehouse")
+@pytest.fixture(scope="module", params=TEST_CONNECTIONS)
+def connection(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def steps(spark, work):
-    (work / "profiles.yml").write_text(
+def work(tmp_path_factory, connection):
+    return tmp_path_factory.mktemp(f"warehouse_{connection}")
+
+
+def _profile(connection: str, request) -> str:
+    if connection == THRIFT:
+        port = request.getfixturevalue("thrift_server")
+        target = (
+            f"      method: thrift\n      host: 127.0.0.1\n      port: {port}\n      user: dbt\n"
+        )
+    else:
+        target = f"      method: session\n      host: localhost\n      runtime_dir: {RUNTIME_DIR}\n"
+    return (
         "spark_ivm_warehouse:\n"
         "  target: ivm\n"
         "  outputs:\n"
         "    ivm:\n"
         "      type: spark_ivm\n"
-        "      method: session\n"
-        "      host: localhost\n"
+        f"{target}"
         f"      schema: {SCHEMA}\n"
-        f"      runtime_dir: {RUNTIME_DIR}\n"
         "      threads: 1\n"
     )
+
+
+@pytest.fixture(scope="module")
+def steps(spark, work, connection, request):
+    (work / "profiles.yml").write_text(_profile(connection, request))
     dbt = DbtProject(profiles_dir=work, raw_schema=RAW_SCHEMA, work_dir=work, schemas=(SCHEMA,))
-    yield run_warehouse(spark, dbt, batches=BATCHES, select=() if FULL else SLICE)
-    for schema in (SCHEMA, RAW_SCHEMA):
-        spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    try:
+        yield run_warehouse(spark, dbt, batches=BATCHES, select=() if FULL else SLICE)
+    finally:
+        # dbt keeps the adapter of an invocation registered for its type: the
+        # next module's dbt must not inherit this profile's connection.
+        reset_adapters()
+        for schema in (SCHEMA, RAW_SCHEMA):
+            spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def test_every_model_equals_its_query_after_every_step(steps):
