@@ -80,9 +80,9 @@ class TestRandomChangeSequences(IvmProject):
         run_dbt(["run"])
         current = latest_version(spark, table)
         checked = assert_models_match_sources(spark, project.test_schema, QUERIES, ["src"])
-        for model, (versions, _) in checked.items():
-            assert versions == {"src": current}, (
-                f"{model} records {versions}, source is at {current}"
+        for model, check in checked.items():
+            assert check.versions == {"src": current}, (
+                f"{model} records {check.versions}, the source is at {current}"
             )
 
     @random_change_settings(default_examples=3)

@@ -120,16 +120,16 @@ class RandomJoinChanges(IvmProject):
             spark, project.test_schema, queries, list(SOURCE_NAMES)
         )
         nodes = all_node_models(spark, project.test_schema)
-        for model, (versions, builds) in checked.items():
-            assert versions, f"{model} reads none of the sources"
+        for model, check in checked.items():
+            assert check.versions, f"{model} reads none of the sources"
             # Built once by the `sources` fixture, then maintained incrementally,
             # and so are the plan nodes of its CTEs and subqueries.
-            assert builds == 1, f"{model} was rebuilt instead of refreshed incrementally"
+            assert check.builds == 1, f"{model} was rebuilt instead of refreshed incrementally"
             for node in (n for n in nodes if n.startswith(f"{model}__ivm_cte_")):
                 assert state_builds(spark, project.test_schema, node) == 1, (
                     f"{node} was rebuilt instead of refreshed incrementally"
                 )
-            for name, version in versions.items():
+            for name, version in check.versions.items():
                 assert version == current[name], (
                     f"{model} records {name}@{version}, the source is at {current[name]}"
                 )

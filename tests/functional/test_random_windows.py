@@ -130,9 +130,9 @@ class TestRandomWindowChanges(IvmProject):
         run_dbt(["run"])
         checked = assert_models_match_sources(spark, project.test_schema, WINDOW_QUERIES, ["src"])
         nodes = all_node_models(spark, project.test_schema)
-        for model, (_, builds) in checked.items():
+        for model, check in checked.items():
             # Built once by the `source` fixture, then refreshed partition by partition.
-            assert builds == 1, f"{model} was rebuilt instead of refreshed incrementally"
+            assert check.builds == 1, f"{model} was rebuilt instead of refreshed incrementally"
             for node in (n for n in nodes if n.startswith(f"{model}__ivm_cte_")):
                 assert state_builds(spark, project.test_schema, node) == 1, (
                     f"{node} was rebuilt instead of refreshed incrementally"
