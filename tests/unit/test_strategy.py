@@ -166,4 +166,7 @@ def test_small_changes_are_always_applied():
     change = ChangeSize(rows=MIN_RECOMPUTE_ROWS - 1, source_bytes=2_000)
     found = estimate(history, change)
     assert found is not None and found.incremental_seconds > found.recompute_seconds
-    assert choose(AUTO, history, change).way == INCREMENTAL
+    choice = choose(AUTO, history, change)
+    assert choice.way == INCREMENTAL
+    # The log says why the dearer way was taken.
+    assert choice.reason.endswith("; a change under 10,000 rows is always applied")

@@ -153,11 +153,15 @@ def choose(strategy: str, history: Sequence[RefreshRecord], change: ChangeSize |
     if found is None:
         return Choice(INCREMENTAL, None, "no recompute in the model's history to compare with")
     cheaper = found.incremental_seconds > found.recompute_seconds
-    way = RECOMPUTE if cheaper and change.rows >= MIN_RECOMPUTE_ROWS else INCREMENTAL
+    small = change.rows < MIN_RECOMPUTE_ROWS
+    way = RECOMPUTE if cheaper and not small else INCREMENTAL
     reason = (
         f"{change.rows:,} changed rows: estimated {found.incremental_seconds:.1f}s incremental "
         f"vs {found.recompute_seconds:.1f}s recompute ({found.basis})"
     )
+    if cheaper and small:
+        # Otherwise the log would show a cheaper recompute and an incremental refresh.
+        reason += f"; a change under {MIN_RECOMPUTE_ROWS:,} rows is always applied"
     return Choice(way, found, reason)
 
 
