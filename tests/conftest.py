@@ -115,32 +115,37 @@ def project_root(tmpdir_factory, connection: str):
     return tmpdir_factory.mktemp(f"project_{connection}")
 
 
-@pytest.fixture(scope="class")
-def dbt_profile_target(request: pytest.FixtureRequest, connection: str) -> dict:
+def profile_target(connection: str, schema: str, thrift_port: int | None = None) -> dict:
+    """A dbt target of `type: spark_ivm` for one connection mode (the Thrift one needs the port)."""
     if connection == THRIFT:
-        port = request.getfixturevalue("thrift_server")
         return {
             "type": "spark_ivm",
             "method": "thrift",
             "host": "127.0.0.1",
-            "port": port,
+            "port": thrift_port,
             # The server authenticates nobody (hive.server2.authentication NONE),
             # but dbt-spark's thrift method requires a user name.
             "user": "dbt",
             # The plugin's default (dbt-spark's is 5 s), spelled out: the
             # server-mode classes' time depends on it.
             "poll_interval": 0.1,
-            "schema": "dbt_spark_ivm_tests",
+            "schema": schema,
             "threads": 1,
         }
     return {
         "type": "spark_ivm",
         "method": "session",
         "host": "localhost",
-        "schema": "dbt_spark_ivm_tests",
+        "schema": schema,
         "runtime_dir": RUNTIME_DIR,
         "threads": 1,
     }
+
+
+@pytest.fixture(scope="class")
+def dbt_profile_target(request: pytest.FixtureRequest, connection: str) -> dict:
+    port = request.getfixturevalue("thrift_server") if connection == THRIFT else None
+    return profile_target(connection, "dbt_spark_ivm_tests", port)
 
 
 @pytest.fixture(scope="session")

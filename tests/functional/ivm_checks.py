@@ -179,6 +179,18 @@ def all_node_models(spark: SparkSession, schema: str) -> list[str]:
     return sorted(row["viewName"] for row in views)
 
 
+def assert_built_once(spark: SparkSession, schema: str, checked: Mapping[str, ModelCheck]) -> None:
+    """Every checked model, and every plan node of its CTEs and subqueries, was built
+    once and then maintained incrementally (the oracle alone would pass a rebuild)."""
+    nodes = all_node_models(spark, schema)
+    for model, check in checked.items():
+        assert check.builds == 1, f"{model} was rebuilt instead of refreshed incrementally"
+        for node in (n for n in nodes if n.startswith(f"{model}__ivm_cte_")):
+            assert state_builds(spark, schema, node) == 1, (
+                f"{node} was rebuilt instead of refreshed incrementally"
+            )
+
+
 def node_models(spark: SparkSession, schema: str, model: str) -> list[str]:
     """The plan nodes kept for a model's CTEs and subqueries: views `<model>__ivm_cte_<name>`."""
     views = spark.sql(f"SHOW VIEWS IN {schema} LIKE '{model}__ivm_cte_*'").collect()

@@ -32,13 +32,14 @@ written through this process's session, which shares that server's catalog.
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 from dbt.adapters.factory import reset_adapters
 from driver import LAYERS, DbtProject, run_warehouse
 
-from tests.conftest import RUNTIME_DIR, TEST_CONNECTIONS, THRIFT
+from tests.conftest import TEST_CONNECTIONS, THRIFT, profile_target
 
 pytestmark = pytest.mark.spark
 
@@ -61,23 +62,10 @@ def work(tmp_path_factory, connection):
 
 
 def _profile(connection: str, request) -> str:
-    if connection == THRIFT:
-        port = request.getfixturevalue("thrift_server")
-        target = (
-            f"      method: thrift\n      host: 127.0.0.1\n      port: {port}\n      user: dbt\n"
-        )
-    else:
-        target = f"      method: session\n      host: localhost\n      runtime_dir: {RUNTIME_DIR}\n"
-    return (
-        "spark_ivm_warehouse:\n"
-        "  target: ivm\n"
-        "  outputs:\n"
-        "    ivm:\n"
-        "      type: spark_ivm\n"
-        f"{target}"
-        f"      schema: {SCHEMA}\n"
-        "      threads: 1\n"
-    )
+    port = request.getfixturevalue("thrift_server") if connection == THRIFT else None
+    target = profile_target(connection, SCHEMA, port)
+    # JSON is YAML: profiles.yml takes it as written.
+    return json.dumps({"spark_ivm_warehouse": {"target": "ivm", "outputs": {"ivm": target}}})
 
 
 @pytest.fixture(scope="module")
