@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from ivm_compiler import key_bounds, names, relations
+from ivm_compiler import join_states, key_bounds, names, relations
 from ivm_compiler.parse import DIALECT, TableName
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
 from ivm_compiler.rules import top_k
@@ -205,12 +205,14 @@ def merge_changes(
     windows: Mapping[TableName, relations.Window],
     guard: Guard,
     bounds: key_bounds.Bounds | None = None,
+    join_reads: relations.JoinReads | None = None,
 ) -> str:
     """One MERGE that applies a refresh's whole change to the state, in one Delta commit.
 
     It applies nothing and fails if another refresh committed to the state
     since this one read it (`guard`), and moves the guard row to this refresh.
-    `bounds`: the answer of probe_join_keys, narrowing the join partners' reads.
+    `bounds`: the answer of probe_join_keys, narrowing the join partners' reads;
+    `join_reads`: join states that stand in for partner reads (join_states.py).
     """
     if plan.view_class is ViewClass.WINDOW:
         # Window values are not linear in the change rows: see merge_partitions.
@@ -268,7 +270,9 @@ def merge_changes(
     whens.append(_insert_row(relations.state_table_columns(plan)))
     merge = exp.Merge(
         this=relations.aliased(state.to_table(), target),
-        using=_guarded(relations.delta_query(plan, windows, state, bounds), state, guard),
+        using=_guarded(
+            relations.delta_query(plan, windows, state, bounds, join_reads), state, guard
+        ),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
@@ -610,3 +614,53 @@ def _set_properties(relation: TableName, kind: str, properties: Mapping[str, str
             ],
         )
     )
+
+
+def create_join_state(
+    join_input: join_states.JoinInput, relation: TableName, version: int, guard: str
+) -> str:
+    """A join state (join_states.py) at a source version, its guard row holding `guard`."""
+    return join_states.create(join_input, relation, version, guard)
+
+
+def merge_join_state(
+    join_input: join_states.JoinInput,
+    relation: TableName,
+    window: relations.Window,
+    guard: Guard,
+) -> str:
+    """One MERGE that brings a join state over a source's change window (guarded like a state)."""
+    target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
+
+    def t(name: str) -> exp.Column:
+        return exp.column(name, table=_ident(target), quoted=True)
+
+    def d(name: str) -> exp.Column:
+        return exp.column(name, table=_ident(delta), quoted=True)
+
+    columns = [name for name, _ in join_input.columns]
+    signed = relations.signed_changes(join_input.table, window, join_input.alias)
+    on = exp.and_(*[exp.NullSafeEQ(this=t(c), expression=d(c)) for c in columns], _same_guard())
+    new_count = exp.Add(this=t(names.COUNT), expression=d(names.COUNT))
+    whens = [
+        _move_guard(guard),
+        exp.When(
+            matched=True,
+            source=False,
+            condition=exp.EQ(this=new_count, expression=exp.Literal.number(0)),
+            then=exp.var("DELETE"),
+        ),
+        exp.When(
+            matched=True,
+            source=False,
+            then=exp.Update(expressions=[exp.EQ(this=t(names.COUNT), expression=new_count.copy())]),
+        ),
+        _insert_row([*columns, names.COUNT]),
+    ]
+    merge = exp.Merge(
+        this=relations.aliased(relation.to_table(), target),
+        using=_guarded(join_states.changes(join_input, signed), relation, guard),
+        on=on,
+        whens=exp.Whens(expressions=whens),
+    )
+    return _sql(merge)

@@ -144,6 +144,10 @@ def branch_sources(branch: exp.Select) -> list[SourceRef]:
     return [SourceRef(alias=t.alias_or_name, table=TableName.of(t)) for t in from_tables(branch)]
 
 
+# Join states that stand in for partner reads (join_states.py): by the input's
+# lower-case alias, the join state's read per source version it can serve.
+JoinReads = Mapping[str, Mapping[int, exp.Expression]]
+
 # What one relation of a FROM clause stands for: a source, or an outer join's key relation.
 Input = SourceRef | KeyRelation
 
@@ -291,6 +295,7 @@ def signed_rows(
     plan: ViewPlan,
     windows: Mapping[TableName, Window],
     bounds: key_bounds.Bounds | None = None,
+    join_reads: JoinReads | None = None,
 ) -> exp.Query:
     """The signed change of the model's flattened rows over the windows (the sum above).
 
@@ -299,7 +304,8 @@ def signed_rows(
     sum of the signed inner-join terms' changes (a negative term flips the
     sign of its change rows). With `bounds` (the probe of `bounded_keys`),
     each term reads the partners of its changed input within the change's
-    key range (key_bounds.py).
+    key range (key_bounds.py). With `join_reads`, a partner that keeps a join
+    state is read from it at the version the term asks for.
     """
     terms: list[exp.Select] = []
     for term_sign, select, inputs in linear_terms(plan):
@@ -318,6 +324,9 @@ def signed_rows(
                     return keys_at_version(relation, version, upstream)
                 if index == position:
                     return signed_changes(table, window, relation.alias, upstream)
+                kept = (join_reads or {}).get(relation.alias.lower(), {})
+                if version in kept:
+                    return kept[version].copy()
                 return table_at_version(table, version, relation.alias, upstream)
 
             term = _reading(select, inputs, read)
@@ -451,6 +460,7 @@ def delta_query(
     windows: Mapping[TableName, Window],
     state: TableName,
     bounds: key_bounds.Bounds | None = None,
+    join_reads: JoinReads | None = None,
 ) -> exp.Query:
     """Per state row, the change to apply: additive columns as differences, recomputed ones as values.
 
@@ -459,7 +469,7 @@ def delta_query(
     The state table itself is read only for the pre-aggregation rows of groups
     whose values changed.
     """
-    changes = signed_rows(plan, windows, bounds)
+    changes = signed_rows(plan, windows, bounds, join_reads)
     additive = [c for c in plan.value_columns if c.rule is not MergeRule.RECOMPUTED]
     if not plan.preaggregations:
         select = _group_select(plan, names.CHANGES_CTE, use_delta=True).having(

@@ -29,6 +29,10 @@ MODEL = "model.shop.orders_by_customer"
         pytest.param({"ivm_strategy": "incremental"}, id="strategy_incremental"),
         pytest.param({"ivm_strategy": "recompute"}, id="strategy_recompute"),
         pytest.param({"ivm_strategy": None}, id="strategy_unset"),
+        pytest.param({"ivm_join_state": "none"}, id="join_state_none"),
+        pytest.param({"ivm_join_state": "auto"}, id="join_state_auto"),
+        pytest.param({"ivm_join_state": "all"}, id="join_state_all"),
+        pytest.param({"ivm_join_state": ["c", "o"]}, id="join_state_aliases"),
         pytest.param({"ivm_window_order_unique": True}, id="window_order_unique"),
         pytest.param({"ivm_window_order_unique": False}, id="window_order_not_unique"),
         # Only the ivm_ prefix is ours; other adapters' configs pass through.
@@ -100,6 +104,15 @@ def test_bad_strategy_value(value: object) -> None:
     message = str(raised.value)
     assert f"Model '{MODEL}': ivm_strategy={value!r} is not valid" in message
     assert "one of: 'auto', 'incremental', 'recompute', or unset (auto)." in message
+
+
+@pytest.mark.parametrize("value", ["All", "c", "", [], [""], ["c", 1], True])
+def test_bad_join_state_value(value: object) -> None:
+    with pytest.raises(CompilationError) as raised:
+        validate_model_config(MODEL, {"ivm_join_state": value})
+    message = str(raised.value)
+    assert f"Model '{MODEL}': ivm_join_state={value!r} is not valid" in message
+    assert "one of: 'none', 'auto', 'all', a list of the model's table aliases" in message
 
 
 @pytest.mark.parametrize("value", ["true", "yes", 1, 0])

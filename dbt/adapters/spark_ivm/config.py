@@ -10,6 +10,7 @@ from typing import Any
 from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm.groups import NO_GROUP
+from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
 from dbt.adapters.spark_ivm.refresh import FALLBACK_VALUES
 from dbt.adapters.spark_ivm.schema_changes import ON_SCHEMA_CHANGE_VALUES
 from dbt.adapters.spark_ivm.strategy import STRATEGIES
@@ -18,6 +19,9 @@ from dbt.adapters.spark_ivm.strategy import STRATEGIES
 IVM_CONFIGS: dict[str, str] = {
     "ivm_fallback": "one of: " + ", ".join(repr(v) for v in FALLBACK_VALUES) + ", or unset",
     "ivm_group": f"a group name (letters, digits, _ and -), {NO_GROUP!r}, or unset",
+    "ivm_join_state": "one of: "
+    + ", ".join(repr(v) for v in JOIN_STATE_SETTINGS)
+    + ", a list of the model's table aliases, or unset (none)",
     "ivm_strategy": "one of: " + ", ".join(repr(v) for v in STRATEGIES) + ", or unset (auto)",
     "ivm_window_order_unique": "true or false (unset: false)",
 }
@@ -53,6 +57,20 @@ def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
         raise CompilationError(
             f"Model '{model}': ivm_strategy={chosen!r} is not valid; it must be "
             f"{IVM_CONFIGS['ivm_strategy']}."
+        )
+
+    join_state = config.get("ivm_join_state")
+    if join_state is not None and not (
+        join_state in JOIN_STATE_SETTINGS
+        or (
+            isinstance(join_state, list)
+            and join_state
+            and all(isinstance(a, str) and a for a in join_state)
+        )
+    ):
+        raise CompilationError(
+            f"Model '{model}': ivm_join_state={join_state!r} is not valid; it must be "
+            f"{IVM_CONFIGS['ivm_join_state']}."
         )
 
     on_schema_change = config.get("on_schema_change")

@@ -132,6 +132,14 @@ def show_views_like(schema: str, pattern: str) -> str:
     )
 
 
+def show_tables_like(schema: str, pattern: str) -> str:
+    """SHOW TABLES of a schema whose names match a pattern (`*` any characters, `|` or)."""
+    return (
+        f"SHOW TABLES IN {exp.to_identifier(schema, quoted=True).sql(dialect=DIALECT)} "
+        f"LIKE {exp.Literal.string(pattern).sql(dialect=DIALECT)}"
+    )
+
+
 # Operations that add rows and count them in numOutputRows (MERGE counts copied
 # rows there too, so its own metrics are used instead).
 _APPENDING_OPERATIONS = frozenset(
@@ -254,6 +262,11 @@ def parse_recorded(state: TableName, columns: list[str], rows: Rows) -> Recorded
             guard=str(metadata["guard"]) if metadata.get("guard") else None,
         )
     return None
+
+
+def load_metadata(value: Any) -> dict[str, Any] | None:
+    """A commit's userMetadata as a refresh wrote it (commit_metadata), or None."""
+    return _load(value)
 
 
 def _load(value: Any) -> dict[str, Any] | None:

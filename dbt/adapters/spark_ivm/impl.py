@@ -37,6 +37,7 @@ from dbt.adapters.spark_ivm.housekeeping import (
     model_schemas,
     report,
 )
+from dbt.adapters.spark_ivm.join_states import NONE as JOIN_STATE_NONE
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, table_name_of
 from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
@@ -115,6 +116,7 @@ class SparkIvmAdapter(SparkAdapter):
         refresh.fallback = config.get("ivm_fallback")
         refresh.strategy = config.get("ivm_strategy") or AUTO
         refresh.window_order_unique = bool(config.get("ivm_window_order_unique"))
+        refresh.join_state = config.get("ivm_join_state") or JOIN_STATE_NONE
         refresh.on_schema_change = config.get("on_schema_change") or "ignore"
         refresh.docs = _view_docs(docs)
         group_run = self._group_run(graph, selected, invocation_id)

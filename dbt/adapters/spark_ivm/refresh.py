@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlglot import exp, parse_one
 
-from dbt.adapters.spark_ivm import delta, schema_changes, strategy
+from dbt.adapters.spark_ivm import delta, join_states, schema_changes, strategy
 from dbt.adapters.spark_ivm.groups import Staged
 from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from ivm_compiler import (
@@ -112,6 +112,8 @@ class Refresh:
     publisher: Publisher | None = None
     # ivm_strategy: auto | incremental | recompute (strategy.py).
     strategy: str = strategy.AUTO
+    # ivm_join_state: none | auto | all | a list of aliases (join_states.py).
+    join_state: str | list[str] = join_states.NONE
     # ivm_window_order_unique: the user vouches that every window's PARTITION BY
     # and ORDER BY pick out one row, so the plan's tie warnings are not logged.
     window_order_unique: bool = False
@@ -256,6 +258,9 @@ class Refresh:
         for warning in () if self.window_order_unique else plan.tie_warnings:
             self.log.warning(warning)
         pinned = {table: self.pin(table, plan.upstreams.get(table)) for table in plan.tables}
+        # An ivm_join_state alias that cannot keep a join state stops the
+        # refresh here, before anything is written.
+        self.join_states(pinned).chosen(plan, building=False)
         target_type = self.relation_exists(self.target)
         if target_type not in (None, "view"):
             # The model was materialized as something else before (e.g. 'table').
@@ -782,6 +787,7 @@ class Refresh:
             ),
             self._metadata(refresh_id, plan, pinned),
         )
+        self.join_states(pinned).build(plan, pinned)
         result = RefreshResult(
             action=action,
             reason=reason,
@@ -821,9 +827,42 @@ class Refresh:
         refresh_id = uuid.uuid4().hex
         metadata = self._metadata(refresh_id, plan, pinned)
         guard = self._guard(recorded, refresh_id)
+        kept_states = self.join_states(pinned)
+        try:
+            join_reads, kept = kept_states.prepare(plan, windows, pinned)
+        except Exception as error:
+            if delta.is_concurrent_refresh(error):
+                raise ConcurrentRefresh(self.model, self.state, error) from error
+            raise
         bounds = self.join_key_bounds(plan, windows)
         self._record_merge(
-            emit.merge_changes(plan, self.state, windows, guard, bounds), metadata, result
+            emit.merge_changes(plan, self.state, windows, guard, bounds, join_reads),
+            metadata,
+            result,
+        )
+        kept_states.drop_unkept(plan, kept)
+
+    def join_states(self, pinned: dict[TableName, delta.SourceSnapshot]) -> join_states.JoinStates:
+        """The model's join states (ivm_join_state), sized by the pinned sources."""
+
+        def facts(table: TableName) -> join_states.SourceFacts | None:
+            snapshot = pinned.get(table)
+            if snapshot is None:
+                return None
+            return join_states.SourceFacts(
+                size_bytes=snapshot.size_bytes, column_count=len(self.catalog_columns(table))
+            )
+
+        return join_states.JoinStates(
+            runner=self.runner,
+            log=self.log,
+            model=self.model,
+            target=self.target,
+            setting=self.join_state,
+            relation_exists=self.relation_exists,
+            drop_relation=self.drop_relation,
+            relation_created=self.relation_created,
+            source_facts=facts,
         )
 
     def join_key_bounds(
@@ -954,6 +993,7 @@ class Refresh:
         if self.relation_exists(self.state):
             self.drop_relation(self.state, "table")
         self._drop_nodes(keep=())
+        self.join_states({}).drop_others(keep=())
         return RefreshResult(action="fallback", reason=refusal)
 
 

@@ -1,0 +1,249 @@
+"""Reverse-join tables (the KV-store paper's join state): a join input kept by its join key.
+
+The change of an inner join reads every partner input at a pinned version
+(relations.signed_rows). A join state for input X is a Delta table of X's
+rows projected to the columns the model reads of X, filtered by the model's
+conditions on X alone, grouped with a count (`__ivm_count`), and written in
+join-key order so a partner read with the change's key bounds skips files.
+It is narrower than X, often far smaller (Q3's customer: one market segment
+of five), and it is what the change of the other inputs needs of X.
+
+A join state is versioned by its source: each of its commits records, in its
+commit metadata, the source version whose rows it holds. A refresh first
+brings it from the recorded source version to the pinned one (one MERGE of
+X's change rows, `upkeep`), then reads it by Delta time travel at the commit
+of either version, as the telescoping sum asks. A refresh that fails after
+the upkeep leaves the join state ahead of the model; the next refresh finds
+the commit of the model's recorded version in the join state's history.
+
+Which inputs keep one is the refresh's decision (`ivm_join_state`); this
+module says which inputs can (`candidates`) and emits their SQL. An input
+can when the model is one SELECT of inner joins (no outer, semi or anti
+join, no set operation, no window), the input is a plain source (not an
+upstream ivm model) and every column the model reads of it can be grouped
+and compared exactly (no floating point: -0.0 and 0.0 group together; no
+maps, arrays or structs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from ivm_compiler import key_bounds, names
+from ivm_compiler.parse import DIALECT, TableName, from_tables
+from ivm_compiler.plan import SourceRef, UpstreamModel, ViewClass, ViewPlan
+
+# Column types a join state does not keep (see the module docstring).
+UNSUPPORTED_TYPE_PREFIXES = ("float", "double", "real", "map", "array", "struct", "variant")
+
+# `<model>__ivm_join_<alias>`
+JOIN_STATE_INFIX = f"{names.RESERVED_PREFIX}join_"
+
+TABLE_PROPERTIES = {
+    # Nothing reads a join state's changes; its commits only need their metadata.
+    "delta.enableChangeDataFeed": "false",
+}
+
+
+@dataclass(frozen=True)
+class JoinInput:
+    """A join input that can keep a join state, and what that state holds."""
+
+    alias: str  # as the model's query names the input (lower-case)
+    table: TableName
+    # The columns the model reads of the source (name -> type), in the source's spelling.
+    columns: tuple[tuple[str, str], ...]
+    # The model's conditions on this input alone (columns qualified by `alias`), or None.
+    condition: exp.Expression | None
+    # The input's columns equi-joined to another input: the state's sort order.
+    join_keys: tuple[str, ...]
+
+    def relation(self, model: TableName) -> TableName:
+        """The join state's table, next to the model's view."""
+        return TableName(db=model.db, name=f"{model.name}{JOIN_STATE_INFIX}{self.alias}")
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever the join state would hold other rows or columns."""
+        text = "|".join(
+            [
+                str(self.table),
+                ",".join(f"{n}:{t}" for n, t in self.columns),
+                self.condition.sql(dialect=DIALECT) if self.condition is not None else "",
+            ]
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _ident(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
+    return key_bounds._conjuncts(condition)
+
+
+def _supported(data_type: str) -> bool:
+    return not data_type.lower().startswith(UNSUPPORTED_TYPE_PREFIXES)
+
+
+def _only_on(condition: exp.Expression, alias: str) -> bool:
+    """A condition that reads columns of `alias` only, and nothing that is not a plain value."""
+    columns = list(condition.find_all(exp.Column))
+    if not columns or any(c.table != alias for c in columns):
+        return False
+    return not any(
+        condition.find(kind) for kind in (exp.Subquery, exp.AggFunc, exp.Window, exp.Select)
+    )
+
+
+def candidates(plan: ViewPlan) -> list[JoinInput]:
+    """The inputs of the model's join that can keep a join state, in query order."""
+    rows = plan.rows
+    if (
+        not isinstance(rows, exp.Select)
+        or plan.join_terms
+        or plan.view_class is ViewClass.WINDOW
+        or not key_bounds._inner_only(rows)
+    ):
+        return []
+    tables = from_tables(rows)
+    if len(tables) < 2 or not all(isinstance(t, exp.Table) for t in tables):
+        return []
+    conditions = _conjuncts(rows.args["where"].this if rows.args.get("where") else None)
+    for join in rows.args.get("joins") or []:
+        conditions += _conjuncts(join.args.get("on"))
+    found = []
+    for node in tables:
+        ref = SourceRef(alias=node.alias_or_name, table=TableName.of(node))
+        if ref.table in plan.upstreams or not re.fullmatch(r"\w+", ref.alias):
+            continue
+        columns = tuple(plan.source_columns.get(ref.table, {}).items())
+        if not columns or not all(_supported(t) for _, t in columns):
+            continue
+        own = [c.copy() for c in conditions if _only_on(c, ref.alias)]
+        keys: list[str] = []
+        for condition in conditions:
+            if not isinstance(condition, exp.EQ):
+                continue
+            sides = (condition.this, condition.expression)
+            if not all(isinstance(s, exp.Column) and s.table for s in sides):
+                continue
+            for mine, theirs in (sides, tuple(reversed(sides))):
+                if mine.table == ref.alias and theirs.table != ref.alias and mine.name not in keys:
+                    keys.append(mine.name)
+        found.append(
+            JoinInput(
+                alias=ref.alias.lower(),
+                table=ref.table,
+                columns=columns,
+                condition=exp.and_(*own) if own else None,
+                join_keys=tuple(keys),
+            )
+        )
+    return found
+
+
+def _column(join_input: JoinInput, name: str, qualified: bool = True) -> exp.Column:
+    return exp.column(name, table=_ident(join_input.alias) if qualified else None, quoted=True)
+
+
+def _at_version(table: TableName, version: int) -> exp.Table:
+    node = table.to_table()
+    node.set(
+        "version",
+        exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
+    )
+    return node
+
+
+def _grouped(join_input: JoinInput, rows: exp.Expression, count: exp.Expression) -> exp.Select:
+    """SELECT <columns>, <count> AS __ivm_count FROM rows WHERE <condition> GROUP BY <columns>."""
+    columns = [_column(join_input, name) for name, _ in join_input.columns]
+    select = (
+        exp.select(
+            *[exp.alias_(c, c.name, quoted=True) for c in columns],
+            exp.alias_(count, names.COUNT, quoted=True),
+        )
+        .from_(rows)
+        .group_by(*[c.copy() for c in columns])
+    )
+    if join_input.condition is not None:
+        select = select.where(join_input.condition.copy())
+    return select
+
+
+def build_query(join_input: JoinInput, version: int, guard: str) -> exp.Query:
+    """The join state's rows at a source version, in join-key order, plus its guard row."""
+    source = _at_version(join_input.table, version)
+    source.set("alias", exp.TableAlias(this=_ident(join_input.alias)))
+    rows = _grouped(join_input, source, exp.Count(this=exp.Star(), big_int=True)).select(
+        exp.alias_(exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True)
+    )
+    guard_row = exp.select(
+        *[exp.alias_(exp.null(), name, quoted=True) for name, _ in join_input.columns],
+        exp.alias_(exp.null(), names.COUNT, quoted=True),
+        exp.alias_(exp.Literal.string(guard), names.GUARD, quoted=True),
+    )
+    union = exp.union(rows, guard_row, distinct=False)
+    ordered = exp.select(exp.Star()).from_(union.subquery(_ident(names.BUILT_ALIAS)))
+    keys = join_input.join_keys or tuple(name for name, _ in join_input.columns[:1])
+    return ordered.order_by(*[exp.column(k, quoted=True) for k in keys])
+
+
+def create(join_input: JoinInput, relation: TableName, version: int, guard: str) -> str:
+    """CREATE OR REPLACE the join state at a source version."""
+    properties = [exp.FileFormatProperty(this=exp.Var(this="DELTA"))] + [
+        exp.Property(this=exp.Literal.string(k), value=exp.Literal.string(v))
+        for k, v in TABLE_PROPERTIES.items()
+    ]
+    return exp.Create(
+        this=relation.to_table(),
+        kind="TABLE",
+        replace=True,
+        properties=exp.Properties(expressions=properties),
+        expression=build_query(join_input, version, guard),
+    ).sql(dialect=DIALECT)
+
+
+def changes(join_input: JoinInput, signed: exp.Subquery) -> exp.Select:
+    """The net count change per projected row of the source's change rows `signed`."""
+    net = exp.Sum(this=exp.column(names.SIGN, table=_ident(join_input.alias), quoted=True))
+    return _grouped(join_input, signed, net).having(
+        exp.NEQ(this=net.copy(), expression=exp.Literal.number(0))
+    )
+
+
+def read(
+    join_input: JoinInput,
+    relation: TableName,
+    version: int,
+    upstream: UpstreamModel | None = None,
+) -> exp.Subquery:
+    """The join state at its own Delta `version`, each row repeated by its count, as the input's alias.
+
+    It stands in for `source VERSION AS OF v AS alias` in a join term: same
+    alias, the columns the model reads, the rows that pass the model's
+    conditions on the input (the term applies them again, to the same effect).
+    """
+    assert upstream is None, "join states are kept for plain sources only"
+    repeat = exp.Lateral(
+        this=exp.Explode(
+            this=exp.GenerateSeries(
+                start=exp.Literal.number(1), end=exp.column(names.COUNT, quoted=True)
+            )
+        ),
+        view=True,
+        alias=exp.TableAlias(this=_ident(names.COPIES_ALIAS), columns=[_ident(names.COPY)]),
+    )
+    select = (
+        exp.select(*[exp.column(name, quoted=True) for name, _ in join_input.columns])
+        .from_(_at_version(relation, version))
+        .where(exp.Is(this=exp.column(names.GUARD, quoted=True), expression=exp.null()))
+    )
+    select.append("laterals", repeat)
+    return select.subquery(_ident(join_input.alias))
