@@ -16,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dbt.adapters.spark_ivm.join_states import NONE as JOIN_STATE_NONE
+from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
 from tpch_bench import report
 from tpch_bench.batches import plan_run
 from tpch_bench.catalog import MODELS, select_models
@@ -90,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"models to run, comma separated (default: all of {', '.join(m.name for m in MODELS)})",
     )
     parser.add_argument(
+        "--join-state",
+        choices=JOIN_STATE_SETTINGS,
+        default=JOIN_STATE_NONE,
+        help="the ivm models' ivm_join_state: keep reverse-join tables for none, the "
+        "inputs 'auto' picks, or all join inputs; run twice with different --label "
+        f"values to compare (default: {JOIN_STATE_NONE})",
+    )
+    parser.add_argument(
         "--work-dir",
         type=Path,
         default=DEFAULT_WORK_DIR,
@@ -149,6 +159,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         spark_conf=tuple(_key_value(text) for text in args.spark_conf),
         dbt_log_level_file=args.dbt_log_level_file,
         group_overhead_pairs=args.group_overhead_pairs,
+        join_state=args.join_state,
     )
 
 
@@ -247,6 +258,7 @@ def _settings_json(settings: BenchSettings) -> dict[str, Any]:
         "schema_prefix": settings.schema_prefix,
         "spark_conf": dict(settings.spark_conf),
         "group_overhead_pairs": settings.group_overhead_pairs,
+        "join_state": settings.join_state,
         "group_overhead_size": (
             settings.group_overhead_size if settings.group_overhead_pairs else None
         ),

@@ -67,6 +67,7 @@ class DbtProject:
         target_dir: Path,
         log_dir: Path,
         log_level_file: str = "info",
+        base_vars: Mapping[str, str] | None = None,
     ) -> None:
         self.project_dir = project_dir
         self.runtime_dir = runtime_dir
@@ -77,6 +78,8 @@ class DbtProject:
         # "debug" writes every statement with its duration to dbt.log: a profile
         # of where a refresh's time goes.
         self.log_level_file = log_level_file
+        # Vars every invocation passes, parse included (e.g. bench_ivm_join_state).
+        self.base_vars = dict(base_vars or {})
         # One parsed manifest per set of extra vars (see the module's docstring).
         self._manifests: dict[str, Any] = {}
 
@@ -163,7 +166,13 @@ class DbtProject:
                 "--log-path",
                 str(self.log_dir),
                 "--vars",
-                json.dumps({"tpch_source_schema": self.source_schema, **(extra_vars or {})}),
+                json.dumps(
+                    {
+                        "tpch_source_schema": self.source_schema,
+                        **self.base_vars,
+                        **(extra_vars or {}),
+                    }
+                ),
                 # The harness prints its own progress; errors still reach stderr.
                 "--quiet",
                 # No tracking events (this machine has no route to dbt's collector,

@@ -293,7 +293,9 @@ def markdown(results: dict[str, Any], plots: list[Path]) -> str:
             f"Settings: scale factors {_join(results['settings']['scale_factors'])}; change sizes "
             f"{_join(results['settings']['change_sizes'])} %; batch kinds "
             f"{', '.join(results['settings']['batch_kinds'])}; {results['settings']['repetitions']} "
-            "repetition(s), times are medians" + _group_overhead_setting(results["settings"]) + "."
+            "repetition(s), times are medians"
+            + _group_overhead_setting(results["settings"])
+            + f"; ivm_join_state {results['settings'].get('join_state', 'none')!r}."
         ),
         "",
         "JVM and SparkSession start (not in any figure below): "

@@ -53,6 +53,8 @@ class BenchSettings:
     # all ivm models refreshed in one invocation as one consistency group, and
     # each on its own (bench/tpch_bench/group_overhead.py).
     group_overhead_pairs: int = 0
+    # The ivm models' ivm_join_state (project var bench_ivm_join_state).
+    join_state: str = "none"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.batch_kinds) - set(BATCH_KINDS))
