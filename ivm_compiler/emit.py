@@ -628,8 +628,13 @@ def merge_join_state(
     relation: TableName,
     window: relations.Window,
     guard: Guard,
+    bounds: key_bounds.Bounds | None = None,
 ) -> str:
-    """One MERGE that brings a join state over a source's change window (guarded like a state)."""
+    """One MERGE that brings a join state over a source's change window (guarded like a state).
+
+    `bounds`: the probe's answer; the join state's rows outside the change's
+    key range are left out of ON, so their files are not read.
+    """
     target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
 
     def t(name: str) -> exp.Column:
@@ -641,6 +646,9 @@ def merge_join_state(
     columns = [name for name, _ in join_input.columns]
     signed = relations.signed_changes(join_input.table, window, join_input.alias)
     on = exp.and_(*[exp.NullSafeEQ(this=t(c), expression=d(c)) for c in columns], _same_guard())
+    bound = join_states.target_bound(join_input, bounds or {}, target)
+    if bound is not None:
+        on = exp.and_(on, bound)
     new_count = exp.Add(this=t(names.COUNT), expression=d(names.COUNT))
     whens = [
         _move_guard(guard),

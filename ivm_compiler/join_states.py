@@ -57,10 +57,13 @@ class JoinInput:
     table: TableName
     # The columns the model reads of the source (name -> type), in the source's spelling.
     columns: tuple[tuple[str, str], ...]
-    # The model's conditions on this input alone (columns qualified by `alias`), or None.
+    # The model's conditions on this input alone, and its join keys being non-NULL
+    # (columns qualified by `alias`), or None.
     condition: exp.Expression | None
     # The input's columns equi-joined to another input: the state's sort order.
     join_keys: tuple[str, ...]
+    # Whether the model has a condition of its own on this input (beyond non-NULL keys).
+    filtered: bool = False
 
     def relation(self, model: TableName) -> TableName:
         """The join state's table, next to the model's view."""
@@ -126,6 +129,7 @@ def candidates(plan: ViewPlan) -> list[JoinInput]:
         if not columns or not all(_supported(t) for _, t in columns):
             continue
         own = [c.copy() for c in conditions if _only_on(c, ref.alias)]
+        own_filter = list(own)
         keys: list[str] = []
         for condition in conditions:
             if not isinstance(condition, exp.EQ):
@@ -136,6 +140,16 @@ def candidates(plan: ViewPlan) -> list[JoinInput]:
             for mine, theirs in (sides, tuple(reversed(sides))):
                 if mine.table == ref.alias and theirs.table != ref.alias and mine.name not in keys:
                     keys.append(mine.name)
+        # A row with a NULL join key meets no partner (NULL never equals), so
+        # the join state leaves it out, and its changes too.
+        own += [
+            exp.Not(
+                this=exp.Is(
+                    this=exp.column(k, table=_ident(ref.alias), quoted=True), expression=exp.null()
+                )
+            )
+            for k in keys
+        ]
         found.append(
             JoinInput(
                 alias=ref.alias.lower(),
@@ -143,6 +157,7 @@ def candidates(plan: ViewPlan) -> list[JoinInput]:
                 columns=columns,
                 condition=exp.and_(*own) if own else None,
                 join_keys=tuple(keys),
+                filtered=bool(own_filter),
             )
         )
     return found
@@ -208,6 +223,40 @@ def create(join_input: JoinInput, relation: TableName, version: int, guard: str)
         properties=exp.Properties(expressions=properties),
         expression=build_query(join_input, version, guard),
     ).sql(dialect=DIALECT)
+
+
+def target_bound(
+    join_input: JoinInput, bounds: key_bounds.Bounds, target_alias: str
+) -> exp.Expression | None:
+    """For the upkeep MERGE's ON: the target's rows within the change's join-key range.
+
+    The join state is written in order of its first join key, and the probe
+    (key_bounds.py) knows the smallest and largest key of the source's change
+    rows, so Delta skips the join state's files outside them. The guard row
+    (NULL key) must still match. None when the key was not probed.
+    """
+    if not join_input.join_keys:
+        return None
+    key = join_input.join_keys[0]
+    found = bounds.get((join_input.table, key.lower()))
+    if found is None:
+        return None
+    guard_row = exp.not_(
+        exp.Is(
+            this=exp.column(names.GUARD, table=_ident(target_alias), quoted=True),
+            expression=exp.null(),
+        )
+    )
+    low, high = found
+    if low is None or high is None:
+        return guard_row  # every change row has a NULL key: the state keeps none of them
+    data_type = dict(join_input.columns)[key]
+    within = exp.Between(
+        this=exp.column(key, table=_ident(target_alias), quoted=True),
+        low=key_bounds._literal(low, data_type),
+        high=key_bounds._literal(high, data_type),
+    )
+    return exp.Paren(this=exp.or_(within, guard_row))
 
 
 def changes(join_input: JoinInput, signed: exp.Subquery) -> exp.Select:

@@ -6,13 +6,17 @@ join on ON conditions, all keeping a join state for every input that can
 the versions it records (the join states stand in for the partner reads of
 its MERGE), and each join state holds its source's rows (projected to the
 columns the model reads, filtered by the model's conditions on that input
-alone) at the model's recorded version.
+alone, rows with a NULL join key left out) at the model's recorded version.
 """
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture
+
+from dbt.adapters.spark_ivm.refresh import Refresh
 from tests.functional.ivm_checks import bag_differences, recorded_state
 from tests.functional.ivm_project import JOIN_QUERIES
 from tests.functional.test_random_joins import RandomJoinChanges
@@ -28,18 +32,19 @@ JOIN_STATE_QUERIES = {
     ),
 }
 
-# (model, alias) -> (source, the columns the model reads of it, its conditions on it alone)
+# (model, alias) -> (source, the columns the model reads of it, its conditions on it
+# alone and its join keys being non-NULL)
 EXPECTED_JOIN_STATES = {
-    ("joined_rows", "s"): ("src", "k, v", None),
+    ("joined_rows", "s"): ("src", "k, v", "k is not null"),
     # The subquery in FROM is merged into the model's rows, under its table's name.
-    ("joined_rows", "dim"): ("dim", "k, name, w", "w is null or w > 0"),
-    ("joined_groups", "s"): ("src", "k, g, v, d", None),
-    ("joined_groups", "d"): ("dim", "k, name, w", None),
-    ("self_joined", "a"): ("src", "k, g, v", None),
-    ("self_joined", "b"): ("src", "k, g, v", None),
-    ("three_way_on", "s"): ("src", "k, g, v", None),
-    ("three_way_on", "d"): ("dim", "k, name", None),
-    ("three_way_on", "t"): ("tag", "name, label", "label is not null"),
+    ("joined_rows", "dim"): ("dim", "k, name, w", "(w is null or w > 0) and k is not null"),
+    ("joined_groups", "s"): ("src", "k, g, v, d", "k is not null"),
+    ("joined_groups", "d"): ("dim", "k, name, w", "k is not null"),
+    ("self_joined", "a"): ("src", "k, g, v", "k is not null"),
+    ("self_joined", "b"): ("src", "k, g, v", "k is not null"),
+    ("three_way_on", "s"): ("src", "k, g, v", "k is not null"),
+    ("three_way_on", "d"): ("dim", "k, name", "k is not null and name is not null"),
+    ("three_way_on", "t"): ("tag", "name, label", "label is not null and name is not null"),
 }
 
 
@@ -55,7 +60,7 @@ def assert_join_states_hold_their_sources(project, spark) -> None:
             "LATERAL VIEW explode(sequence(1, __ivm_count)) c AS copy "
             "WHERE __ivm_guard IS NULL"
         )
-        where = f" WHERE {condition}" if condition else ""
+        where = f" WHERE {condition}"
         pairs[f"{model}.{alias}"] = (
             kept,
             f"SELECT {columns} FROM {table} VERSION AS OF {version}{where}",
@@ -73,8 +78,74 @@ class TestRandomJoinStateChanges(RandomJoinChanges):
 
     @pytest.fixture(scope="class")
     def project_config_update(self):
-        return {"models": {"+materialized": "ivm", "+ivm_join_state": "all"}}
+        # A var, so one test can switch the setting for one run.
+        return {
+            "models": {
+                "+materialized": "ivm",
+                "+ivm_join_state": "{{ var('join_state', 'all') }}",
+            }
+        }
 
     def _refresh_and_check(self, project, spark, sources, models=()):
         super()._refresh_and_check(project, spark, sources, models)
         assert_join_states_hold_their_sources(project, spark)
+
+    def test_a_refresh_that_fails_after_bringing_its_join_states_forward_loses_nothing(
+        self, project, spark, sources, monkeypatch
+    ):
+        # The join states commit before the model's MERGE: a failure in between
+        # leaves them ahead of the model, and the next refresh must read them
+        # at the model's recorded version from their history.
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'b', 2, 0.00), (NULL, 'a', 1, NULL)")
+        spark.sql(f"UPDATE {sources['dim']} SET w = 3 WHERE k = 1")
+
+        def fail(*args, **kwargs):
+            raise RuntimeError("injected: the model's MERGE did not run")
+
+        monkeypatch.setattr(Refresh, "_record_merge", fail)
+        run_dbt(["run", "--select", "joined_rows"], expect_pass=False)
+        monkeypatch.undo()
+        ahead = spark.sql(
+            f"DESCRIBE HISTORY {project.test_schema}.joined_rows__ivm_join_s LIMIT 1"
+        ).collect()[0]
+        assert ahead["operation"] == "MERGE", "the join state was not brought forward"
+        self._refresh_and_check(project, spark, sources, ("joined_rows",))
+
+    def test_explain_shows_the_join_states_and_their_upkeep(self, project, spark, sources):
+        spark.sql(f"INSERT INTO {sources['dim']} VALUES (3, 'x', 1)")
+        _, out = run_dbt_and_capture(
+            ["run-operation", "ivm_explain", "--args", "{model: joined_rows}"]
+        )
+        schema = project.test_schema
+        assert (
+            f"join state s: (k, v) of {schema}.src, by (k), kept in {schema}.joined_rows__ivm_join_s"
+            in out
+        )
+        assert f"join state dim: (k, name, w) of {schema}.dim where" in out
+        written = Path(project.project_root) / "target" / "ivm_explain" / "joined_rows"
+        upkeep = (written / "merge_join_state_dim.sql").read_text()
+        assert f"MERGE INTO `{schema}`.`joined_rows__ivm_join_dim`" in upkeep
+        # Only dim changed: orders' join state needs no upkeep, and the
+        # model's MERGE reads src's partners from its join state.
+        assert not (written / "merge_join_state_s.sql").exists()
+        assert (
+            "joined_rows__ivm_join_s` VERSION AS OF" in (written / "merge_changes.sql").read_text()
+        )
+        self._refresh_and_check(project, spark, sources, ("joined_rows",))
+
+    def test_setting_none_drops_the_join_states_and_all_builds_them_again(
+        self, project, spark, sources
+    ):
+        spark.sql(f"DELETE FROM {sources['src']} WHERE k = 1")
+        run_dbt(["run", "--select", "joined_rows", "--vars", "{join_state: none}"])
+        tables = {
+            row["tableName"]
+            for row in spark.sql(
+                f"SHOW TABLES IN {project.test_schema} LIKE 'joined_rows*'"
+            ).collect()
+        }
+        assert tables == {"joined_rows__ivm_state"}
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 1, 1.50)")
+        # Back to 'all': each join state is built at the model's recorded
+        # version, then brought forward over the window like any other.
+        self._refresh_and_check(project, spark, sources, ("joined_rows",))

@@ -33,12 +33,15 @@ def test_each_join_input_keeps_the_columns_read_its_own_filter_and_its_join_key(
     orders, customers = join_states.candidates(plan)
     assert (orders.alias, orders.table) == ("o", ORDERS_TABLE)
     assert dict(orders.columns) == {"amount": "decimal(10,2)", "customer": "string", "qty": "int"}
-    # `o.qty > 0` reads orders alone: the join state keeps only the rows passing it.
-    assert orders.condition is not None and orders.condition.sql("spark") == "`o`.`qty` > 0"
+    # `o.qty > 0` reads orders alone: the join state keeps only the rows passing
+    # it, and with a join key (a NULL key meets no partner).
+    assert orders.condition is not None and orders.filtered
+    assert orders.condition.sql("spark") == "`o`.`qty` > 0 AND NOT `o`.`customer` IS NULL"
     assert orders.join_keys == ("customer",)
     assert (customers.alias, customers.table) == ("c", CUSTOMERS_TABLE)
     assert dict(customers.columns) == {"country": "string", "name": "string"}
-    assert customers.condition is None
+    assert customers.condition.sql("spark") == "NOT `c`.`name` IS NULL"
+    assert not customers.filtered
     assert customers.join_keys == ("name",)
     assert orders.relation(MODEL_VIEW) == TableName(db="analytics", name="my_model__ivm_join_o")
 
@@ -48,7 +51,7 @@ def test_a_self_join_keeps_one_join_state_per_alias() -> None:
     found = join_states.candidates(plan)
     assert [c.alias for c in found] == ["a", "b"]
     # The non-equi `a.id < b.id` reads both inputs: neither keeps it.
-    assert all(c.condition is None and c.join_keys == ("customer",) for c in found)
+    assert all(not c.filtered and c.join_keys == ("customer",) for c in found)
 
 
 def test_floating_point_columns_and_single_tables_keep_no_join_state() -> None:
@@ -95,15 +98,39 @@ def test_the_upkeep_merge_applies_net_counts_and_checks_the_guard() -> None:
     assert sql.startswith("MERGE INTO `analytics`.`my_model__ivm_join_o` AS `__ivm_t`")
     assert "TABLE_CHANGES('`shop`.`orders`', 4, 5)" in sql
     # The model's own condition on orders filters the change rows too.
-    assert "WHERE `o`.`qty` > 0" in sql
+    assert "WHERE `o`.`qty` > 0 AND NOT `o`.`customer` IS NULL" in sql
+    # Without the probe's bounds every row of the join state may match.
+    assert "BETWEEN" not in sql
     assert "HAVING SUM(`o`.`__ivm_sign`) <> 0" in sql
     assert "no longer holds refresh g1" in sql
     assert (
         "WHEN MATCHED AND `__ivm_t`.`__ivm_count` + `__ivm_d`.`__ivm_count` = 0 THEN DELETE" in sql
     )
     create = emit.create_join_state(orders, orders.relation(MODEL_VIEW), 5, "g0")
-    assert "FROM `shop`.`orders` VERSION AS OF 5 AS `o` WHERE `o`.`qty` > 0" in create
+    assert (
+        "FROM `shop`.`orders` VERSION AS OF 5 AS `o` WHERE `o`.`qty` > 0 "
+        "AND NOT `o`.`customer` IS NULL"
+    ) in create
     assert create.endswith("ORDER BY `customer`")
+
+
+def test_the_upkeep_merge_reads_the_join_state_within_the_change_key_range() -> None:
+    plan, _ = compile_with(JOIN_SQL, JOIN_DESCRIBE, JOIN_PROBE)
+    orders, _ = join_states.candidates(plan)
+    relation = orders.relation(MODEL_VIEW)
+    guard = emit.Guard(read="g1", write="g2")
+    bounded = emit.merge_join_state(
+        orders, relation, Window(3, 5), guard, {(ORDERS_TABLE, "customer"): ("ann", "bob")}
+    )
+    assert (
+        "AND (`__ivm_t`.`customer` BETWEEN CAST('ann' AS STRING) AND CAST('bob' AS STRING) "
+        "OR NOT `__ivm_t`.`__ivm_guard` IS NULL)"
+    ) in bounded
+    # Only NULL keys changed: the join state keeps none of them; the guard row still matches.
+    nulls = emit.merge_join_state(
+        orders, relation, Window(3, 5), guard, {(ORDERS_TABLE, "customer"): (None, None)}
+    )
+    assert "BETWEEN" not in nulls and "AND NOT `__ivm_t`.`__ivm_guard` IS NULL WHEN" in nulls
 
 
 class _NoQueries:

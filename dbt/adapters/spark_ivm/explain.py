@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.refresh import Refresh
-from ivm_compiler import ViewClass, ViewPlan, emit, names, relations
+from ivm_compiler import ViewClass, ViewPlan, emit, join_states, names, relations
 from ivm_compiler.parse import DIALECT
 from ivm_compiler.relations import Window
 
@@ -56,16 +56,25 @@ def _change_statements(
     (else the next commit of one source, which does not exist yet).
     """
     if plan.view_class is not ViewClass.WINDOW:
+        upkeep, join_reads = _join_state_statements(plan, refresh, windows, guard)
         probe = emit.probe_join_keys(plan, windows)
         if probe is None:
-            return {"merge_changes": emit.merge_changes(plan, refresh.state, windows, guard)}
+            return {
+                **upkeep,
+                "merge_changes": emit.merge_changes(
+                    plan, refresh.state, windows, guard, join_reads=join_reads
+                ),
+            }
         # The probe only reads the change feed: with pending commits run it,
         # so that the MERGE shown is the one the next refresh runs; without,
         # the MERGE is shown unbounded (each term then gains `BETWEEN` bounds).
         bounds = refresh.join_key_bounds(plan, windows) if pending else {}
         return {
+            **upkeep,
             "probe_join_keys": probe[0],
-            "merge_changes": emit.merge_changes(plan, refresh.state, windows, guard, bounds),
+            "merge_changes": emit.merge_changes(
+                plan, refresh.state, windows, guard, bounds, join_reads
+            ),
         }
     if not plan.window_partition:
         return {}  # recomputed by create_state on every refresh with changes
@@ -74,6 +83,64 @@ def _change_statements(
         # The probe's keys replace FALSE (no partition) in the three predicates.
         "merge_partitions": emit.merge_partitions(plan, refresh.state, current, [], guard),
     }
+
+
+def _join_state_statements(
+    plan: ViewPlan, refresh: Refresh, windows: dict, guard: emit.Guard
+) -> tuple[dict[str, str], relations.JoinReads]:
+    """The upkeep MERGE of each join state the model keeps, and the reads its MERGE uses.
+
+    Read-only: the join state's commit of the recorded version is looked up
+    in its history; the upkeep's commit is the one after its newest.
+    """
+    statements: dict[str, str] = {}
+    reads: dict[str, dict[int, object]] = {}
+    states = refresh.join_states({})
+    for join_input in join_states.candidates(plan):
+        relation = join_input.relation(refresh.target)
+        commits = states.history(join_input, relation)
+        window = windows[join_input.table]
+        at_recorded = next((c for c in commits if c.source_version == window.recorded), None)
+        if not commits or at_recorded is None:
+            continue
+        latest = commits[0]
+        at_pinned = latest.version
+        if latest.source_version < window.pinned:
+            upkeep_window = Window(recorded=latest.source_version, pinned=window.pinned)
+            statements[f"merge_join_state_{join_input.alias}"] = emit.merge_join_state(
+                join_input, relation, upkeep_window, emit.Guard(latest.guard, guard.write)
+            )
+            at_pinned = latest.version + 1
+        reads[join_input.alias] = {
+            window.recorded: join_states.read(join_input, relation, at_recorded.version),
+            window.pinned: join_states.read(join_input, relation, at_pinned),
+        }
+    return statements, reads  # type: ignore[return-value]
+
+
+def _join_state_lines(plan: ViewPlan, refresh: Refresh) -> list[str]:
+    """Each join input that can keep a join state: kept (and its size) or not."""
+    lines = []
+    for join_input in join_states.candidates(plan):
+        relation = join_input.relation(refresh.target)
+        columns = ", ".join(name for name, _ in join_input.columns)
+        condition = (
+            f" where {join_input.condition.sql(dialect=DIALECT)}" if join_input.condition else ""
+        )
+        if refresh.relation_exists(relation):
+            detail_columns, rows = refresh.runner.query(delta.describe_detail(relation))
+            detail = dict(zip(detail_columns, rows[0]))
+            kept = (
+                f"kept in {relation} ({detail.get('numFiles')} files, "
+                f"{detail.get('sizeInBytes')} bytes)"
+            )
+        else:
+            kept = "not kept: its partners read the source (ivm_join_state keeps it)"
+        lines.append(
+            f"  join state {join_input.alias}: ({columns}) of {join_input.table}{condition}, "
+            f"by ({', '.join(join_input.join_keys)}), {kept}"
+        )
+    return lines
 
 
 @dataclass(frozen=True)
@@ -167,6 +234,7 @@ def explain(refresh: Refresh) -> Explanation:
                 f"    key relation {relation.alias}: distinct ({keys}) of "
                 f"{relation.source.alias}{condition}"
             )
+    lines.extend(_join_state_lines(plan, refresh))
     for pre in plan.preaggregations:
         kinds = ", ".join(
             kind if kind != "COUNT" else "COUNT(DISTINCT)" for _, kind in pre.recomputed

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm import delta
-from ivm_compiler import TableName, emit
+from ivm_compiler import TableName, emit, key_bounds
 from ivm_compiler import join_states as compiler
 from ivm_compiler.plan import ViewPlan
 from ivm_compiler.relations import JoinReads, Window
@@ -132,7 +132,7 @@ class JoinStates:
         if facts is None or facts.size_bytes < AUTO_MIN_BYTES:
             return False
         narrow = len(join_input.columns) <= AUTO_MAX_COLUMN_SHARE * max(facts.column_count, 1)
-        return narrow or join_input.condition is not None
+        return narrow or join_input.filtered
 
     # -- build -------------------------------------------------------------------
 
@@ -174,6 +174,7 @@ class JoinStates:
         plan: ViewPlan,
         windows: dict[TableName, Window],
         pinned: dict[TableName, delta.SourceSnapshot],
+        bounds: key_bounds.Bounds | None = None,
     ) -> tuple[JoinReads, list[compiler.JoinInput]]:
         """Bring each kept join state to its pinned version; its reads at both window ends.
 
@@ -185,7 +186,7 @@ class JoinStates:
         for join_input in kept:
             window = windows[join_input.table]
             relation = join_input.relation(self.target)
-            commits = self._history(join_input, relation)
+            commits = self.history(join_input, relation)
             at_recorded = next((c for c in commits if c.source_version == window.recorded), None)
             latest = commits[0] if commits else None
             if (
@@ -210,6 +211,10 @@ class JoinStates:
                     pinned[join_input.table],
                     Window(recorded=latest.source_version, pinned=window.pinned),
                     latest,
+                    # The probe's bounds hold for the refresh's window; an upkeep
+                    # from a later version (after a failed refresh) reads a
+                    # part of it, whose keys lie within them too.
+                    bounds,
                 )
             reads[join_input.alias] = {
                 window.recorded: compiler.read(join_input, relation, at_recorded.version),
@@ -217,7 +222,7 @@ class JoinStates:
             }
         return reads, kept
 
-    def _history(self, join_input: compiler.JoinInput, relation: TableName) -> list[Commit]:
+    def history(self, join_input: compiler.JoinInput, relation: TableName) -> list[Commit]:
         """The join state's commits, newest first (none if it does not exist)."""
         if self.relation_exists(relation) is None:
             return []
@@ -268,6 +273,7 @@ class JoinStates:
         source: delta.SourceSnapshot,
         window: Window,
         latest: Commit,
+        bounds: key_bounds.Bounds | None = None,
     ) -> Commit:
         """One guarded MERGE of the source's change rows in `window` into the join state."""
         relation = join_input.relation(self.target)
@@ -278,7 +284,7 @@ class JoinStates:
         )
         self._commit(
             emit.merge_join_state(
-                join_input, relation, window, emit.Guard(read=latest.guard, write=guard)
+                join_input, relation, window, emit.Guard(read=latest.guard, write=guard), bounds
             ),
             self._metadata(relation, source, window.pinned, join_input.fingerprint, guard),
         )

@@ -827,14 +827,14 @@ class Refresh:
         refresh_id = uuid.uuid4().hex
         metadata = self._metadata(refresh_id, plan, pinned)
         guard = self._guard(recorded, refresh_id)
+        bounds = self.join_key_bounds(plan, windows)
         kept_states = self.join_states(pinned)
         try:
-            join_reads, kept = kept_states.prepare(plan, windows, pinned)
+            join_reads, kept = kept_states.prepare(plan, windows, pinned, bounds)
         except Exception as error:
             if delta.is_concurrent_refresh(error):
                 raise ConcurrentRefresh(self.model, self.state, error) from error
             raise
-        bounds = self.join_key_bounds(plan, windows)
         self._record_merge(
             emit.merge_changes(plan, self.state, windows, guard, bounds, join_reads),
             metadata,
