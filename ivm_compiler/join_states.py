@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from ivm_compiler import key_bounds, names
 from ivm_compiler.parse import DIALECT, TableName, from_tables
-from ivm_compiler.plan import SourceRef, UpstreamModel, ViewClass, ViewPlan
+from ivm_compiler.plan import SourceRef, ViewClass, ViewPlan
 
 # Column types a join state does not keep (see the module docstring).
 UNSUPPORTED_TYPE_PREFIXES = ("float", "double", "real", "map", "array", "struct", "variant")
@@ -267,19 +267,13 @@ def changes(join_input: JoinInput, signed: exp.Subquery) -> exp.Select:
     )
 
 
-def read(
-    join_input: JoinInput,
-    relation: TableName,
-    version: int,
-    upstream: UpstreamModel | None = None,
-) -> exp.Subquery:
+def read(join_input: JoinInput, relation: TableName, version: int) -> exp.Subquery:
     """The join state at its own Delta `version`, each row repeated by its count, as the input's alias.
 
     It stands in for `source VERSION AS OF v AS alias` in a join term: same
     alias, the columns the model reads, the rows that pass the model's
     conditions on the input (the term applies them again, to the same effect).
     """
-    assert upstream is None, "join states are kept for plain sources only"
     repeat = exp.Lateral(
         this=exp.Explode(
             this=exp.GenerateSeries(
