@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"values to compare (default: {JOIN_STATE_NONE})",
     )
     parser.add_argument(
+        "--strategy",
+        choices=("auto", "incremental", "recompute"),
+        default="auto",
+        help="the ivm models' ivm_strategy; 'incremental' measures the incremental "
+        "path even where 'auto' would recompute (default: auto)",
+    )
+    parser.add_argument(
         "--work-dir",
         type=Path,
         default=DEFAULT_WORK_DIR,
@@ -160,6 +167,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         dbt_log_level_file=args.dbt_log_level_file,
         group_overhead_pairs=args.group_overhead_pairs,
         join_state=args.join_state,
+        strategy=args.strategy,
     )
 
 
@@ -259,6 +267,7 @@ def _settings_json(settings: BenchSettings) -> dict[str, Any]:
         "spark_conf": dict(settings.spark_conf),
         "group_overhead_pairs": settings.group_overhead_pairs,
         "join_state": settings.join_state,
+        "strategy": settings.strategy,
         "group_overhead_size": (
             settings.group_overhead_size if settings.group_overhead_pairs else None
         ),

@@ -173,7 +173,10 @@ class ScaleExperiment:
             target_dir=self.settings.dbt_target_dir,
             log_dir=self.settings.dbt_log_dir,
             log_level_file=self.settings.dbt_log_level_file,
-            base_vars={"bench_ivm_join_state": self.settings.join_state},
+            base_vars={
+                "bench_ivm_join_state": self.settings.join_state,
+                "bench_ivm_strategy": self.settings.strategy,
+            },
         )
         parse_seconds = project.parse()
         self.result = ScaleResult(

@@ -295,7 +295,8 @@ def markdown(results: dict[str, Any], plots: list[Path]) -> str:
             f"{', '.join(results['settings']['batch_kinds'])}; {results['settings']['repetitions']} "
             "repetition(s), times are medians"
             + _group_overhead_setting(results["settings"])
-            + f"; ivm_join_state {results['settings'].get('join_state', 'none')!r}."
+            + f"; ivm_join_state {results['settings'].get('join_state', 'none')!r}"
+            + f", ivm_strategy {results['settings'].get('strategy', 'auto')!r}."
         ),
         "",
         "JVM and SparkSession start (not in any figure below): "

@@ -55,6 +55,8 @@ class BenchSettings:
     group_overhead_pairs: int = 0
     # The ivm models' ivm_join_state (project var bench_ivm_join_state).
     join_state: str = "none"
+    # The ivm models' ivm_strategy (project var bench_ivm_strategy).
+    strategy: str = "auto"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.batch_kinds) - set(BATCH_KINDS))

@@ -195,11 +195,12 @@ class JoinStates:
                 or latest.fingerprint != join_input.fingerprint
                 or latest.source_version > window.pinned
             ):
-                reason = (
-                    "it did not exist"
-                    if latest is None
-                    else f"it held no commit of {join_input.table} version {window.recorded}"
-                )
+                if latest is None:
+                    reason = "it did not exist"
+                elif latest.fingerprint != join_input.fingerprint:
+                    reason = "the columns or conditions it keeps changed"
+                else:
+                    reason = f"it held no commit of {join_input.table} version {window.recorded}"
                 at_recorded = self._create(
                     join_input, pinned[join_input.table], window.recorded, reason
                 )
