@@ -147,7 +147,12 @@ class _Log:
     def debug(self, msg: str) -> None: ...
 
 
-def _states(setting: Any, facts: dict[TableName, SourceFacts] | None = None) -> JoinStates:
+def _states(
+    setting: Any,
+    facts: dict[TableName, SourceFacts] | None = None,
+    existing: tuple[str, ...] = (),
+    refreshes: list[dict[TableName, int]] | None = None,
+) -> JoinStates:
     return JoinStates(
         runner=_NoQueries(),
         log=_Log(),
@@ -155,6 +160,8 @@ def _states(setting: Any, facts: dict[TableName, SourceFacts] | None = None) -> 
         target=MODEL_VIEW,
         setting=setting,
         source_facts=lambda table: (facts or {}).get(table),
+        relation_exists=lambda table: "table" if table.name in existing else None,
+        recent_refreshes=lambda: refreshes or [],
     )
 
 
@@ -184,3 +191,20 @@ def test_auto_keeps_a_join_state_for_large_sources_read_narrowly_or_filtered() -
     assert _states("auto", small).chosen(plan, building=True) == []
     assert _states("none", facts).chosen(plan, building=True) == []
     assert [c.alias for c in _states("all").chosen(plan, building=True)] == ["o", "c"]
+
+
+def test_auto_drops_a_join_state_whose_source_changes_in_most_refreshes() -> None:
+    plan, _ = compile_with(JOIN_SQL, JOIN_DESCRIBE, JOIN_PROBE)
+    kept = ("my_model__ivm_join_o", "my_model__ivm_join_c")
+
+    def refreshes(orders: list[int]) -> list[dict[TableName, int]]:
+        return [{ORDERS_TABLE: v, CUSTOMERS_TABLE: 7} for v in orders]
+
+    # customers never changed; orders changed in 2 of the last 4 refreshes: both kept.
+    rarely = _states("auto", existing=kept, refreshes=refreshes([1, 1, 2, 2, 3, 3, 3]))
+    assert [c.alias for c in rarely.chosen(plan, building=False)] == ["o", "c"]
+    # orders changed in 3 of the last 4: its join state goes, customers' stays.
+    often = _states("auto", existing=kept, refreshes=refreshes([1, 1, 2, 3, 3, 4]))
+    assert [c.alias for c in often.chosen(plan, building=False)] == ["c"]
+    # Only the ones that exist are kept: 'auto' decides what to build at a build.
+    assert _states("auto", refreshes=refreshes([1, 1])).chosen(plan, building=False) == []

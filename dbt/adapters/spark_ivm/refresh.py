@@ -258,9 +258,10 @@ class Refresh:
         for warning in () if self.window_order_unique else plan.tie_warnings:
             self.log.warning(warning)
         pinned = {table: self.pin(table, plan.upstreams.get(table)) for table in plan.tables}
-        # An ivm_join_state alias that cannot keep a join state stops the
-        # refresh here, before anything is written.
-        self.join_states(pinned).chosen(plan, building=False)
+        if isinstance(self.join_state, list):
+            # An ivm_join_state alias that cannot keep a join state stops the
+            # refresh here, before anything is written.
+            self.join_states(pinned).chosen(plan, building=False)
         target_type = self.relation_exists(self.target)
         if target_type not in (None, "view"):
             # The model was materialized as something else before (e.g. 'table').
@@ -863,7 +864,24 @@ class Refresh:
             drop_relation=self.drop_relation,
             relation_created=self.relation_created,
             source_facts=facts,
+            recent_refreshes=self._recent_refreshes,
         )
+
+    def _recent_refreshes(self) -> list[dict[TableName, int]]:
+        """The source versions of the state's recent refresh commits, oldest first."""
+        columns, rows = self.runner.query(delta.describe_history(self.state, limit=20))
+        found = []
+        for row in sorted(rows, key=lambda r: int(r[columns.index("version")])):
+            metadata = delta.load_metadata(row[columns.index("userMetadata")])
+            if metadata is None or str(metadata.get("state")).lower() != str(self.state):
+                continue
+            found.append(
+                {
+                    table_name_of(name): int(entry["version"])
+                    for name, entry in (metadata.get("sources") or {}).items()
+                }
+            )
+        return found
 
     def join_key_bounds(
         self, plan: ViewPlan, windows: dict[TableName, Window]
