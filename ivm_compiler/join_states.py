@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ivm_compiler import key_bounds, names
+from ivm_compiler import key_bounds, names, relations
 from ivm_compiler.parse import DIALECT, TableName, from_tables
 from ivm_compiler.plan import SourceRef, ViewClass, ViewPlan
 
@@ -163,17 +163,8 @@ def candidates(plan: ViewPlan) -> list[JoinInput]:
     return found
 
 
-def _column(join_input: JoinInput, name: str, qualified: bool = True) -> exp.Column:
-    return exp.column(name, table=_ident(join_input.alias) if qualified else None, quoted=True)
-
-
-def _at_version(table: TableName, version: int) -> exp.Table:
-    node = table.to_table()
-    node.set(
-        "version",
-        exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
-    )
-    return node
+def _column(join_input: JoinInput, name: str) -> exp.Column:
+    return exp.column(name, table=_ident(join_input.alias), quoted=True)
 
 
 def _grouped(join_input: JoinInput, rows: exp.Expression, count: exp.Expression) -> exp.Select:
@@ -194,7 +185,7 @@ def _grouped(join_input: JoinInput, rows: exp.Expression, count: exp.Expression)
 
 def build_query(join_input: JoinInput, version: int, guard: str) -> exp.Query:
     """The join state's rows at a source version, in join-key order, plus its guard row."""
-    source = _at_version(join_input.table, version)
+    source = relations.delta_table_at_version(join_input.table, version)
     source.set("alias", exp.TableAlias(this=_ident(join_input.alias)))
     rows = _grouped(join_input, source, exp.Count(this=exp.Star(), big_int=True)).select(
         exp.alias_(exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True)
@@ -285,7 +276,7 @@ def read(join_input: JoinInput, relation: TableName, version: int) -> exp.Subque
     )
     select = (
         exp.select(*[exp.column(name, quoted=True) for name, _ in join_input.columns])
-        .from_(_at_version(relation, version))
+        .from_(relations.delta_table_at_version(relation, version))
         .where(exp.Is(this=exp.column(names.GUARD, quoted=True), expression=exp.null()))
     )
     select.append("laterals", repeat)

@@ -60,7 +60,8 @@ def aliased(table: exp.Expression, alias: str) -> exp.Expression:
     return table
 
 
-def _delta_table_at_version(table: TableName, version: int) -> exp.Table:
+def delta_table_at_version(table: TableName, version: int) -> exp.Table:
+    """`table VERSION AS OF version` (Delta time travel)."""
     node = table.to_table()
     node.set(
         "version",
@@ -94,8 +95,8 @@ def table_at_version(
     the model's view definition.
     """
     if upstream is None:
-        return aliased(_delta_table_at_version(table, version), alias)
-    state = _delta_table_at_version(upstream.state, version)
+        return aliased(delta_table_at_version(table, version), alias)
+    state = delta_table_at_version(upstream.state, version)
     return _upstream_reading(upstream, state).subquery(ident(alias))
 
 
