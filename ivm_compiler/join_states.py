@@ -86,10 +86,6 @@ def _ident(name: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
 
 
-def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
-    return key_bounds._conjuncts(condition)
-
-
 def _supported(data_type: str) -> bool:
     return not data_type.lower().startswith(UNSUPPORTED_TYPE_PREFIXES)
 
@@ -117,9 +113,8 @@ def candidates(plan: ViewPlan) -> list[JoinInput]:
     tables = from_tables(rows)
     if len(tables) < 2 or not all(isinstance(t, exp.Table) for t in tables):
         return []
-    conditions = _conjuncts(rows.args["where"].this if rows.args.get("where") else None)
-    for join in rows.args.get("joins") or []:
-        conditions += _conjuncts(join.args.get("on"))
+    conditions = key_bounds.join_conditions(rows)
+    equalities = key_bounds.column_equalities(conditions)
     found = []
     for node in tables:
         ref = SourceRef(alias=node.alias_or_name, table=TableName.of(node))
@@ -131,15 +126,9 @@ def candidates(plan: ViewPlan) -> list[JoinInput]:
         own = [c.copy() for c in conditions if _only_on(c, ref.alias)]
         own_filter = list(own)
         keys: list[str] = []
-        for condition in conditions:
-            if not isinstance(condition, exp.EQ):
-                continue
-            sides = (condition.this, condition.expression)
-            if not all(isinstance(s, exp.Column) and s.table for s in sides):
-                continue
-            for mine, theirs in (sides, tuple(reversed(sides))):
-                if mine.table == ref.alias and theirs.table != ref.alias and mine.name not in keys:
-                    keys.append(mine.name)
+        for mine, theirs in equalities:
+            if mine.table == ref.alias and theirs.table != ref.alias and mine.name not in keys:
+                keys.append(mine.name)
         # A row with a NULL join key meets no partner (NULL never equals), so
         # the join state leaves it out, and its changes too.
         own += [

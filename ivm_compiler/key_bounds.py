@@ -85,6 +85,26 @@ def _inner_only(select: exp.Select) -> bool:
     return True
 
 
+def join_conditions(select: exp.Select) -> list[exp.Expression]:
+    """The top-level conjuncts of a SELECT's WHERE and of its JOINs' ON conditions."""
+    conditions = _conjuncts(select.args["where"].this if select.args.get("where") else None)
+    for join in select.args.get("joins") or []:
+        conditions += _conjuncts(join.args.get("on"))
+    return conditions
+
+
+def column_equalities(conditions: Sequence[exp.Expression]) -> list[tuple[exp.Column, exp.Column]]:
+    """Each `a.x = b.y` between two qualified columns, once from each side: (mine, theirs)."""
+    found = []
+    for condition in conditions:
+        if not isinstance(condition, exp.EQ):
+            continue
+        sides = (condition.this, condition.expression)
+        if all(isinstance(side, exp.Column) and side.table for side in sides):
+            found += [(sides[0], sides[1]), (sides[1], sides[0])]
+    return found
+
+
 def partner_bounds(
     select: exp.Select,
     inputs: Sequence[object],
@@ -104,30 +124,21 @@ def partner_bounds(
         for index, relation in enumerate(inputs)
         if index != position and isinstance(relation, SourceRef)
     }
-    conditions = _conjuncts(select.args["where"].this if select.args.get("where") else None)
-    for join in select.args.get("joins") or []:
-        conditions += _conjuncts(join.args.get("on"))
 
     def typed(ref: SourceRef, column: exp.Column) -> str | None:
         columns = {name.lower(): t for name, t in source_columns.get(ref.table, {}).items()}
         return columns.get(column.name.lower())
 
     found = []
-    for condition in conditions:
-        if not isinstance(condition, exp.EQ):
+    for mine, theirs in column_equalities(join_conditions(select)):
+        if mine.table != changed.alias or theirs.table not in partners:
             continue
-        sides = (condition.this, condition.expression)
-        if not all(isinstance(side, exp.Column) and side.table for side in sides):
+        partner = partners[theirs.table]
+        mine_type, theirs_type = typed(changed, mine), typed(partner, theirs)
+        if mine_type is None or mine_type != theirs_type or not _bounded_type(mine_type):
             continue
-        for mine, theirs in (sides, reversed(sides)):
-            if mine.table != changed.alias or theirs.table not in partners:
-                continue
-            partner = partners[theirs.table]
-            mine_type, theirs_type = typed(changed, mine), typed(partner, theirs)
-            if mine_type is None or mine_type != theirs_type or not _bounded_type(mine_type):
-                continue
-            key = KeyColumn(table=changed.table, column=mine.name, data_type=mine_type)
-            found.append(PartnerBound(key, partner.alias, theirs.name))
+        key = KeyColumn(table=changed.table, column=mine.name, data_type=mine_type)
+        found.append(PartnerBound(key, partner.alias, theirs.name))
     return found
 
 

@@ -92,6 +92,10 @@ class SourceFacts:
     column_count: int
 
 
+def _no_commit() -> None:
+    raise RuntimeError("JoinStates needs a commit runner to write a join state")
+
+
 @dataclass
 class JoinStates:
     runner: Runner
@@ -103,6 +107,8 @@ class JoinStates:
     drop_relation: Callable[[TableName, str], None] = lambda table, kind: None
     relation_created: Callable[[TableName, str], None] = lambda table, kind: None
     source_facts: Callable[[TableName], SourceFacts | None] = lambda table: None
+    # Runs one committing statement with commit metadata attached (Refresh._commit).
+    commit: Callable[[str, dict[str, Any]], Any] = lambda statement, metadata: _no_commit()
     # The source versions the model's recent refresh commits recorded, oldest first.
     recent_refreshes: Callable[[], list[dict[TableName, int]]] = list
 
@@ -287,7 +293,7 @@ class JoinStates:
             f"{self.model}: building the join state {relation} of input "
             f"{join_input.alias!r} at {join_input.table} version {version} ({reason})"
         )
-        self._commit(
+        self.commit(
             emit.create_join_state(join_input, relation, version, guard),
             self._metadata(relation, source, version, join_input.fingerprint, guard),
         )
@@ -309,7 +315,7 @@ class JoinStates:
             f"{self.model}: bringing the join state {relation} from {join_input.table} "
             f"version {window.recorded} to {window.pinned}"
         )
-        self._commit(
+        self.commit(
             emit.merge_join_state(
                 join_input, relation, window, emit.Guard(read=latest.guard, write=guard), bounds
             ),
@@ -334,11 +340,3 @@ class JoinStates:
     def _latest_version(self, relation: TableName) -> int:
         columns, rows = self.runner.query(delta.describe_history(relation, limit=1))
         return int(rows[0][columns.index("version")])
-
-    def _commit(self, statement: str, metadata: dict[str, Any]) -> None:
-        with delta.COMMIT_LOCK:
-            self.runner.execute(delta.set_commit_metadata(metadata))
-            try:
-                self.runner.query(statement)
-            finally:
-                self.runner.execute(delta.reset_commit_metadata())

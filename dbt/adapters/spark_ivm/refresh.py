@@ -134,6 +134,10 @@ class Refresh:
     # Every source pinned in this refresh (by the model or its plan nodes), by lower-case name.
     _pins: dict[str, delta.SourceSnapshot] = field(default_factory=dict, init=False, repr=False)
     _split: nodes.Split | None = field(default=None, init=False, repr=False)
+    # The state's DESCRIBE HISTORY rows recorded() read (columns, rows).
+    _state_history: tuple[list[str], Sequence[Sequence[Any]]] | None = field(
+        default=None, init=False, repr=False
+    )
 
     def run(self) -> RefreshResult:
         started = self._started = time.monotonic()
@@ -765,6 +769,7 @@ class Refresh:
         # maintenance commits (OPTIMIZE, VACUUM) by hand push it further back.
         for limit in (20, None):
             columns, rows = self.runner.query(delta.describe_history(self.state, limit=limit))
+            self._state_history = (columns, rows)
             recorded = delta.parse_recorded(self.state, columns, rows)
             if recorded is not None or limit is None or len(rows) < limit:
                 return recorded
@@ -864,12 +869,16 @@ class Refresh:
             drop_relation=self.drop_relation,
             relation_created=self.relation_created,
             source_facts=facts,
+            commit=self._commit,
             recent_refreshes=self._recent_refreshes,
         )
 
     def _recent_refreshes(self) -> list[dict[TableName, int]]:
         """The source versions of the state's recent refresh commits, oldest first."""
-        columns, rows = self.runner.query(delta.describe_history(self.state, limit=20))
+        # recorded() read them at the start of this refresh.
+        columns, rows = self._state_history or self.runner.query(
+            delta.describe_history(self.state, limit=20)
+        )
         found = []
         for row in sorted(rows, key=lambda r: int(r[columns.index("version")])):
             metadata = delta.load_metadata(row[columns.index("userMetadata")])
