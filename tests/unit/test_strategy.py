@@ -138,6 +138,27 @@ def test_far_beyond_the_history_the_slope_is_never_below_the_default():
     assert far.incremental_seconds > far.recompute_seconds
 
 
+def test_refreshes_of_about_the_same_size_make_no_slope():
+    # bench/ at SF 1: two batches of about 15k rows took 3.6 s and 2.4 s. A line
+    # through them rose 0.2 s per row and put the next 12k rows at over a
+    # minute, so auto recomputed (6.7 s) a model it refreshes in 2.4 s.
+    history = _records(
+        (RECOMPUTE, 0, 250 * 10**6, 6.7),
+        (INCREMENTAL, 14_993, 250 * 10**6, 3.6),
+        (INCREMENTAL, 14_987, 250 * 10**6, 2.4),
+    )
+    change = ChangeSize(rows=11_993, source_bytes=250 * 10**6)
+    found = estimate(history, change)
+    assert found is not None
+    assert found.basis == "history for recompute; default cost per changed row"
+    default_per_row = 6.7 / (250 * 10**6) * 40 * DEFAULT_ROW_COST_FACTOR
+    assert found.incremental_seconds == pytest.approx(2.4 + default_per_row * 11_993)
+    assert choose(AUTO, history, change).way == INCREMENTAL
+    # Once a change twice the size of another was seen, the line is used.
+    wider = [*history, *_records((INCREMENTAL, 30_000, 250 * 10**6, 4.0))]
+    assert estimate(wider, change).basis == "history"  # type: ignore[union-attr]
+
+
 def test_fixed_strategies_and_unknown_sizes():
     history = _records((RECOMPUTE, 0, 10, 1.0))
     huge = ChangeSize(rows=10**12, source_bytes=10)

@@ -8,8 +8,9 @@ both from the model's own history of refreshes:
 - recompute: seconds per source byte of its past builds and recomputes,
   times the sources' size now;
 - incremental: a line through its past incremental refreshes' (changed rows,
-  seconds); with fewer than two distinct points, the floor it has seen plus a
-  default cost per changed row (below).
+  seconds); while their sizes lie within a factor of two of each other (too
+  close for a slope), the cheapest one seen plus a default cost per changed
+  row (below).
 
 The change's size is the number of change-feed rows the window holds, read
 from the sources' commit metrics (DESCRIBE HISTORY's operationMetrics): no
@@ -47,6 +48,12 @@ DEFAULT_ROW_COST_FACTOR = 10.0
 # about what a no-op MERGE does), and on small tables fixed costs make both
 # ways' estimates noise: such changes are always applied.
 MIN_RECOMPUTE_ROWS = 10_000
+# A line needs changes of clearly different sizes: through refreshes of about
+# the same size (a benchmark's batches, a daily load) the least-squares slope
+# is run-to-run noise. Measured (bench/, SF 1): two batches of about 15k rows
+# that took 3.6 s and 2.4 s made a slope that put 12k rows at 64 s, and `auto`
+# recomputed a model whose refresh was the cheaper way.
+LINE_MIN_SPREAD = 2.0
 # Bytes per source row when no commit in the window says (Parquet, TPC-H-like rows).
 DEFAULT_BYTES_PER_ROW = 40.0
 
@@ -166,9 +173,13 @@ def choose(strategy: str, history: Sequence[RefreshRecord], change: ChangeSize |
 
 
 def _line(records: Sequence[RefreshRecord]) -> tuple[float, float] | None:
-    """(floor, seconds per changed row) by least squares, both kept non-negative."""
+    """(floor, seconds per changed row) by least squares, both kept non-negative.
+
+    None unless the largest change is LINE_MIN_SPREAD times the smallest.
+    """
     points = [(float(r.changed_rows), r.seconds) for r in records]
-    if len({x for x, _ in points}) < 2:
+    sizes = [x for x, _ in points]
+    if len(set(sizes)) < 2 or max(sizes) < LINE_MIN_SPREAD * min(sizes):
         return None
     mean_x = statistics.fmean(x for x, _ in points)
     mean_y = statistics.fmean(y for _, y in points)
