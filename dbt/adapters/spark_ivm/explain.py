@@ -90,20 +90,18 @@ def _join_state_statements(
 ) -> tuple[dict[str, str], relations.JoinReads]:
     """The upkeep MERGE of each join state the model keeps, and the reads its MERGE uses.
 
-    Read-only: the join state's commit of the recorded version is looked up
-    in its history; the upkeep's commit is the one after its newest.
+    Read-only: the join state's commits are looked up as prepare looks them
+    up (JoinStates.locate); the upkeep's commit is the one after its newest.
     """
     statements: dict[str, str] = {}
     reads: dict[str, dict[int, object]] = {}
     states = refresh.join_states({})
     for join_input in join_states.candidates(plan):
         relation = join_input.relation(refresh.target)
-        commits = states.history(join_input, relation)
         window = windows[join_input.table]
-        at_recorded = next((c for c in commits if c.source_version == window.recorded), None)
-        if not commits or at_recorded is None:
+        at_recorded, latest = states.locate(join_input, relation, window)
+        if at_recorded is None or latest is None:
             continue
-        latest = commits[0]
         at_pinned = latest.version
         if latest.source_version < window.pinned:
             upkeep_window = Window(recorded=latest.source_version, pinned=window.pinned)

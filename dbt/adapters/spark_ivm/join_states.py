@@ -218,9 +218,7 @@ class JoinStates:
         for join_input in kept:
             window = windows[join_input.table]
             relation = join_input.relation(self.target)
-            commits = self.history(join_input, relation)
-            at_recorded = next((c for c in commits if c.source_version == window.recorded), None)
-            latest = commits[0] if commits else None
+            at_recorded, latest = self.locate(join_input, relation, window)
             if (
                 at_recorded is None
                 or latest is None
@@ -254,6 +252,17 @@ class JoinStates:
                 window.pinned: compiler.read(join_input, relation, at_pinned.version),
             }
         return reads, kept
+
+    def locate(
+        self, join_input: compiler.JoinInput, relation: TableName, window: Window
+    ) -> tuple[Commit | None, Commit | None]:
+        """The join state's commit holding the window's recorded version, and its newest.
+
+        Read-only (explain shows what prepare would do from the same answer).
+        """
+        commits = self.history(join_input, relation)
+        at_recorded = next((c for c in commits if c.source_version == window.recorded), None)
+        return at_recorded, commits[0] if commits else None
 
     def history(self, join_input: compiler.JoinInput, relation: TableName) -> list[Commit]:
         """The join state's commits, newest first (none if it does not exist)."""
