@@ -312,7 +312,9 @@ def markdown(results: dict[str, Any], plots: list[Path]) -> str:
     lines += [f"- {problem}" for problem in found] or [
         (
             "None: every ivm model equaled its table twin after every batch, and every ivm "
-            "refresh was incremental (or found no change when the batch left its sources alone)."
+            "refresh after a batch that changed its sources applied the change or, where "
+            "ivm_strategy 'auto' chose to, recomputed it (and found no change when the batch "
+            "left its sources alone)."
         )
     ]
     lines.append("")
