@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.spark_ivm.refresh import Refresh
+from dbt.adapters.spark_ivm.writes import StateWrites
 from tests.functional.ivm_checks import bag_differences, recorded_state
 from tests.functional.ivm_project import JOIN_QUERIES
 from tests.functional.test_random_joins import RandomJoinChanges
@@ -102,7 +102,7 @@ class TestRandomJoinStateChanges(RandomJoinChanges):
         def fail(*args, **kwargs):
             raise RuntimeError("injected: the model's MERGE did not run")
 
-        monkeypatch.setattr(Refresh, "_record_merge", fail)
+        monkeypatch.setattr(StateWrites, "_merge", fail)
         run_dbt(["run", "--select", "joined_rows"], expect_pass=False)
         monkeypatch.undo()
         ahead = spark.sql(

@@ -11,18 +11,20 @@ from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm.groups import NO_GROUP
 from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
-from dbt.adapters.spark_ivm.refresh import FALLBACK_VALUES
 from dbt.adapters.spark_ivm.schema_changes import ON_SCHEMA_CHANGE_VALUES
+from dbt.adapters.spark_ivm.settings import Fallback
 from dbt.adapters.spark_ivm.strategy import STRATEGIES
+
+FALLBACK_VALUES = tuple(Fallback)
 
 # config name -> what it accepts (documented in README.md, "Configuration").
 IVM_CONFIGS: dict[str, str] = {
-    "ivm_fallback": "one of: " + ", ".join(repr(v) for v in FALLBACK_VALUES) + ", or unset",
+    "ivm_fallback": "one of: " + ", ".join(repr(v.value) for v in FALLBACK_VALUES) + ", or unset",
     "ivm_group": f"a group name (letters, digits, _ and -), {NO_GROUP!r}, or unset",
     "ivm_join_state": "one of: "
-    + ", ".join(repr(v) for v in JOIN_STATE_SETTINGS)
+    + ", ".join(repr(v.value) for v in JOIN_STATE_SETTINGS)
     + ", a list of the model's table aliases, or unset (none)",
-    "ivm_strategy": "one of: " + ", ".join(repr(v) for v in STRATEGIES) + ", or unset (auto)",
+    "ivm_strategy": "one of: " + ", ".join(repr(v.value) for v in STRATEGIES) + ", or unset (auto)",
     "ivm_window_order_unique": "true or false (unset: false)",
 }
 

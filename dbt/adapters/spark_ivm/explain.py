@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm import decision, delta
 from dbt.adapters.spark_ivm.refresh import Refresh
+from dbt.adapters.spark_ivm.upstreams import published_version
 from ivm_compiler import ViewClass, ViewPlan, emit, join_states, names, relations
 from ivm_compiler.parse import DIALECT
 from ivm_compiler.relations import Window
@@ -68,7 +69,7 @@ def _change_statements(
         # The probe only reads the change feed: with pending commits run it,
         # so that the MERGE shown is the one the next refresh runs; without,
         # the MERGE is shown unbounded (each term then gains `BETWEEN` bounds).
-        bounds = refresh.join_key_bounds(plan, windows) if pending else {}
+        bounds = refresh.writes(plan, {}).join_key_bounds(plan, windows) if pending else {}
         return {
             **upkeep,
             "probe_join_keys": probe[0],
@@ -125,7 +126,7 @@ def _join_state_lines(plan: ViewPlan, refresh: Refresh) -> list[str]:
         condition = (
             f" where {join_input.condition.sql(dialect=DIALECT)}" if join_input.condition else ""
         )
-        if refresh.relation_exists(relation):
+        if refresh.relations.exists(relation):
             detail_columns, rows = refresh.runner.query(delta.describe_detail(relation))
             detail = dict(zip(detail_columns, rows[0]))
             kept = (
@@ -149,19 +150,22 @@ class Explanation:
 
 def explain(refresh: Refresh) -> Explanation:
     plan = refresh.compile()
-    pinned = {t: refresh.pin(t, plan.upstreams.get(t)) for t in plan.tables}
-    state_type = refresh.relation_exists(refresh.state)
-    recorded = refresh.recorded() if state_type else None
+    pinned = {t: refresh.pins.pin(t, plan.upstreams.get(t)) for t in plan.tables}
+    state_type = refresh.relations.exists(refresh.state)
+    recorded = refresh.history.recorded() if state_type else None
     current = {table: snapshot.version for table, snapshot in pinned.items()}
     reflected = {
         table: int(recorded.sources[str(table)]["version"])
         for table in plan.tables
         if recorded is not None and str(table) in recorded.sources
     }
-    windows = {
-        table: Window(recorded=reflected.get(table, version), pinned=version)
-        for table, version in current.items()
-    }
+    # The ranges a refresh would read now (decision.version_ranges: the same
+    # function the refresh uses); a source the state never read starts at its pin.
+    windows = (
+        decision.version_ranges(pinned, recorded)
+        if recorded is not None
+        else {table: Window(recorded=version, pinned=version) for table, version in current.items()}
+    )
     pending = any(window.changed for window in windows.values())
     if not pending:
         # Show the MERGE the next commit on the first source would run.
@@ -188,7 +192,11 @@ def explain(refresh: Refresh) -> Explanation:
         "model_query": emit.model_query(plan, current),
     }
 
-    shown = refresh.published_version(refresh.relation_exists(refresh.target))
+    shown = (
+        published_version(refresh.runner, refresh.target, refresh.state)
+        if refresh.relations.exists(refresh.target) == "view"
+        else None
+    )
     lines = [
         f"ivm plan of {refresh.model}",
         f"  view class:   {plan.view_class.value}",

@@ -37,11 +37,11 @@ from dbt.adapters.spark_ivm.housekeeping import (
     model_schemas,
     report,
 )
-from dbt.adapters.spark_ivm.join_states import NONE as JOIN_STATE_NONE
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
-from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, table_name_of
+from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, Relations
 from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
-from dbt.adapters.spark_ivm.strategy import AUTO
+from dbt.adapters.spark_ivm.settings import Action, RefreshSettings
+from dbt.adapters.spark_ivm.state_history import table_name_of
 from dbt.adapters.spark_ivm.strict import StrictReads
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, names
 from ivm_compiler.emit import (
@@ -111,17 +111,10 @@ class SparkIvmAdapter(SparkAdapter):
         validate_model_config(model_id, config)
         validate_relation_name(model_id, "schema", relation.schema)
         validate_relation_name(model_id, "alias", relation.identifier)
-        refresh = self._refresh_of(relation, sql, model_id, upstream)
-        refresh.full_refresh = full_refresh
-        refresh.fallback = config.get("ivm_fallback")
-        refresh.strategy = config.get("ivm_strategy") or AUTO
-        refresh.window_order_unique = bool(config.get("ivm_window_order_unique"))
-        refresh.join_state = config.get("ivm_join_state") or JOIN_STATE_NONE
-        refresh.on_schema_change = config.get("on_schema_change") or "ignore"
-        refresh.docs = _view_docs(docs)
+        settings = RefreshSettings.from_config(config, full_refresh, _view_docs(docs))
         group_run = self._group_run(graph, selected, invocation_id)
-        refresh.publisher = Publisher(
-            runner=refresh.runner,
+        publisher = Publisher(
+            runner=_AdapterRunner(self),
             log=logger,
             model=model_id,
             commit_log=self._commit_log(),
@@ -129,26 +122,27 @@ class SparkIvmAdapter(SparkAdapter):
             progress=group_run.progress(model_id) if group_run else None,
             relation_exists=lambda table: self._relation_type(relation, table),
         )
+        refresh = self._refresh_of(relation, sql, model_id, upstream, settings, publisher)
         if group_run is not None and not group_run.repaired:
             with group_run.lock:
                 if not group_run.repaired:
-                    refresh.publisher.repair()
+                    publisher.repair()
                     group_run.repaired = True
         try:
             result = refresh.run()
         except NotMaintainable as refusal:
-            refresh.publisher.fail(refusal)
+            publisher.fail(refusal)
             raise CompilationError(str(refusal)) from refusal
         except InvalidSource as invalid:
-            refresh.publisher.fail(invalid)
+            publisher.fail(invalid)
             raise DbtRuntimeError(str(invalid)) from invalid
         except (ConcurrentRefresh, ModelColumnsChanged) as stopped:
-            refresh.publisher.fail(stopped)
+            publisher.fail(stopped)
             raise DbtRuntimeError(str(stopped)) from stopped
         except Exception as error:
-            refresh.publisher.fail(error)
+            publisher.fail(error)
             raise
-        if result.action != "fallback":
+        if result.action is not Action.FALLBACK:
             self.cache_added(self.ivm_state_relation(relation))
         logger.info(f"{model_id}: {result.message} in {result.seconds:.2f}s")
         return result
@@ -290,25 +284,29 @@ class SparkIvmAdapter(SparkAdapter):
         sql: str,
         model_id: str,
         upstream: dict[str, str] | None,
+        settings: RefreshSettings | None = None,
+        publisher: Publisher | None = None,
     ) -> Refresh:
         state = self.ivm_state_relation(relation)
         return Refresh(
-            runner=_AdapterRunner(self),
+            runner=publisher.runner if publisher else _AdapterRunner(self),
             log=logger,
             model=model_id,
             sql=sql,
             target=_table_name(relation),
             state=_table_name(state),
-            relation_exists=lambda table: self._relation_type(relation, table),
-            drop_relation=lambda table, kind: self._drop(relation, table, kind),
-            catalog_columns=lambda table: self._source_columns(relation, table),
-            relation_created=lambda table, kind: self.cache_added(
-                _relation_at(relation, table, kind)
+            settings=settings or RefreshSettings(),
+            relations=Relations(
+                exists=lambda table: self._relation_type(relation, table),
+                drop=lambda table, kind: self._drop(relation, table, kind),
+                columns=lambda table: self._source_columns(relation, table),
+                created=lambda table, kind: self.cache_added(_relation_at(relation, table, kind)),
             ),
             upstream_materializations={
                 str(name).lower(): str(materialized)
                 for name, materialized in (upstream or {}).items()
             },
+            publisher=publisher,
         )
 
     @available

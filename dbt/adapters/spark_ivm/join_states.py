@@ -37,13 +37,14 @@ from typing import Any, Protocol
 from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.settings import JoinStateSetting
 from ivm_compiler import TableName, emit, key_bounds
 from ivm_compiler import join_states as compiler
 from ivm_compiler.plan import ViewPlan
 from ivm_compiler.relations import JoinReads, Window
 
-NONE, AUTO, ALL = "none", "auto", "all"
-SETTINGS = (NONE, AUTO, ALL)
+NONE, AUTO, ALL = JoinStateSetting.NONE, JoinStateSetting.AUTO, JoinStateSetting.ALL
+SETTINGS = tuple(JoinStateSetting)
 
 # 'auto': a source smaller than this is read directly (a small dimension's
 # scan costs less than a MERGE into its join state).

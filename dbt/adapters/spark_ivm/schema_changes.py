@@ -25,9 +25,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ivm_compiler import InvalidSource
+from ivm_compiler import InvalidSource, TableName, ViewPlan
+
+if TYPE_CHECKING:  # delta.py reads SchemaCommit from here
+    from dbt.adapters.spark_ivm.delta import RecordedState, SourceSnapshot
 
 # Delta operations that change a table's columns without replacing the table
 # (CREATE OR REPLACE gives it a new id, which refresh.py treats as recreated).
@@ -166,6 +169,77 @@ def read_column_changes(
                 detail = "was dropped and added again (the rows' earlier values are gone)"
                 changes.append(ColumnChange(source, name, "replaced", detail))
     return changes
+
+
+def read_columns_changed(
+    plan: ViewPlan,
+    pinned: Mapping[TableName, SourceSnapshot],
+    recorded: RecordedState,
+    window: Mapping[TableName, Sequence[SchemaCommit]],
+) -> list[ColumnChange]:
+    """Columns the state was computed from that are retyped, or another column now.
+
+    `window`: each source's column-changing commits after its recorded
+    version. (A column renamed or dropped while still named by the SQL cannot
+    compile; under `SELECT *` it changes the model's own columns, which the
+    fingerprint and on_schema_change handle.)
+    """
+    changes = []
+    for table, snapshot in pinned.items():
+        entry = recorded.sources.get(str(table)) or {}
+        read = entry.get("columns")
+        if not read or entry.get("table_id") != snapshot.table_id:
+            continue
+        now = plan.source_columns.get(table, {})
+        changes.extend(
+            c
+            for c in read_column_changes(str(table), read, list(now.items()), window.get(table, ()))
+            if c.kind in ("retyped", "replaced") and c.column.lower() in {n.lower() for n in now}
+        )
+    return changes
+
+
+def sources_to_check(
+    plan: ViewPlan, pinned: Mapping[TableName, SourceSnapshot], recorded: RecordedState
+) -> dict[TableName, int]:
+    """Each source whose column-changing commits a refresh reads: source -> its recorded version.
+
+    Left out: sources that were re-created (a rebuild names that), sources
+    with no commit since, and upstream ivm models, whose state never changes
+    its columns in place (a rebuild gives it a new table id). Commits past the
+    pin count too: the plan compiled against the catalog's columns, which may
+    already show them.
+    """
+    found = {}
+    for table, snapshot in pinned.items():
+        entry = recorded.sources.get(str(table)) or {}
+        if table in plan.upstreams or entry.get("table_id") != snapshot.table_id:
+            continue
+        after = int(entry.get("version", snapshot.version))
+        if snapshot.version > after:
+            found[table] = after
+    return found
+
+
+def model_columns_reason(
+    model: str,
+    reason: str,
+    before: Sequence[tuple[str, str]],
+    after: Sequence[tuple[str, str]],
+    on_schema_change: str,
+) -> str:
+    """A rebuild's reason, with the model's own column changes (raises when on_schema_change='fail').
+
+    >>> model_columns_reason("m", "r", [("a", "int")], [("a", "int")], "fail")
+    'r'
+    >>> model_columns_reason("m", "r", [("a", "int")], [("a", "bigint")], "ignore")
+    "r; the model's columns change (retyped a: int -> bigint)"
+    """
+    if not before or not columns_differ(before, after):
+        return reason
+    if on_schema_change == "fail":
+        raise ModelColumnsChanged(model, before, after)
+    return f"{reason}; the model's columns change ({describe_column_diff(before, after)})"
 
 
 class SourceSchemaChanged(InvalidSource):

@@ -26,10 +26,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-AUTO = "auto"
-INCREMENTAL = "incremental"
-RECOMPUTE = "recompute"
-STRATEGIES = (AUTO, INCREMENTAL, RECOMPUTE)
+from dbt.adapters.spark_ivm.settings import Strategy
+
+AUTO, INCREMENTAL, RECOMPUTE = Strategy.AUTO, Strategy.INCREMENTAL, Strategy.RECOMPUTE
+STRATEGIES = tuple(Strategy)
 
 HISTORY_PROPERTY = "spark_ivm.refresh_history"
 # Enough points for a line through recent refreshes; old ones stop counting,

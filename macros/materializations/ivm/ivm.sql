@@ -33,19 +33,19 @@
         selected=selected_resources,
         invocation_id=invocation_id) -%}
 
-  {%- if result.action == 'fallback' -%}
+  {%- if result.builds_table -%}
     {#- The query cannot be maintained and the model asked to be recomputed instead. -#}
     {%- set target_relation = this.incorporate(type='table') -%}
     {% call statement('main') -%}
       {{ create_table_as(False, target_relation, sql) }}
     {%- endcall %}
   {%- else -%}
-    {{ store_raw_result(name='main', message=result.message, code=result.action | upper, rows_affected=result.rows_affected) }}
+    {{ store_raw_result(name='main', message=result.message, code=result.code, rows_affected=result.rows_affected) }}
   {%- endif -%}
 
-  {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=(result.action in ('build', 'rebuild', 'fallback'))) -%}
+  {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=result.replaced_relation) -%}
   {% do apply_grants(target_relation, grant_config, should_revoke=should_revoke) %}
-  {%- if result.action == 'fallback' -%}
+  {%- if result.builds_table -%}
     {% do persist_docs(target_relation, model) %}
   {%- endif -%}
 

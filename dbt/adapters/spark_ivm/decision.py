@@ -1,0 +1,209 @@
+"""What a refresh does: build, rebuild, recompute, apply the change, or nothing.
+
+A pure function of what the refresh read before writing anything: the plan,
+the pinned sources, the state's newest refresh commit, the model's refresh
+history and settings. `ivm_explain` calls it too, so the two never disagree
+about the version ranges a refresh would read or why it would rebuild.
+Nothing here talks to Spark: every branch is unit-tested without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dbt.adapters.spark_ivm import delta, schema_changes, strategy
+from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
+from ivm_compiler import TableName, ViewClass, ViewPlan
+from ivm_compiler.relations import Window
+
+FIRST_BUILD = "first build"
+NO_SOURCE_COMMITS = "no source commits since the last refresh"
+ONLY_PRESERVING_COMMITS = "only commits that keep the rows as they were (OPTIMIZE, VACUUM)"
+NO_COMMON_PARTITION = (
+    "its window functions have no PARTITION BY column in common, so any change may alter every row"
+)
+
+# dbt materializations that rewrite their whole relation on every run: a
+# dependent ivm model rebuilds after each of their runs, as recomputation is
+# what reading their change feed (if any) would cost anyway.
+WHOLESALE_MATERIALIZATIONS = ("table", "seed")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the refresh read about the model's relations before deciding."""
+
+    state: TableName
+    # Whether the state table exists, and what it last recorded (None: no refresh commit).
+    state_exists: bool
+    recorded: delta.RecordedState | None = None
+    # Each source's column-changing commits after its recorded version (schema_changes.py).
+    schema_commits: Mapping[TableName, tuple[schema_changes.SchemaCommit, ...]] = field(
+        default_factory=dict
+    )
+    # The dbt materialization of each source that is a 'table' or 'seed' model.
+    wholesale: Mapping[TableName, str] = field(default_factory=dict)
+    # The model's refresh history (ivm_strategy: auto weighs it).
+    history: Sequence[strategy.RefreshRecord] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    # Per source, the versions the state reflects and the pinned ones (empty for builds).
+    ranges: Mapping[TableName, Window] = field(default_factory=dict)
+    # For a change: what ivm_strategy chose and why, and the change's size.
+    choice: strategy.Choice | None = None
+    change: strategy.ChangeSize | None = None
+
+    @property
+    def builds(self) -> bool:
+        """Whether the state is computed from the sources (create_state)."""
+        return self.action in (Action.BUILD, Action.REBUILD, Action.RECOMPUTE)
+
+
+def version_ranges(
+    pinned: Mapping[TableName, delta.SourceSnapshot], recorded: delta.RecordedState
+) -> dict[TableName, Window]:
+    """Per source: the version the state reflects (the pin, for a source it never read) -> the pin.
+
+    >>> snapshot = delta.SourceSnapshot(TableName("raw", "t"), "id", 7)
+    >>> state = delta.RecordedState(3, "f", {"raw.t": {"version": 5, "table_id": "id"}})
+    >>> version_ranges({snapshot.table: snapshot}, state)
+    {TableName(db='raw', name='t'): Window(recorded=5, pinned=7)}
+    """
+    return {
+        table: Window(
+            recorded=int(recorded.sources.get(str(table), {}).get("version", snapshot.version)),
+            pinned=snapshot.version,
+        )
+        for table, snapshot in pinned.items()
+    }
+
+
+def decide(
+    plan: ViewPlan,
+    pinned: Mapping[TableName, delta.SourceSnapshot],
+    facts: Facts,
+    settings: RefreshSettings,
+) -> Decision:
+    """The refresh's action and its reason; see the module docstring."""
+    reason = rebuild_reason(plan, pinned, facts, settings)
+    if reason is not None:
+        return Decision(Action.BUILD if reason == FIRST_BUILD else Action.REBUILD, reason)
+    assert facts.recorded is not None
+    ranges = version_ranges(pinned, facts.recorded)
+    changed = {table: r for table, r in ranges.items() if r.changed}
+    if not changed:
+        return Decision(Action.NO_CHANGE, NO_SOURCE_COMMITS, ranges)
+    if all(pinned[t].only_preserving_data_after(r.recorded) for t, r in changed.items()):
+        # Nothing to apply, and the state keeps recording the versions it was
+        # computed at (they hold the same rows as the pinned ones).
+        return Decision(Action.NO_CHANGE, ONLY_PRESERVING_COMMITS, ranges)
+    if plan.view_class is ViewClass.WINDOW and not plan.window_partition:
+        return Decision(Action.RECOMPUTE, NO_COMMON_PARTITION, ranges)
+    change = change_size(pinned, changed)
+    choice = strategy.choose(settings.strategy, facts.history, change)
+    action = Action.RECOMPUTE if choice.way == Strategy.RECOMPUTE else Action.INCREMENTAL
+    return Decision(action, choice.reason, ranges, choice, change)
+
+
+def change_size(
+    pinned: Mapping[TableName, delta.SourceSnapshot], changed: Mapping[TableName, Window]
+) -> strategy.ChangeSize | None:
+    """The change's rows from the sources' commit metrics; None when a commit does not say."""
+    rows = 0
+    per_row: list[float] = []
+    for table, window in changed.items():
+        counted = pinned[table].changed_rows(after=window.recorded)
+        if counted is None:
+            return None
+        rows += counted[0]
+        per_row.extend([counted[1]] if counted[1] else [])
+    return strategy.ChangeSize(
+        rows=rows,
+        source_bytes=sum(s.size_bytes for s in pinned.values()),
+        bytes_per_row=max(per_row) if per_row else None,
+    )
+
+
+def rebuild_reason(
+    plan: ViewPlan,
+    pinned: Mapping[TableName, delta.SourceSnapshot],
+    facts: Facts,
+    settings: RefreshSettings,
+) -> str | None:
+    """Why the state must be computed from the sources again; None: it can be brought forward."""
+    state = f"the state table {facts.state}"
+    if not facts.state_exists:
+        return FIRST_BUILD
+    if settings.full_refresh:
+        return "--full-refresh"
+    recorded = facts.recorded
+    if recorded is None:
+        return (
+            f"{state} has no refresh commit in its history "
+            "(created or rewritten outside dbt, or its history expired)"
+        )
+    if recorded.later_writes:
+        return (
+            f"{state} was written outside dbt after its last refresh "
+            f"({', '.join(recorded.later_writes)})"
+        )
+    changed = schema_changes.read_columns_changed(plan, pinned, recorded, facts.schema_commits)
+    if changed:
+        return "a column it reads changed since the last refresh: " + "; ".join(
+            c.describe() for c in changed
+        )
+    blocking = [
+        (table, commit)
+        for table, commits in facts.schema_commits.items()
+        for commit in commits
+        if commit.blocks_change_feed and commit.version <= pinned[table].version
+    ]
+    if blocking:
+        return (
+            "the change feed cannot be read across a column rename or drop ("
+            + "; ".join(f"{table}: {commit.describe()}" for table, commit in blocking)
+            + "), so the sources are read again in full"
+        )
+    if recorded.fingerprint != plan.fingerprint:
+        return "the model's SQL or its columns changed since the state was built"
+    if recorded.guard is None:
+        # Only a commit made by hand with refresh metadata gets here (the
+        # state format version is in the fingerprint).
+        return f"{state} has no guard row to check its MERGE against"
+    return _source_replaced(plan, pinned, recorded, facts.wholesale)
+
+
+def _source_replaced(
+    plan: ViewPlan,
+    pinned: Mapping[TableName, delta.SourceSnapshot],
+    recorded: delta.RecordedState,
+    wholesale: Mapping[TableName, str],
+) -> str | None:
+    """Why a source cannot be read as a change since the recorded version, if it cannot."""
+    for table, snapshot in pinned.items():
+        previous = recorded.sources.get(str(table))
+        if previous is None:
+            return f"the model now reads {table}, which its state does not reflect"
+        materialized = wholesale.get(table)
+        replaced = previous.get("table_id") != snapshot.table_id or int(previous["version"]) != int(
+            snapshot.version
+        )
+        if materialized and replaced:
+            return (
+                f"{table} is a dbt '{materialized}' model, replaced as a whole by every run, "
+                "so it is read again in full (materialize it as 'ivm' to propagate only "
+                "its changes)"
+            )
+        if previous.get("table_id") != snapshot.table_id:
+            if table in plan.upstreams:
+                # CREATE OR REPLACE gives a Delta table a new id.
+                return f"the upstream ivm model {table} was rebuilt since the last refresh"
+            return f"{table} was dropped and recreated since the last refresh"
+        if int(previous["version"]) > snapshot.version:
+            return f"{table} is at version {snapshot.version}, older than the recorded one"
+    return None

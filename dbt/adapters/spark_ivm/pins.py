@@ -1,0 +1,194 @@
+"""Pinning sources: the Delta version of each source a refresh reads, read once.
+
+A refresh reads every source at the version pinned here (DESIGN.md: reading
+at exact versions is what rules out the ECA paper's anomalies). A pin is one
+DESCRIBE DETAIL (the table's id, format, change feed, size) and one DESCRIBE
+HISTORY of its newest commits (the version, and the row counts that size a
+change for ivm_strategy: auto). The members of a consistency group share one
+pin per input; a plan node shares its model's pins.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from dbt.adapters.spark_ivm import delta, schema_changes
+from dbt.adapters.spark_ivm.decision import WHOLESALE_MATERIALIZATIONS
+from dbt.adapters.spark_ivm.publish import Publisher, Runner
+from ivm_compiler import InvalidSource, TableName, nodes
+from ivm_compiler.errors import first_line
+from ivm_compiler.plan import UpstreamModel
+
+# Commits of a source read when it is pinned: a window longer than this
+# (refreshes far apart) has an unknown size, and `auto` then applies it.
+RECENT_COMMITS = 20
+
+
+@dataclass
+class Pins:
+    """The sources one refresh (with its plan nodes) pinned, by lower-case name."""
+
+    runner: Runner
+    model: str
+    # The model's view: its plan nodes' pins are named after it.
+    target: TableName
+    # The materialization of every dbt model the model refs, by lower-case "schema.identifier".
+    upstream_materializations: Mapping[str, str] = field(default_factory=dict)
+    # Shares the group's pins (None: the model pins on its own).
+    publisher: Publisher | None = None
+    # A plan node pins through its model, so both read every source at one version.
+    parent: Pins | None = None
+    _pins: dict[str, delta.SourceSnapshot] = field(default_factory=dict, init=False)
+
+    def wholesale(self, table: TableName) -> str | None:
+        """'table' or 'seed' when the source is a dbt model that every run replaces entirely."""
+        materialized = self.upstream_materializations.get(str(table).lower())
+        return materialized if materialized in WHOLESALE_MATERIALIZATIONS else None
+
+    def pin(self, table: TableName, upstream: UpstreamModel | None = None) -> delta.SourceSnapshot:
+        """The version of `table` this refresh reads: one per consistency group and run.
+
+        An upstream ivm model of the same group is read at the state its own
+        refresh just wrote (it publishes in the same commit); any other
+        upstream ivm model at the state its view shows.
+        """
+        key = str(table).lower()
+        if key not in self._pins:
+            pinned = (
+                self.parent.pin(table, upstream)
+                if self.parent is not None
+                else self._pin_for_run(table, upstream)
+            )
+            self._pins[key] = replace(pinned, table=table)
+        return self._pins[key]
+
+    def recorded(
+        self, pinned: Mapping[TableName, delta.SourceSnapshot]
+    ) -> list[delta.SourceSnapshot]:
+        """What the state records: its own inputs, then the sources only its plan nodes read.
+
+        With those, the recorded versions name every table of the query as
+        written, which is what the model must equal (and what tests recompute).
+        """
+        # The model's nodes, and theirs, are all named `<model>__ivm_cte_...`.
+        node_prefix = f"{self.target}{nodes.NODE_INFIX}".lower()
+        read = {str(t).lower() for t in pinned}
+        through_nodes = [
+            snapshot
+            for key, snapshot in self._pins.items()
+            if key not in read and not key.startswith(node_prefix)
+        ]
+        return [*pinned.values(), *through_nodes]
+
+    def schema_commits_after(
+        self, table: TableName, after: int, snapshot: delta.SourceSnapshot | None = None
+    ) -> tuple[schema_changes.SchemaCommit, ...]:
+        """The column-changing commits of `table` after version `after`.
+
+        A pin's recent history usually covers the window; a longer one (or no
+        pin yet) reads the table's whole history.
+        """
+        if snapshot is not None and snapshot.history_from <= after + 1:
+            commits = snapshot.schema_commits
+        else:
+            columns, rows = self.runner.query(delta.describe_history(table))
+            commits = schema_changes.schema_commits(columns, rows)
+        return tuple(c for c in commits if c.version > after)
+
+    def _pin_for_run(
+        self, table: TableName, upstream: UpstreamModel | None
+    ) -> delta.SourceSnapshot:
+        progress = self.publisher.progress if self.publisher else None
+        key = str(table).lower()
+        same_group = progress is not None and key in {
+            str(m.relation).lower() for m in progress.group.members
+        }
+        if progress is None or same_group:
+            return self._pin_now(table, upstream, use_published=not same_group)
+        assert self.publisher is not None and self.publisher.group_run is not None
+        with self.publisher.group_run.lock:
+            if not progress.pins:
+                self._pin_group_inputs(progress.pins, progress.group.base_inputs)
+            if key not in progress.pins:
+                progress.pins[key] = self._pin_now(table, upstream, use_published=True)
+            return progress.pins[key]
+
+    def _pin_group_inputs(
+        self, pins: dict[str, delta.SourceSnapshot], inputs: Mapping[str, str]
+    ) -> None:
+        """Pin every plain input of the group at once, when its first member starts.
+
+        Inputs that cannot be pinned here (a view, a non-Delta table) are left
+        to the member that reads them, whose refresh then explains the problem.
+        """
+        for key, materialized in inputs.items():
+            schema, _, name = key.rpartition(".")
+            table = TableName(db=schema or None, name=name)
+            try:
+                pins[key] = self.describe(
+                    table, needs_change_feed=materialized not in WHOLESALE_MATERIALIZATIONS
+                )
+            except InvalidSource:
+                continue
+
+    def _pin_now(
+        self, table: TableName, upstream: UpstreamModel | None, use_published: bool
+    ) -> delta.SourceSnapshot:
+        described = upstream.state if upstream else table
+        snapshot = self.describe(described, needs_change_feed=self.wholesale(table) is None)
+        version = snapshot.version
+        if upstream is not None and use_published and upstream.published_version is not None:
+            # What the upstream's readers see; a newer state of it is not committed yet.
+            version = upstream.published_version
+        return replace(snapshot, table=table, version=version)
+
+    def describe(self, table: TableName, needs_change_feed: bool) -> delta.SourceSnapshot:
+        """A Delta table's snapshot now, refusing what cannot feed changes."""
+        try:
+            columns, rows = self.runner.query(delta.describe_detail(table))
+        except Exception as error:
+            raise InvalidSource(
+                self.model,
+                str(table),
+                f"cannot be described as a Delta table ({first_line(error, limit=300)})",
+                "read a Delta table (a view or a non-Delta table has no change data feed)",
+            ) from error
+        detail = dict(zip(columns, rows[0]))
+        if str(detail.get("format", "")).lower() != "delta":
+            raise InvalidSource(
+                self.model,
+                str(table),
+                f"is a {detail.get('format')} table, not a Delta table",
+                "set file_format='delta' on that dbt model"
+                if str(table).lower() in self.upstream_materializations
+                else "convert it with CONVERT TO DELTA, or read a Delta copy of it",
+            )
+        properties = detail.get("properties") or {}
+        if isinstance(properties, str):  # agate hands maps over as JSON text
+            properties = json.loads(properties)
+        feed = str(properties.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+        if needs_change_feed and not feed:
+            raise InvalidSource(
+                self.model,
+                str(table),
+                "does not have the Delta change data feed enabled",
+                f"run ALTER TABLE {table.sql()} SET TBLPROPERTIES "
+                "(delta.enableChangeDataFeed = true), then build again",
+            )
+        # The newest commits, not just the newest version: their row counts size
+        # the change for ivm_strategy: auto without reading any data.
+        history_columns, history = self.runner.query(
+            delta.describe_history(table, limit=RECENT_COMMITS)
+        )
+        version = int(history[0][history_columns.index("version")])
+        return delta.SourceSnapshot(
+            table=table,
+            table_id=str(detail.get("id")),
+            version=version,
+            size_bytes=int(detail.get("sizeInBytes") or 0),
+            recent_commits=delta.commit_rows(history_columns, history),
+            schema_commits=schema_changes.schema_commits(history_columns, history),
+            history_from=min(int(row[history_columns.index("version")]) for row in history),
+        )

@@ -1,0 +1,182 @@
+"""Every write a refresh makes to a model's state: one Delta commit each, carrying its record.
+
+Exactly once: the only statements that change a state are single Delta
+commits (CREATE OR REPLACE TABLE ... AS SELECT, MERGE, a properties-only
+commit) carrying, in their commit metadata, the source versions the state
+reflects after them. A refresh stopped between two statements leaves the
+state at its last commit; the next run reads the versions from that commit
+and applies exactly the range after it.
+
+Every MERGE is guarded (emit.Guard): it fails, having written nothing, when
+another refresh of the model committed after this one read the state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbt.adapters.spark_ivm import delta, join_states
+from dbt.adapters.spark_ivm.publish import Log, Runner
+from ivm_compiler import TableName, ViewPlan, emit, key_bounds
+from ivm_compiler.errors import first_line
+from ivm_compiler.relations import Window
+from ivm_compiler.rules import windows as windows_rules
+
+
+class ConcurrentRefresh(Exception):
+    """Another refresh of the same model committed to its state after this one read it."""
+
+    def __init__(self, model: str, state: TableName, error: BaseException) -> None:
+        self.model = model
+        super().__init__(
+            f"Model '{model}': another refresh of this model committed to {state} after this "
+            "run read it, so this run applied nothing (its change is already applied, or "
+            f"will be by the next run) ({first_line(error, limit=300)}). Fix: re-run to pick "
+            "up later changes; do not refresh one model from two dbt invocations at once."
+        )
+
+
+@dataclass
+class Written:
+    """What a change's commit did to the state rows (Delta's MERGE counts)."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    # Set when nothing but the record changed: why.
+    nothing: str | None = None
+
+
+@dataclass
+class StateWrites:
+    runner: Runner
+    log: Log
+    model: str
+    state: TableName
+    # The record every commit carries: (refresh id, guard it leaves or None) -> metadata.
+    metadata: Callable[[str, str | None], dict[str, Any]] = field(
+        default=lambda refresh_id, guard: {}
+    )
+
+    def commit(
+        self, statement: str, metadata: dict[str, Any]
+    ) -> tuple[list[str], Sequence[Sequence[Any]]]:
+        """Run one committing statement with `metadata` attached to its Delta commit."""
+        with delta.COMMIT_LOCK:
+            self.runner.execute(delta.set_commit_metadata(metadata))
+            try:
+                return self.runner.query(statement)
+            finally:
+                self.runner.execute(delta.reset_commit_metadata())
+
+    def build(self, plan: ViewPlan, versions: Mapping[TableName, int]) -> None:
+        """The state computed from the sources at `versions` (CREATE OR REPLACE TABLE ... AS)."""
+        refresh_id = uuid.uuid4().hex
+        self.commit(
+            emit.create_state(plan, self.state, versions, refresh_id),
+            self.metadata(refresh_id, None),
+        )
+
+    def apply_change(
+        self,
+        plan: ViewPlan,
+        ranges: dict[TableName, Window],
+        guard_read: str,
+        kept_states: join_states.JoinStates,
+        pinned: dict[TableName, delta.SourceSnapshot],
+    ) -> Written:
+        """The change over `ranges` applied to the state with one guarded MERGE."""
+        refresh_id = uuid.uuid4().hex
+        guard = emit.Guard(read=guard_read, write=refresh_id)
+        bounds = self.join_key_bounds(plan, ranges)
+        try:
+            join_reads, kept = kept_states.prepare(plan, ranges, pinned, bounds)
+        except Exception as error:
+            if delta.is_concurrent_refresh(error):
+                raise ConcurrentRefresh(self.model, self.state, error) from error
+            raise
+        written = self._merge(
+            emit.merge_changes(plan, self.state, ranges, guard, bounds, join_reads),
+            self.metadata(refresh_id, None),
+        )
+        kept_states.drop_unkept(plan, kept)
+        return written
+
+    def join_key_bounds(
+        self, plan: ViewPlan, ranges: Mapping[TableName, Window]
+    ) -> key_bounds.Bounds:
+        """The change's join-key ranges, which narrow the MERGE's partner reads (key_bounds.py)."""
+        probe = emit.probe_join_keys(plan, ranges)
+        if probe is None:
+            return {}
+        sql, keys = probe
+        _, rows = self.runner.query(sql)
+        bounds = key_bounds.parse_probe(keys, rows[0])
+        self.log.debug(
+            f"{self.model}: join partners read within "
+            + ", ".join(f"{t}.{c} in [{lo}, {hi}]" for (t, c), (lo, hi) in bounds.items())
+        )
+        return bounds
+
+    def touched_partitions(
+        self, plan: ViewPlan, ranges: Mapping[TableName, Window]
+    ) -> list[windows_rules.PartitionKey]:
+        """The partition keys a WINDOW model's change touches (at most one over the limit)."""
+        _, rows = self.runner.query(emit.probe_partitions(plan, ranges))
+        return windows_rules.parse_probe(rows)
+
+    def apply_partitions(
+        self,
+        plan: ViewPlan,
+        versions: Mapping[TableName, int],
+        touched: list[windows_rules.PartitionKey],
+        guard_read: str,
+    ) -> Written:
+        """Recompute a WINDOW model's touched partitions with one MERGE (rules/windows.py)."""
+        refresh_id = uuid.uuid4().hex
+        if not touched:
+            # Every change row failed the model's WHERE: nothing to recompute,
+            # but the range is consumed, so record the versions. The commit
+            # changes no data and leaves the guard row as it was, so it records
+            # the guard it read; a concurrent refresh doing the same records
+            # the same nothing.
+            self.commit(
+                emit.record_refresh(self.state, refresh_id), self.metadata(refresh_id, guard_read)
+            )
+            return Written(nothing="the changes touch no window partition")
+        statement = emit.merge_partitions(
+            plan, self.state, versions, touched, emit.Guard(read=guard_read, write=refresh_id)
+        )
+        self.log.debug(f"{self.model}: recomputing {len(touched)} window partitions")
+        return self._merge(statement, self.metadata(refresh_id, None))
+
+    def _merge(self, statement: str, metadata: dict[str, Any]) -> Written:
+        """Run a guarded MERGE (emit.Guard); it always commits, as it moves the guard row.
+
+        When another refresh of the model committed after this one read the
+        state, the MERGE fails having written nothing: the model's error says
+        so (the other refresh applied the change, or a newer one).
+        """
+        try:
+            columns, rows = self.commit(statement, metadata)
+        except Exception as error:
+            if delta.is_concurrent_refresh(error):
+                raise ConcurrentRefresh(self.model, self.state, error) from error
+            raise
+        # Delta's MERGE answers with one row of counts (num_affected_rows, ...);
+        # the guard row's move is one of the updated rows, not a model row.
+        merged = dict(zip(columns, rows[0])) if rows else {}
+        written = Written(
+            inserted=int(merged.get("num_inserted_rows") or 0),
+            updated=max(int(merged.get("num_updated_rows") or 0) - 1, 0),
+            deleted=int(merged.get("num_deleted_rows") or 0),
+        )
+        if written.inserted + written.updated + written.deleted == 0:
+            # The changes cancelled out: the commit only moved the guard row and
+            # recorded the new versions, so the next refresh does not read this
+            # range again.
+            written.nothing = "source changes cancelled out"
+        return written

@@ -1,0 +1,223 @@
+"""decision.decide: every branch of what a refresh does, without Spark.
+
+Each case is the facts a refresh would have read (pins, the state's newest
+refresh commit, its history) and the action and reason it must reach.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dbt.adapters.spark_ivm import delta, strategy
+from dbt.adapters.spark_ivm.decision import (
+    FIRST_BUILD,
+    NO_COMMON_PARTITION,
+    NO_SOURCE_COMMITS,
+    ONLY_PRESERVING_COMMITS,
+    Facts,
+    decide,
+    version_ranges,
+)
+from dbt.adapters.spark_ivm.schema_changes import SchemaCommit
+from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
+from ivm_compiler import TableName, ViewPlan
+from ivm_compiler.plan import UpstreamModel
+from ivm_compiler.relations import Window
+from tests.unit.test_compile import (
+    GROUPED_DESCRIBE,
+    GROUPED_PROBE,
+    GROUPED_SQL,
+    ORDERS_TABLE,
+    compile_with,
+)
+
+STATE = TableName("analytics", "m__ivm_state")
+
+
+@pytest.fixture(scope="module")
+def plan() -> ViewPlan:
+    compiled, _ = compile_with(GROUPED_SQL, GROUPED_DESCRIBE, GROUPED_PROBE)
+    return compiled
+
+
+def pin(version: int, table_id: str = "orders-id", commits=(), size: int = 10_000):
+    return {
+        ORDERS_TABLE: delta.SourceSnapshot(
+            ORDERS_TABLE, table_id, version, size_bytes=size, recent_commits=tuple(commits)
+        )
+    }
+
+
+def recorded(plan: ViewPlan, version: int = 5, **changes) -> delta.RecordedState:
+    state = delta.RecordedState(
+        state_version=3,
+        fingerprint=plan.fingerprint,
+        sources={str(ORDERS_TABLE): {"version": version, "table_id": "orders-id"}},
+        guard="g",
+    )
+    return dataclasses.replace(state, **changes)
+
+
+def facts(plan: ViewPlan | None = None, **fields) -> Facts:
+    base = {"state": STATE, "state_exists": True}
+    if plan is not None:
+        base["recorded"] = recorded(plan)
+    return Facts(**{**base, **fields})
+
+
+def written(version: int, rows: int | None, preserves: bool = False) -> delta.CommitRows:
+    return delta.CommitRows(version, rows, preserves_data=preserves)
+
+
+INCREMENTAL_ONLY = RefreshSettings(strategy=Strategy.INCREMENTAL)
+
+
+def test_no_state_is_a_first_build(plan):
+    found = decide(plan, pin(7), Facts(STATE, state_exists=False), RefreshSettings())
+    assert (found.action, found.reason) == (Action.BUILD, FIRST_BUILD)
+    assert found.builds and not found.ranges
+
+
+def test_full_refresh_rebuilds(plan):
+    found = decide(plan, pin(7), facts(plan), RefreshSettings(full_refresh=True))
+    assert (found.action, found.reason) == (Action.REBUILD, "--full-refresh")
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason", "names_the_state"),
+    [
+        ({"recorded": None}, "has no refresh commit in its history", True),
+        (
+            {"later_writes": ("UPDATE at version 4",)},
+            "was written outside dbt after its last refresh (UPDATE at version 4)",
+            True,
+        ),
+        ({"fingerprint": "other"}, "the model's SQL or its columns changed", False),
+        ({"guard": None}, "has no guard row", True),
+        (
+            {"sources": {}},
+            f"the model now reads {ORDERS_TABLE}, which its state does not",
+            False,
+        ),
+        (
+            {"sources": {str(ORDERS_TABLE): {"version": 5, "table_id": "old-id"}}},
+            f"{ORDERS_TABLE} was dropped and recreated since the last refresh",
+            False,
+        ),
+        (
+            {"sources": {str(ORDERS_TABLE): {"version": 9, "table_id": "orders-id"}}},
+            f"{ORDERS_TABLE} is at version 7, older than the recorded one",
+            False,
+        ),
+    ],
+)
+def test_a_state_that_cannot_be_brought_forward_is_rebuilt(plan, fields, reason, names_the_state):
+    state_record = None if "recorded" in fields else recorded(plan, **fields)
+    found = decide(plan, pin(7), facts(recorded=state_record), RefreshSettings())
+    assert found.action is Action.REBUILD
+    assert reason in found.reason
+    assert (str(STATE) in found.reason) == names_the_state
+
+
+def test_a_retyped_column_the_model_reads_rebuilds(plan):
+    columns = {"customer": "string", "qty": "int", "amount": "decimal(10,2)"}
+    sources = {str(ORDERS_TABLE): {"version": 5, "table_id": "orders-id", "columns": columns}}
+    retyped = {**columns, "qty": "bigint"}
+    state_record = recorded(plan, sources=sources)
+    plan = dataclasses.replace(plan, source_columns={ORDERS_TABLE: retyped})
+    found = decide(plan, pin(7), facts(recorded=state_record), RefreshSettings())
+    assert found.action is Action.REBUILD
+    assert "a column it reads changed" in found.reason and "qty" in found.reason
+
+
+def test_a_rename_in_the_range_rebuilds_because_the_feed_cannot_cross_it(plan):
+    rename = SchemaCommit(6, "RENAME COLUMN", {"oldColumnPath": "x", "newColumnPath": "y"})
+    found = decide(
+        plan,
+        pin(7),
+        facts(plan, schema_commits={ORDERS_TABLE: (rename,)}),
+        RefreshSettings(),
+    )
+    assert found.action is Action.REBUILD
+    assert "cannot be read across a column rename or drop" in found.reason
+
+
+def test_a_rebuilt_upstream_ivm_model_rebuilds(plan):
+    upstream = UpstreamModel(state=TableName("a", "up__ivm_state"), view=None)  # type: ignore[arg-type]
+    plan = dataclasses.replace(plan, upstreams={ORDERS_TABLE: upstream})
+    found = decide(plan, pin(7, table_id="new-id"), facts(plan), RefreshSettings())
+    assert (
+        found.reason == f"the upstream ivm model {ORDERS_TABLE} was rebuilt since the last refresh"
+    )
+
+
+def test_a_replaced_table_model_rebuilds_and_an_unchanged_one_does_not(plan):
+    replaced = decide(
+        plan, pin(7), facts(plan, wholesale={ORDERS_TABLE: "table"}), RefreshSettings()
+    )
+    assert replaced.action is Action.REBUILD
+    assert "is a dbt 'table' model, replaced as a whole" in replaced.reason
+    same = decide(plan, pin(5), facts(plan, wholesale={ORDERS_TABLE: "table"}), RefreshSettings())
+    assert same.action is Action.NO_CHANGE
+
+
+def test_no_commit_since_the_record_is_no_change(plan):
+    found = decide(plan, pin(5), facts(plan), RefreshSettings())
+    assert (found.action, found.reason) == (Action.NO_CHANGE, NO_SOURCE_COMMITS)
+    assert found.ranges == {ORDERS_TABLE: Window(recorded=5, pinned=5)}
+
+
+def test_only_compactions_since_the_record_is_no_change(plan):
+    compactions = [written(7, 0, preserves=True), written(6, 0, preserves=True)]
+    found = decide(plan, pin(7, commits=compactions), facts(plan), RefreshSettings())
+    assert (found.action, found.reason) == (Action.NO_CHANGE, ONLY_PRESERVING_COMMITS)
+
+
+def test_a_window_model_without_a_common_partition_recomputes(plan):
+    window_plan = dataclasses.replace(plan, view_class=plan.view_class.WINDOW, window_partition=())
+    found = decide(window_plan, pin(7), facts(plan), INCREMENTAL_ONLY)
+    assert (found.action, found.reason) == (Action.RECOMPUTE, NO_COMMON_PARTITION)
+    assert found.choice is None
+
+
+def test_a_change_is_applied_with_its_size_from_the_commits(plan):
+    commits = [written(7, 3), written(6, 2)]
+    found = decide(plan, pin(7, commits=commits), facts(plan), INCREMENTAL_ONLY)
+    assert found.action is Action.INCREMENTAL
+    assert found.change == strategy.ChangeSize(rows=5, source_bytes=10_000)
+    assert found.ranges == {ORDERS_TABLE: Window(recorded=5, pinned=7)}
+
+
+def test_a_commit_without_row_counts_leaves_the_size_unknown(plan):
+    found = decide(
+        plan, pin(7, commits=[written(7, None), written(6, 2)]), facts(plan), RefreshSettings()
+    )
+    assert found.action is Action.INCREMENTAL and found.change is None
+    assert "unknown" in found.reason
+
+
+def test_strategy_recompute_recomputes_a_change(plan):
+    settings = RefreshSettings(strategy=Strategy.RECOMPUTE)
+    found = decide(plan, pin(7, commits=[written(7, 1), written(6, 1)]), facts(plan), settings)
+    assert found.action is Action.RECOMPUTE and found.builds
+    assert found.choice is not None and found.reason == "ivm_strategy is 'recompute'"
+
+
+def test_auto_recomputes_a_change_its_history_says_is_cheaper(plan):
+    history = [
+        strategy.RefreshRecord(strategy.RECOMPUTE, 0, 10_000, 1.0),
+        strategy.RefreshRecord(strategy.INCREMENTAL, 10, 10_000, 3.0),
+        strategy.RefreshRecord(strategy.INCREMENTAL, 100_000, 10_000, 300.0),
+    ]
+    big = [written(7, 200_000), written(6, 0)]
+    found = decide(plan, pin(7, commits=big), facts(plan, history=history), RefreshSettings())
+    assert found.action is Action.RECOMPUTE
+    assert "200,000 changed rows" in found.reason
+
+
+def test_version_ranges_start_a_source_the_state_never_read_at_its_pin(plan):
+    state_record = recorded(plan, sources={})
+    ranges = version_ranges(pin(7), state_record)
+    assert ranges == {ORDERS_TABLE: Window(recorded=7, pinned=7)}
