@@ -274,7 +274,11 @@ class Refresh:
             for table, after in schema_changes.sources_to_check(plan, pinned, recorded).items():
                 commits[table] = self.pins.schema_commits_after(table, after, pinned[table])
         history: list[strategy.RefreshRecord] = []
-        if target_type == "view" and recorded is not None:
+        pending = recorded is not None and any(
+            r.changed for r in decision.version_ranges(pinned, recorded).values()
+        )
+        if target_type == "view" and pending:
+            # Only a change is weighed by ivm_strategy: auto.
             text = properties(self.runner, self.target).get(strategy.HISTORY_PROPERTY)
             history = strategy.parse_history(text)
         return decision.Facts(
