@@ -24,17 +24,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from ivm_compiler import lineage, names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import (
-    DIALECT,
-    TableName,
-    from_tables,
-    is_top_k,
-    parse_model,
-    parse_statement,
-    set_operation_branches,
-    set_operation_kind,
-    without_top_k,
-)
+from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import (
     OutputColumn,
     PreAggregation,
@@ -52,6 +42,14 @@ from ivm_compiler.rules import (
     semi_joins,
     top_k,
     windows,
+)
+from ivm_compiler.rules.top_k import is_top_k, without_top_k
+from ivm_compiler.sql import (
+    DIALECT,
+    TableName,
+    from_tables,
+    set_operation_branches,
+    set_operation_kind,
 )
 
 # Bump when the meaning of stored state changes: every model is then rebuilt once.

@@ -25,10 +25,10 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from ivm_compiler import join_states, key_bounds, names, relations
-from ivm_compiler.parse import DIALECT, TableName
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
 from ivm_compiler.rules import top_k
 from ivm_compiler.rules import windows as window_rules
+from ivm_compiler.sql import DIALECT, TableName
 
 STATE_TABLE_PROPERTIES = {
     # Downstream consumers (later: ivm models over ivm models) read the state's changes.

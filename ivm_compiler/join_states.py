@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ivm_compiler import key_bounds, names, relations
-from ivm_compiler.parse import DIALECT, TableName, from_tables
 from ivm_compiler.plan import SourceRef, ViewClass, ViewPlan
+from ivm_compiler.sql import DIALECT, TableName, from_tables
 
 # Column types a join state does not keep (see the module docstring).
 UNSUPPORTED_TYPE_PREFIXES = ("float", "double", "real", "map", "array", "struct", "variant")

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.parse import TableName
 from ivm_compiler.plan import SourceRef
+from ivm_compiler.sql import TableName
 
 # Types whose MIN/MAX cast to text and back is the same value, compared as
 # `=` compares them. (Floating point has NaN and -0.0; timestamps' text

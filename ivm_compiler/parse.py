@@ -7,16 +7,20 @@ exists, a rewrite that the ivm materialization does support.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable, first_line
 from ivm_compiler.names import is_reserved
-
-DIALECT = "spark"
+from ivm_compiler.rules import windows as windows_rule
+from ivm_compiler.rules.semi_joins import (
+    SUBQUERY_PREDICATES,
+    SubqueryPredicate,
+    subquery_predicates,
+)
+from ivm_compiler.rules.top_k import without_top_k
+from ivm_compiler.sql import DIALECT, from_tables, set_operation_branches, set_operation_kind
 
 # Functions whose result changes between evaluations of the same input: a
 # maintained row computed with one could never be deleted again exactly.
@@ -117,53 +121,6 @@ SUPPORTED_AGGREGATES: tuple[type[exp.Expression], ...] = (
 SUPPORTED_AGGREGATES_TEXT = "COUNT, SUM, AVG, MIN, MAX or COUNT(DISTINCT x)"
 
 
-@dataclass(frozen=True)
-class TableName:
-    """A source table as the model names it (dbt renders `schema.identifier`).
-
-    Parts are kept in lower case: Spark's session catalog matches table and
-    schema names case-insensitively and stores them lower-cased, and sqlglot's
-    qualify lower-cases them in the trees it returns, so `s.Orders` named by a
-    model and `s.orders` in its qualified tree must be one key.
-
-    >>> TableName(db="Sales", name="Select") == TableName(db="sales", name="select")
-    True
-    >>> TableName(db="Sales", name="Select").sql()
-    '`sales`.`select`'
-    """
-
-    db: str | None
-    name: str
-    catalog: str | None = None
-
-    def __post_init__(self) -> None:
-        for part in ("db", "name", "catalog"):
-            value = getattr(self, part)
-            if value is not None:
-                object.__setattr__(self, part, value.lower())
-
-    @classmethod
-    def of(cls, table: exp.Table) -> TableName:
-        return cls(db=table.db or None, name=table.name, catalog=table.catalog or None)
-
-    def parts(self) -> list[str]:
-        return [part for part in (self.catalog, self.db, self.name) if part]
-
-    def to_table(self) -> exp.Table:
-        return exp.table_(
-            exp.to_identifier(self.name, quoted=True),
-            db=exp.to_identifier(self.db, quoted=True) if self.db else None,
-            catalog=exp.to_identifier(self.catalog, quoted=True) if self.catalog else None,
-        )
-
-    def sql(self) -> str:
-        """The quoted multi-part identifier, as Spark parses it (also inside table_changes)."""
-        return self.to_table().sql(dialect=DIALECT)
-
-    def __str__(self) -> str:
-        return ".".join(self.parts())
-
-
 def parse_model(model: str, sql: str) -> exp.Query:
     """Parse the model's SQL into one SELECT or one set operation of SELECTs, or raise."""
     tree = parse_statement(model, sql)
@@ -187,51 +144,6 @@ def parse_statement(model: str, sql: str) -> exp.Expression:
             model, f"{len(statements)} SQL statements", "a model must be exactly one SELECT"
         )
     return statements[0]
-
-
-def from_tables(select: exp.Select) -> list[exp.Expression]:
-    """The relations of a SELECT's FROM and its JOINs, in query order."""
-    found = [select.args["from_"].this] if select.args.get("from_") else []
-    found += [join.this for join in select.args.get("joins") or []]
-    return found
-
-
-def set_operation_kind(node: exp.SetOperation) -> str:
-    """UNION, UNION ALL, INTERSECT, INTERSECT ALL, EXCEPT or EXCEPT ALL."""
-    kind = type(node).__name__.upper()
-    return kind if node.args.get("distinct") else f"{kind} ALL"
-
-
-def set_operation_branches(tree: exp.Expression) -> list[exp.Expression]:
-    """The operands of a chain of one set operation (a UNION b UNION c), left to right.
-
-    A chain that mixes operations, or a parenthesised operand, is one operand.
-    """
-    if not isinstance(tree, exp.SetOperation):
-        return [tree]
-    kind = set_operation_kind(tree)
-    branches = []
-    for side in (tree.left, tree.right):
-        if isinstance(side, exp.SetOperation) and set_operation_kind(side) == kind:
-            branches.extend(set_operation_branches(side))
-        else:
-            branches.append(side)
-    return branches
-
-
-def is_top_k(tree: exp.Expression) -> bool:
-    """An ORDER BY and a LIMIT on the model's query itself (rules/top_k.py)."""
-    return bool(tree.args.get("order") and tree.args.get("limit"))
-
-
-def without_top_k(tree: exp.Expression) -> exp.Expression:
-    """The query without its top-level ORDER BY and LIMIT: the rows a top-k state keeps."""
-    if not is_top_k(tree):
-        return tree
-    stripped = tree.copy()
-    stripped.set("order", None)
-    stripped.set("limit", None)
-    return stripped
 
 
 def check_supported(model: str, tree: exp.Expression) -> None:
@@ -263,11 +175,8 @@ def check_supported(model: str, tree: exp.Expression) -> None:
         windows = [w for p in branch.expressions for w in p.find_all(exp.Window)]
         if len(branches) == 1 and windows:
             # Window functions in the SELECT list of a single SELECT are maintained
-            # by recomputing the partitions a change touches (rules/windows.py;
-            # imported here, as it builds on this module).
-            from ivm_compiler.rules.windows import check_shape
-
-            check_shape(model, branch, merged=False)
+            # by recomputing the partitions a change touches (rules/windows.py).
+            windows_rule.check_shape(model, branch, merged=False)
             allowed |= {id(w) for w in windows}
         for node in branch.walk():
             _check_node(model, branch, node, allowed)
@@ -303,65 +212,6 @@ def _is_relation(node: exp.Expression) -> bool:
             isinstance(node.parent, exp.Subquery) and _is_relation(node.parent)
         )
     return False
-
-
-# -- EXISTS / IN subqueries (rules/semi_joins.py maintains them) ------------------
-
-SUBQUERY_PREDICATES = "EXISTS, NOT EXISTS, IN and NOT IN"
-
-
-@dataclass(frozen=True)
-class SubqueryPredicate:
-    """A top-level conjunct of a WHERE clause that tests a subquery: EXISTS, NOT EXISTS, IN, NOT IN."""
-
-    # The conjunct itself (NOT included), to remove it from the WHERE clause.
-    conjunct: exp.Expression
-    # "EXISTS", "NOT EXISTS", "IN" or "NOT IN".
-    kind: str
-    subquery: exp.Select
-    # IN and NOT IN only: the tested outer expressions, one per subquery column.
-    tested: tuple[exp.Expression, ...] = ()
-
-    @property
-    def negated(self) -> bool:
-        return self.kind.startswith("NOT")
-
-    @property
-    def a_kind(self) -> str:
-        """The kind with its article, for messages: an EXISTS, a NOT IN."""
-        return ("a " if self.negated else "an ") + self.kind
-
-
-def where_conjuncts(select: exp.Select) -> list[exp.Expression]:
-    """The top-level AND-ed conditions of a SELECT's WHERE clause (parentheses removed)."""
-    where = select.args.get("where")
-    if where is None:
-        return []
-    condition = where.this.unnest()
-    conjuncts = condition.flatten() if isinstance(condition, exp.And) else [condition]
-    return [c.unnest() for c in conjuncts]
-
-
-def subquery_predicate(conjunct: exp.Expression) -> SubqueryPredicate | None:
-    """The conjunct as an EXISTS/IN test of a single SELECT, or None."""
-    negated = isinstance(conjunct, exp.Not)
-    test = conjunct.this.unnest() if negated else conjunct
-    prefix = "NOT " if negated else ""
-    if isinstance(test, exp.Exists) and isinstance(test.this, exp.Select):
-        return SubqueryPredicate(conjunct, f"{prefix}EXISTS", test.this)
-    query = test.args.get("query") if isinstance(test, exp.In) else None
-    if query is None:
-        return None
-    select = query.this if isinstance(query, exp.Subquery) else query
-    if not isinstance(select, exp.Select):
-        return None
-    outer = test.this.unnest()
-    tested = tuple(outer.expressions) if isinstance(outer, exp.Tuple) else (outer,)
-    return SubqueryPredicate(conjunct, f"{prefix}IN", select, tested)
-
-
-def subquery_predicates(select: exp.Select) -> list[SubqueryPredicate]:
-    return [p for c in where_conjuncts(select) if (p := subquery_predicate(c)) is not None]
 
 
 def _check_subquery_predicates(model: str, root: exp.Select, in_set_operation: bool) -> set[int]:

@@ -15,8 +15,8 @@ from enum import Enum
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.parse import TableName
 from ivm_compiler.rules.top_k import TopK
+from ivm_compiler.sql import TableName
 
 
 class ViewClass(str, Enum):

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ivm_compiler import key_bounds, names
-from ivm_compiler.parse import DIALECT, TableName, from_tables, set_operation_branches
 from ivm_compiler.plan import KeyRelation, MergeRule, SourceRef, UpstreamModel, ViewPlan
 from ivm_compiler.rules import extremes
+from ivm_compiler.sql import DIALECT, TableName, from_tables, set_operation_branches
 
 # Change-feed rows that add a row to the source; the other two types remove one.
 ADDING_CHANGE_TYPES = ("insert", "update_postimage")

@@ -38,8 +38,8 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import DIALECT, TableName
 from ivm_compiler.plan import JoinTerm, KeyRelation, SourceRef
+from ivm_compiler.sql import DIALECT, TableName
 
 OUTER_SIDES = ("LEFT", "RIGHT", "FULL")
 

@@ -51,15 +51,67 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import (
-    DIALECT,
-    TableName,
-    from_tables,
-    subquery_predicates,
-    where_conjuncts,
-)
 from ivm_compiler.plan import JoinTerm, KeyRelation, SourceRef
 from ivm_compiler.rules import outer_joins
+from ivm_compiler.sql import DIALECT, TableName, from_tables
+
+# -- recognising them in WHERE ---------------------------------------------------
+
+SUBQUERY_PREDICATES = "EXISTS, NOT EXISTS, IN and NOT IN"
+
+
+@dataclass(frozen=True)
+class SubqueryPredicate:
+    """A top-level conjunct of a WHERE clause that tests a subquery: EXISTS, NOT EXISTS, IN, NOT IN."""
+
+    # The conjunct itself (NOT included), to remove it from the WHERE clause.
+    conjunct: exp.Expression
+    # "EXISTS", "NOT EXISTS", "IN" or "NOT IN".
+    kind: str
+    subquery: exp.Select
+    # IN and NOT IN only: the tested outer expressions, one per subquery column.
+    tested: tuple[exp.Expression, ...] = ()
+
+    @property
+    def negated(self) -> bool:
+        return self.kind.startswith("NOT")
+
+    @property
+    def a_kind(self) -> str:
+        """The kind with its article, for messages: an EXISTS, a NOT IN."""
+        return ("a " if self.negated else "an ") + self.kind
+
+
+def where_conjuncts(select: exp.Select) -> list[exp.Expression]:
+    """The top-level AND-ed conditions of a SELECT's WHERE clause (parentheses removed)."""
+    where = select.args.get("where")
+    if where is None:
+        return []
+    condition = where.this.unnest()
+    conjuncts = condition.flatten() if isinstance(condition, exp.And) else [condition]
+    return [c.unnest() for c in conjuncts]
+
+
+def subquery_predicate(conjunct: exp.Expression) -> SubqueryPredicate | None:
+    """The conjunct as an EXISTS/IN test of a single SELECT, or None."""
+    negated = isinstance(conjunct, exp.Not)
+    test = conjunct.this.unnest() if negated else conjunct
+    prefix = "NOT " if negated else ""
+    if isinstance(test, exp.Exists) and isinstance(test.this, exp.Select):
+        return SubqueryPredicate(conjunct, f"{prefix}EXISTS", test.this)
+    query = test.args.get("query") if isinstance(test, exp.In) else None
+    if query is None:
+        return None
+    select = query.this if isinstance(query, exp.Subquery) else query
+    if not isinstance(select, exp.Select):
+        return None
+    outer = test.this.unnest()
+    tested = tuple(outer.expressions) if isinstance(outer, exp.Tuple) else (outer,)
+    return SubqueryPredicate(conjunct, f"{prefix}IN", select, tested)
+
+
+def subquery_predicates(select: exp.Select) -> list[SubqueryPredicate]:
+    return [p for c in where_conjuncts(select) if (p := subquery_predicate(c)) is not None]
 
 
 @dataclass(frozen=True)

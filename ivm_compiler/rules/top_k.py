@@ -20,7 +20,22 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import DIALECT, is_top_k
+from ivm_compiler.sql import DIALECT
+
+
+def is_top_k(tree: exp.Expression) -> bool:
+    """An ORDER BY and a LIMIT on the model's query itself."""
+    return bool(tree.args.get("order") and tree.args.get("limit"))
+
+
+def without_top_k(tree: exp.Expression) -> exp.Expression:
+    """The query without its top-level ORDER BY and LIMIT: the rows a top-k state keeps."""
+    if not is_top_k(tree):
+        return tree
+    stripped = tree.copy()
+    stripped.set("order", None)
+    stripped.set("limit", None)
+    return stripped
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,9 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import DIALECT, from_tables, subquery_predicates
 from ivm_compiler.plan import PartitionColumn
+from ivm_compiler.rules.semi_joins import subquery_predicates
+from ivm_compiler.sql import DIALECT, from_tables
 
 # More touched partitions than this and the refresh recomputes the whole model:
 # the keys are collected on the driver and become literals in the MERGE (in

@@ -7,7 +7,8 @@ from sqlglot import exp
 
 from ivm_compiler import TableName, ViewClass, compile_model, emit
 from ivm_compiler.nodes import split_nodes
-from ivm_compiler.parse import DIALECT, parse_model
+from ivm_compiler.parse import parse_model
+from ivm_compiler.sql import DIALECT
 from tests.unit.golden import FakeCatalog
 
 MODEL = "model.shop.m"

@@ -15,8 +15,8 @@ from pathlib import Path
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.refresh import Refresh
 from ivm_compiler import ViewClass, ViewPlan, emit, join_states, names, relations
-from ivm_compiler.parse import DIALECT
 from ivm_compiler.relations import Window
+from ivm_compiler.sql import DIALECT
 
 # What a reader of the model's view can rely on (the consistency-levels paper):
 # every class here reads sources at pinned versions and commits once per refresh.

@@ -44,10 +44,11 @@ from ivm_compiler import (
 )
 from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import first_line
-from ivm_compiler.parse import DIALECT, parse_model, parse_statement
+from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import UpstreamModel, ViewClass
 from ivm_compiler.relations import Window
 from ivm_compiler.rules import windows as windows_rules
+from ivm_compiler.sql import DIALECT
 
 FALLBACK_FULL_REFRESH = "full_refresh"
 FALLBACK_VALUES = (FALLBACK_FULL_REFRESH,)
