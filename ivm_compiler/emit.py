@@ -28,7 +28,7 @@ from ivm_compiler import join_states, key_bounds, names, relations
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
 from ivm_compiler.rules import top_k
 from ivm_compiler.rules import windows as window_rules
-from ivm_compiler.sql import DIALECT, TableName
+from ivm_compiler.sql import DIALECT, TableName, aliased, ident, version_as_of
 
 STATE_TABLE_PROPERTIES = {
     # Downstream consumers (later: ivm models over ivm models) read the state's changes.
@@ -41,10 +41,6 @@ STATE_TABLE_PROPERTIES = {
 
 def _sql(expression: exp.Expression) -> str:
     return expression.sql(dialect=DIALECT)
-
-
-def _ident(name: str) -> exp.Identifier:
-    return exp.to_identifier(name, quoted=True)
 
 
 @dataclass(frozen=True)
@@ -67,7 +63,7 @@ GUARD_FAILED = "ivm guard"
 
 
 def _guard_column(table: str | None = None) -> exp.Column:
-    return exp.column(names.GUARD, table=_ident(table) if table else None, quoted=True)
+    return exp.column(names.GUARD, table=ident(table) if table else None, quoted=True)
 
 
 def _is_guard_row(table: str | None, guard_row: bool = True) -> exp.Expression:
@@ -113,17 +109,17 @@ def _guarded(source: exp.Query, state: TableName, guard: Guard) -> exp.Subquery:
     """
     rows = (
         exp.select(
-            exp.Column(this=exp.Star(), table=_ident(names.GUARDED_ALIAS)),
+            exp.Column(this=exp.Star(), table=ident(names.GUARDED_ALIAS)),
             _guard_column(names.GUARD_CHECK_ALIAS),
         )
-        .from_(source.subquery(_ident(names.GUARDED_ALIAS)))
+        .from_(source.subquery(ident(names.GUARDED_ALIAS)))
         .join(
-            guard_check(state, guard).subquery(_ident(names.GUARD_CHECK_ALIAS)),
+            guard_check(state, guard).subquery(ident(names.GUARD_CHECK_ALIAS)),
             on=exp.false(),
             join_type="FULL OUTER",
         )
     )
-    return rows.subquery(_ident(names.DELTA_ALIAS))
+    return rows.subquery(ident(names.DELTA_ALIAS))
 
 
 def _same_guard() -> exp.Expression:
@@ -163,7 +159,7 @@ def _insert_row(columns: Sequence[str]) -> exp.When:
             ),
             expression=exp.Tuple(
                 expressions=[
-                    *(exp.column(n, table=_ident(delta), quoted=True) for n in columns),
+                    *(exp.column(n, table=ident(delta), quoted=True) for n in columns),
                     exp.cast(exp.null(), exp.DataType.build("STRING")),
                 ]
             ),
@@ -176,7 +172,7 @@ def create_state(
 ) -> str:
     """The state at pinned versions, with its guard row holding this build's refresh id."""
     columns = relations.state_table_columns(plan)
-    built = relations.build_query(plan, versions).subquery(_ident(names.BUILT_ALIAS))
+    built = relations.build_query(plan, versions).subquery(ident(names.BUILT_ALIAS))
     rows = exp.select(
         exp.Star(),
         exp.alias_(exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True),
@@ -220,10 +216,10 @@ def merge_changes(
     target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
 
     def t(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(target), quoted=True)
+        return exp.column(name, table=ident(target), quoted=True)
 
     def d(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(delta), quoted=True)
+        return exp.column(name, table=ident(delta), quoted=True)
 
     keys = plan.merge_keys
     # The guard row (NULL keys) matches the guard source row only, never a
@@ -269,7 +265,7 @@ def merge_changes(
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=updates)))
     whens.append(_insert_row(relations.state_table_columns(plan)))
     merge = exp.Merge(
-        this=relations.aliased(state.to_table(), target),
+        this=aliased(state.to_table(), target),
         using=_guarded(
             relations.delta_query(plan, windows, state, bounds, join_reads), state, guard
         ),
@@ -322,10 +318,10 @@ def merge_partitions(
     target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
 
     def t(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(target), quoted=True)
+        return exp.column(name, table=ident(target), quoted=True)
 
     def d(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(delta), quoted=True)
+        return exp.column(name, table=ident(delta), quoted=True)
 
     types = [p.data_type for p in plan.window_partition]
     in_rows = window_rules.partition_predicate(
@@ -361,7 +357,7 @@ def merge_partitions(
         ),
     ]
     merge = exp.Merge(
-        this=relations.aliased(state.to_table(), target),
+        this=aliased(state.to_table(), target),
         using=_guarded(relations.build_query(plan, versions, rows_filter=in_rows), state, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
@@ -381,12 +377,7 @@ def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> 
         if data_type is not None:
             expression = exp.cast(expression, data_type)
         outputs.append(exp.alias_(expression, output.name, quoted=True))
-    table = state.to_table()
-    if version is not None:
-        table.set(
-            "version",
-            exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
-        )
+    table = state.to_table() if version is None else version_as_of(state, version)
     # The guard row is bookkeeping, in every view class (a global aggregate's
     # view keeps rows with a zero count).
     select = exp.select(*outputs).from_(table).where(_is_guard_row(None, guard_row=False))
@@ -408,7 +399,7 @@ def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> 
         repeat = exp.Lateral(
             this=exp.Explode(this=exp.GenerateSeries(start=exp.Literal.number(1), end=copies)),
             view=True,
-            alias=exp.TableAlias(this=_ident(names.COPIES_ALIAS), columns=[_ident(names.COPY)]),
+            alias=exp.TableAlias(this=ident(names.COPIES_ALIAS), columns=[ident(names.COPY)]),
         )
         select.append("laterals", repeat)
     elif plan.view_class is ViewClass.SET_OPERATION:
@@ -573,9 +564,9 @@ def _published_properties(plan: ViewPlan, published: Published) -> dict[str, str
 
 def _commented_column(name: str, comment: str | None) -> exp.Expression:
     if comment is None:
-        return _ident(name)
+        return ident(name)
     return exp.ColumnDef(
-        this=_ident(name),
+        this=ident(name),
         constraints=[
             exp.ColumnConstraint(kind=exp.CommentColumnConstraint(this=exp.Literal.string(comment)))
         ],
@@ -638,10 +629,10 @@ def merge_join_state(
     target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
 
     def t(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(target), quoted=True)
+        return exp.column(name, table=ident(target), quoted=True)
 
     def d(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(delta), quoted=True)
+        return exp.column(name, table=ident(delta), quoted=True)
 
     columns = [name for name, _ in join_input.columns]
     signed = relations.signed_changes(join_input.table, window, join_input.alias)
@@ -666,7 +657,7 @@ def merge_join_state(
         _insert_row([*columns, names.COUNT]),
     ]
     merge = exp.Merge(
-        this=relations.aliased(relation.to_table(), target),
+        this=aliased(relation.to_table(), target),
         using=_guarded(join_states.changes(join_input, signed), relation, guard),
         on=on,
         whens=exp.Whens(expressions=whens),

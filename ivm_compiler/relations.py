@@ -33,7 +33,16 @@ from sqlglot import exp
 from ivm_compiler import key_bounds, names
 from ivm_compiler.plan import KeyRelation, MergeRule, SourceRef, UpstreamModel, ViewPlan
 from ivm_compiler.rules import extremes
-from ivm_compiler.sql import DIALECT, TableName, from_tables, set_operation_branches
+from ivm_compiler.sql import (
+    DIALECT,
+    TableName,
+    aliased,
+    from_tables,
+    ident,
+    set_operation_branches,
+    union_all,
+    version_as_of,
+)
 
 # Change-feed rows that add a row to the source; the other two types remove one.
 ADDING_CHANGE_TYPES = ("insert", "update_postimage")
@@ -49,25 +58,6 @@ class Window:
     @property
     def changed(self) -> bool:
         return self.pinned > self.recorded
-
-
-def ident(name: str) -> exp.Identifier:
-    return exp.to_identifier(name, quoted=True)
-
-
-def aliased(table: exp.Expression, alias: str) -> exp.Expression:
-    table.set("alias", exp.TableAlias(this=ident(alias)))
-    return table
-
-
-def delta_table_at_version(table: TableName, version: int) -> exp.Table:
-    """`table VERSION AS OF version` (Delta time travel)."""
-    node = table.to_table()
-    node.set(
-        "version",
-        exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
-    )
-    return node
 
 
 def _upstream_reading(upstream: UpstreamModel, state_rows: exp.Expression) -> exp.Select:
@@ -95,8 +85,8 @@ def table_at_version(
     the model's view definition.
     """
     if upstream is None:
-        return aliased(delta_table_at_version(table, version), alias)
-    state = delta_table_at_version(upstream.state, version)
+        return aliased(version_as_of(table, version), alias)
+    state = version_as_of(upstream.state, version)
     return _upstream_reading(upstream, state).subquery(ident(alias))
 
 
@@ -269,16 +259,9 @@ def key_changes(
     )
 
 
-def _union_all(selects: list[exp.Select]) -> exp.Query:
-    union: exp.Query = selects[0]
-    for select in selects[1:]:
-        union = exp.union(union, select, distinct=False)
-    return union
-
-
 def rows_at(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Query:
     """The model's flattened rows with every source at its pinned version."""
-    return _union_all(
+    return union_all(
         [
             _reading(
                 branch,
@@ -341,7 +324,7 @@ def signed_rows(
             terms.append(term.select(exp.alias_(sign, names.SIGN, quoted=True)))
     if not terms:
         raise ValueError("signed_rows needs at least one source with changes in its window")
-    return _union_all(terms)
+    return union_all(terms)
 
 
 # -- the state's rows -----------------------------------------------------------
@@ -359,14 +342,10 @@ def _group_select(plan: ViewPlan, rows: str, use_delta: bool) -> exp.Select:
     return select
 
 
-def _null() -> exp.Expression:
-    return exp.Null()
-
-
 def _in_state_order(plan: ViewPlan, values: Mapping[str, exp.Expression]) -> list[exp.Expression]:
     """One SELECT list in the state table's column order; unnamed columns are NULL."""
     return [
-        exp.alias_(values.get(name, _null()), name, quoted=True)
+        exp.alias_(values.get(name, exp.null()), name, quoted=True)
         for name in state_table_columns(plan)
     ]
 
@@ -644,7 +623,7 @@ def delta_columns(plan: ViewPlan) -> list[str]:
 
 def _in_delta_order(plan: ViewPlan, values: Mapping[str, exp.Expression]) -> list[exp.Expression]:
     return [
-        exp.alias_(values.get(name, _null()), name, quoted=True) for name in delta_columns(plan)
+        exp.alias_(values.get(name, exp.null()), name, quoted=True) for name in delta_columns(plan)
     ]
 
 

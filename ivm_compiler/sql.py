@@ -5,6 +5,10 @@ so any module may import it (tests/unit/test_import_graph.py keeps the graph
 free of cycles). These names used to live in parse.py, which nearly every
 module then imported, and a rule that parse.py consulted imported parse.py
 back.
+
+Helpers are thin where sqlglot has its own: identifiers are
+exp.to_identifier's, conjuncts come from Expression.flatten, and a node's
+column qualifiers from exp.column_table_names.
 """
 
 from __future__ import annotations
@@ -63,6 +67,53 @@ class TableName:
         return ".".join(self.parts())
 
 
+# -- building trees -------------------------------------------------------------
+
+
+def ident(name: str) -> exp.Identifier:
+    """A quoted identifier: every name the compiler writes is quoted, reserved words included.
+
+    >>> ident("order").sql(dialect=DIALECT)
+    '`order`'
+    """
+    return exp.to_identifier(name, quoted=True)
+
+
+def aliased(relation: exp.Expression, alias: str) -> exp.Expression:
+    """The relation (changed in place) under a quoted alias."""
+    relation.set("alias", exp.TableAlias(this=ident(alias)))
+    return relation
+
+
+def version_as_of(table: TableName, version: int) -> exp.Table:
+    """`table VERSION AS OF version` (Delta time travel).
+
+    >>> version_as_of(TableName(db="shop", name="orders"), 7).sql(dialect=DIALECT)
+    '`shop`.`orders` VERSION AS OF 7'
+    """
+    node = table.to_table()
+    node.set(
+        "version",
+        exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
+    )
+    return node
+
+
+def union_all(selects: list[exp.Select]) -> exp.Query:
+    """The selects under UNION ALL, left to right (the one select when there is one)."""
+    union: exp.Query = selects[0]
+    for select in selects[1:]:
+        union = exp.union(union, select, distinct=False)
+    return union
+
+
+def conjunction(
+    conditions: list[exp.Expression] | tuple[exp.Expression, ...],
+) -> exp.Expression | None:
+    """Copies of the conditions AND-ed together; None for no condition."""
+    return exp.and_(*[c.copy() for c in conditions]) if conditions else None
+
+
 # -- reading trees --------------------------------------------------------------
 
 
@@ -105,3 +156,59 @@ def set_operation_branches(tree: exp.Expression) -> list[exp.Expression]:
         else:
             branches.append(side)
     return branches
+
+
+def conjuncts(condition: exp.Expression | None, nested: bool = False) -> list[exp.Expression]:
+    """The AND-ed conditions of `condition`, without their parentheses.
+
+    The top-level conjuncts only (sqlglot's flatten): a parenthesised AND
+    inside is one conjunct, as the model writes it. With `nested`, such ANDs
+    are split too: merge_subqueries ANDs a merged subquery's WHERE to the
+    outer one in parentheses, and the join-key walk (key_bounds.py) looks
+    through them, while refusals and semi-join extraction read conjuncts as
+    written.
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("select 1 from t where (a = 1 and b = 2) and c = 3")
+    >>> [c.sql() for c in conjuncts(q.args["where"].this)]
+    ['a = 1 AND b = 2', 'c = 3']
+    >>> [c.sql() for c in conjuncts(q.args["where"].this, nested=True)]
+    ['a = 1', 'b = 2', 'c = 3']
+    """
+    if condition is None:
+        return []
+    if nested:
+        if isinstance(condition, exp.And):
+            return [*conjuncts(condition.left, True), *conjuncts(condition.right, True)]
+        if isinstance(condition, exp.Paren):
+            return conjuncts(condition.this, True)
+        return [condition]
+    condition = condition.unnest()
+    found = condition.flatten() if isinstance(condition, exp.And) else [condition]
+    return [c.unnest() for c in found]
+
+
+def equality_sides(
+    conjunct: exp.Expression, one_side: set[str], other_side: str
+) -> tuple[exp.Expression, exp.Expression] | None:
+    """(one side's expression, the other's) of an equality between the two sides, else None.
+
+    `one_side` are the aliases of one side (several inputs joined so far, or
+    an outer query), `other_side` the alias of the one input on the other.
+
+    >>> import sqlglot
+    >>> eq = sqlglot.parse_one("r.k = l.k + 1")
+    >>> [e.sql() for e in equality_sides(eq, {"l"}, "r")]
+    ['l.k + 1', 'r.k']
+    >>> equality_sides(sqlglot.parse_one("r.k = 1"), {"l"}, "r") is None
+    True
+    """
+    if not isinstance(conjunct, exp.EQ):
+        return None
+    a, b = conjunct.this, conjunct.expression
+    a_uses, b_uses = exp.column_table_names(a), exp.column_table_names(b)
+    if a_uses and b_uses and a_uses <= one_side and b_uses == {other_side}:
+        return a, b
+    if a_uses and b_uses and b_uses <= one_side and a_uses == {other_side}:
+        return b, a
+    return None

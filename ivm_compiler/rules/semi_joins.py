@@ -53,7 +53,14 @@ from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.plan import JoinTerm, KeyRelation, SourceRef
 from ivm_compiler.rules import outer_joins
-from ivm_compiler.sql import DIALECT, TableName, from_tables
+from ivm_compiler.sql import (
+    DIALECT,
+    TableName,
+    conjunction,
+    conjuncts,
+    equality_sides,
+    from_tables,
+)
 
 # -- recognising them in WHERE ---------------------------------------------------
 
@@ -85,11 +92,7 @@ class SubqueryPredicate:
 def where_conjuncts(select: exp.Select) -> list[exp.Expression]:
     """The top-level AND-ed conditions of a SELECT's WHERE clause (parentheses removed)."""
     where = select.args.get("where")
-    if where is None:
-        return []
-    condition = where.this.unnest()
-    conjuncts = condition.flatten() if isinstance(condition, exp.And) else [condition]
-    return [c.unnest() for c in conjuncts]
+    return conjuncts(where.this) if where is not None else []
 
 
 def subquery_predicate(conjunct: exp.Expression) -> SubqueryPredicate | None:
@@ -227,11 +230,11 @@ def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin,
                     column.set("table", exp.to_identifier(alias, quoted=True))
             table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
         taken.add(alias.lower())
-        inner = _conjuncts(subquery.args["where"].this if subquery.args.get("where") else None)
+        inner = [c.copy() for c in where_conjuncts(subquery)]
         compared = []
         for outer, projection in zip(predicate.tested, subquery.expressions):
             value = projection.this if isinstance(projection, exp.Alias) else projection
-            if not _aliases(value) <= {alias}:
+            if not exp.column_table_names(value) <= {alias}:
                 raise NotMaintainable(
                     model,
                     f"the {predicate.kind} subquery's column {value.sql(dialect=DIALECT)}, which "
@@ -269,12 +272,12 @@ def _semi_join(
     inner_alias = table.alias_or_name
     keys, outer_only, inner_only = [], [], []
     for conjunct in conditions:
-        used = _aliases(conjunct)
+        used = exp.column_table_names(conjunct)
         if used <= {inner_alias}:
             inner_only.append(conjunct)
         elif used <= outer_aliases:
             outer_only.append(conjunct)
-        elif (pair := _sides(conjunct, outer_aliases, inner_alias)) is not None:
+        elif (pair := equality_sides(conjunct, outer_aliases, inner_alias)) is not None:
             keys.append(pair)
         else:
             raise NotMaintainable(
@@ -292,21 +295,6 @@ def _semi_join(
         inner_only=tuple(inner_only),
         anti=anti,
     )
-
-
-def _sides(
-    conjunct: exp.Expression, outer_aliases: set[str], inner_alias: str
-) -> tuple[exp.Expression, exp.Expression] | None:
-    """(outer side, subquery side) of an equality between the two, else None."""
-    if not isinstance(conjunct, exp.EQ):
-        return None
-    a, b = conjunct.this, conjunct.expression
-    a_uses, b_uses = _aliases(a), _aliases(b)
-    if a_uses and b_uses and a_uses <= outer_aliases and b_uses == {inner_alias}:
-        return a, b
-    if a_uses and b_uses and b_uses <= outer_aliases and a_uses == {inner_alias}:
-        return b, a
-    return None
 
 
 # -- the rows the build reads ----------------------------------------------------
@@ -355,7 +343,7 @@ class _Term:
     def joined(self, relation: KeyRelation, outer_keys: list[exp.Expression], semi: SemiJoin):
         select = self.select.copy()
         joins = select.args.get("joins") or []
-        select.set("joins", [*joins, _key_join(relation, outer_keys, semi.outer_only)])
+        select.set("joins", [*joins, outer_joins.key_join(relation, outer_keys, semi.outer_only)])
         return replace(self, select=select, key_relations=(*self.key_relations, relation))
 
     def filtered(self, condition: exp.Expression) -> _Term:
@@ -411,7 +399,7 @@ def _terms(term: _Term, semi: SemiJoin, index: int) -> list[_Term]:
             alias=names.semi_key_relation(index, role),
             source=source,
             keys=tuple(inner.copy() for _, inner in pairs),
-            condition=_conjunction([*semi.inner_only, *where]),
+            condition=conjunction([*semi.inner_only, *where]),
         )
         return relation, [outer for outer, _ in pairs]
 
@@ -444,34 +432,3 @@ def _never_null(value: exp.Expression, conditions: tuple[exp.Expression, ...]) -
     """One of the conditions is `value IS NOT NULL`."""
     not_null = exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
     return any(condition == not_null for condition in conditions)
-
-
-def _key_join(
-    relation: KeyRelation, outer_keys: list[exp.Expression], outer_only: tuple
-) -> exp.Join:
-    """JOIN <key relation> ON each outer key = its key column AND the outer row's own conditions."""
-    alias = exp.to_identifier(relation.alias, quoted=True)
-    equalities = [
-        exp.EQ(this=key.copy(), expression=exp.column(names.join_key(i), table=alias, quoted=True))
-        for i, key in enumerate(outer_keys)
-    ]
-    return exp.Join(
-        this=exp.Table(this=alias.copy(), alias=exp.TableAlias(this=alias.copy())),
-        on=exp.and_(*equalities, *[c.copy() for c in outer_only]),
-    )
-
-
-def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
-    if condition is None:
-        return []
-    condition = condition.unnest()
-    found = condition.flatten() if isinstance(condition, exp.And) else [condition]
-    return [c.unnest().copy() for c in found]
-
-
-def _conjunction(conditions: list[exp.Expression]) -> exp.Expression | None:
-    return exp.and_(*[c.copy() for c in conditions]) if conditions else None
-
-
-def _aliases(node: exp.Expression) -> set[str]:
-    return {column.table for column in node.find_all(exp.Column) if column.table}
