@@ -2,7 +2,7 @@
 
 Statements:
 - create_state: the state table computed at pinned source versions (first build, full refresh);
-- merge_changes: the signed delta of a change window, applied with one MERGE;
+- merge_changes: the change of the sources' version ranges, applied with one MERGE;
 - probe_join_keys: the key range of a join's change, which narrows the
   MERGE's reads of join partners (key_bounds.py);
 - probe_partitions, merge_partitions: a WINDOW model's touched partitions, and
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from ivm_compiler import join_states, key_bounds, names, relations
+from ivm_compiler import changes, join_states, key_bounds, names, reads, state_rows
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
 from ivm_compiler.rules import top_k
 from ivm_compiler.rules import windows as window_rules
@@ -119,13 +119,23 @@ def _guarded(source: exp.Query, state: TableName, guard: Guard) -> exp.Subquery:
             join_type="FULL OUTER",
         )
     )
-    return rows.subquery(ident(names.DELTA_ALIAS))
+    return rows.subquery(ident(names.CHANGE_ALIAS))
+
+
+def _target_column(name: str) -> exp.Column:
+    """A column of the MERGE's target (the state, or a join state) in ON and its clauses."""
+    return exp.column(name, table=ident(names.TARGET_ALIAS), quoted=True)
+
+
+def _source_column(name: str) -> exp.Column:
+    """A column of the MERGE's source: the change (or the recomputed rows) of one state row."""
+    return exp.column(name, table=ident(names.CHANGE_ALIAS), quoted=True)
 
 
 def _same_guard() -> exp.Expression:
     """In ON: model rows (guard NULL) match model rows, the guard source row the guard row."""
     return exp.NullSafeEQ(
-        this=_guard_column(names.TARGET_ALIAS), expression=_guard_column(names.DELTA_ALIAS)
+        this=_guard_column(names.TARGET_ALIAS), expression=_guard_column(names.CHANGE_ALIAS)
     )
 
 
@@ -134,7 +144,7 @@ def _move_guard(guard: Guard) -> exp.When:
     return exp.When(
         matched=True,
         source=False,
-        condition=_is_guard_row(names.DELTA_ALIAS),
+        condition=_is_guard_row(names.CHANGE_ALIAS),
         then=exp.Update(
             expressions=[
                 exp.EQ(
@@ -148,18 +158,17 @@ def _move_guard(guard: Guard) -> exp.When:
 
 def _insert_row(columns: Sequence[str]) -> exp.When:
     """WHEN NOT MATCHED THEN INSERT a model row (never the guard source row: it always matches)."""
-    delta = names.DELTA_ALIAS
     return exp.When(
         matched=False,
         source=False,
-        condition=_is_guard_row(delta, guard_row=False),
+        condition=_is_guard_row(names.CHANGE_ALIAS, guard_row=False),
         then=exp.Insert(
             this=exp.Tuple(
                 expressions=[exp.column(n, quoted=True) for n in (*columns, names.GUARD)]
             ),
             expression=exp.Tuple(
                 expressions=[
-                    *(exp.column(n, table=ident(delta), quoted=True) for n in columns),
+                    *(_source_column(n) for n in columns),
                     exp.cast(exp.null(), exp.DataType.build("STRING")),
                 ]
             ),
@@ -171,8 +180,8 @@ def create_state(
     plan: ViewPlan, state: TableName, versions: Mapping[TableName, int], guard: str
 ) -> str:
     """The state at pinned versions, with its guard row holding this build's refresh id."""
-    columns = relations.state_table_columns(plan)
-    built = relations.build_query(plan, versions).subquery(ident(names.BUILT_ALIAS))
+    columns = state_rows.state_table_columns(plan)
+    built = state_rows.build_query(plan, versions).subquery(ident(names.BUILT_ALIAS))
     rows = exp.select(
         exp.Star(),
         exp.alias_(exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True),
@@ -198,10 +207,10 @@ def create_state(
 def merge_changes(
     plan: ViewPlan,
     state: TableName,
-    windows: Mapping[TableName, relations.Window],
+    ranges: Mapping[TableName, reads.VersionRange],
     guard: Guard,
     bounds: key_bounds.Bounds | None = None,
-    join_reads: relations.JoinReads | None = None,
+    join_reads: changes.JoinReads | None = None,
 ) -> str:
     """One MERGE that applies a refresh's whole change to the state, in one Delta commit.
 
@@ -213,48 +222,48 @@ def merge_changes(
     if plan.view_class is ViewClass.WINDOW:
         # Window values are not linear in the change rows: see merge_partitions.
         raise ValueError("a WINDOW model's change is applied by merge_partitions")
-    target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
-
-    def t(name: str) -> exp.Column:
-        return exp.column(name, table=ident(target), quoted=True)
-
-    def d(name: str) -> exp.Column:
-        return exp.column(name, table=ident(delta), quoted=True)
 
     keys = plan.merge_keys
     # The guard row (NULL keys) matches the guard source row only, never a
     # change row of a NULL group.
     on: exp.Expression = exp.and_(
-        *[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in keys], _same_guard()
+        *[exp.NullSafeEQ(this=_target_column(k), expression=_source_column(k)) for k in keys],
+        _same_guard(),
     )
     touched_flags = {p.slot: p.touched_flag for p in plan.preaggregations}
     updates = []
     for column in plan.value_columns:
-        stored, change = t(column.name), d(column.name)
+        stored, change = _target_column(column.name), _source_column(column.name)
         if column.rule is MergeRule.RECOMPUTED:
             assert column.preaggregation is not None
             # Recomputed from the pre-aggregation when its values changed; kept otherwise.
-            touched = exp.EQ(this=d(touched_flags[column.preaggregation]), expression=exp.true())
+            touched = exp.EQ(
+                this=_source_column(touched_flags[column.preaggregation]), expression=exp.true()
+            )
             value = exp.If(this=touched, true=change, false=stored)
-            updates.append(exp.EQ(this=t(column.name), expression=value))
+            updates.append(exp.EQ(this=_target_column(column.name), expression=value))
             continue
         if column.rule is MergeRule.ADD_NULLABLE:
             stored = exp.Coalesce(this=stored, expressions=[exp.Literal.number(0)])
             change = exp.Coalesce(this=change, expressions=[exp.Literal.number(0)])
         updates.append(
-            exp.EQ(this=t(column.name), expression=exp.Add(this=stored, expression=change))
+            exp.EQ(
+                this=_target_column(column.name), expression=exp.Add(this=stored, expression=change)
+            )
         )
 
     whens = [_move_guard(guard)]
     emptied: exp.Expression = exp.EQ(
-        this=exp.Add(this=t(names.COUNT), expression=d(names.COUNT)),
+        this=exp.Add(this=_target_column(names.COUNT), expression=_source_column(names.COUNT)),
         expression=exp.Literal.number(0),
     )
     if plan.view_class is ViewClass.GLOBAL_AGGREGATE:
         # The global aggregate keeps its one group row even when the source is
         # empty; only pre-aggregation rows (slot > 0) leave the state.
         emptied = (
-            exp.and_(emptied, exp.GT(this=d(names.SLOT), expression=exp.Literal.number(0)))
+            exp.and_(
+                emptied, exp.GT(this=_source_column(names.SLOT), expression=exp.Literal.number(0))
+            )
             if plan.preaggregations
             else None
         )
@@ -263,11 +272,11 @@ def merge_changes(
             exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
         )
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=updates)))
-    whens.append(_insert_row(relations.state_table_columns(plan)))
+    whens.append(_insert_row(state_rows.state_table_columns(plan)))
     merge = exp.Merge(
-        this=aliased(state.to_table(), target),
+        this=aliased(state.to_table(), names.TARGET_ALIAS),
         using=_guarded(
-            relations.delta_query(plan, windows, state, bounds, join_reads), state, guard
+            state_rows.change_query(plan, ranges, state, bounds, join_reads), state, guard
         ),
         on=on,
         whens=exp.Whens(expressions=whens),
@@ -276,25 +285,25 @@ def merge_changes(
 
 
 def probe_join_keys(
-    plan: ViewPlan, windows: Mapping[TableName, relations.Window]
+    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]
 ) -> tuple[str, list[key_bounds.KeyColumn]] | None:
     """The probe of a join's change key bounds, and the keys in its answer's order; None: no join."""
-    changes = relations.bounded_keys(plan, windows)
-    if not changes:
+    bounded = changes.bounded_keys(plan, ranges)
+    if not bounded:
         return None
-    return _sql(key_bounds.probe_query(changes)), key_bounds.probe_columns(changes)
+    return _sql(key_bounds.probe_query(bounded)), key_bounds.probe_columns(bounded)
 
 
-def probe_partitions(plan: ViewPlan, windows: Mapping[TableName, relations.Window]) -> str:
-    """A WINDOW model's touched partitions: the distinct keys of the window's change rows."""
+def probe_partitions(plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]) -> str:
+    """A WINDOW model's touched partitions: the distinct keys of its source's change rows."""
     assert plan.view_class is ViewClass.WINDOW and plan.window_partition
     (source,) = plan.sources
-    changes = relations.signed_changes(
-        source.table, windows[source.table], source.alias, plan.upstreams.get(source.table)
+    changed = reads.signed_changes(
+        source.table, ranges[source.table], source.alias, plan.upstreams.get(source.table)
     )
     rows = plan.rows
     assert isinstance(rows, exp.Select)
-    return _sql(window_rules.probe_query(rows, changes, plan.window_partition))
+    return _sql(window_rules.probe_query(rows, changed, plan.window_partition))
 
 
 def merge_partitions(
@@ -315,20 +324,13 @@ def merge_partitions(
     and move are merge_changes's (a NULL partition's delete spares the guard row).
     """
     assert plan.view_class is ViewClass.WINDOW and plan.window_partition
-    target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
-
-    def t(name: str) -> exp.Column:
-        return exp.column(name, table=ident(target), quoted=True)
-
-    def d(name: str) -> exp.Column:
-        return exp.column(name, table=ident(delta), quoted=True)
 
     types = [p.data_type for p in plan.window_partition]
     in_rows = window_rules.partition_predicate(
         [p.source for p in plan.window_partition], types, keys
     )
     in_state = window_rules.partition_predicate(
-        [t(p.state_column) for p in plan.window_partition], types, keys
+        [_target_column(p.state_column) for p in plan.window_partition], types, keys
     )
     # The state's side of the partitions in ON too: it changes no match (every
     # source row lies in those partitions), and lets Delta prune the state's
@@ -336,29 +338,37 @@ def merge_partitions(
     # The guard row has NULL partition columns: it is in ON's partitions
     # explicitly, so the guard source row always finds it.
     on = exp.and_(
-        *[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in plan.keys],
+        *[exp.NullSafeEQ(this=_target_column(k), expression=_source_column(k)) for k in plan.keys],
         _same_guard(),
-        exp.paren(exp.or_(exp.paren(in_state.copy()), _is_guard_row(target))),
+        exp.paren(exp.or_(exp.paren(in_state.copy()), _is_guard_row(names.TARGET_ALIAS))),
     )
     whens = [
         _move_guard(guard),
         exp.When(
             matched=True,
             source=False,
-            condition=exp.NEQ(this=t(names.COUNT), expression=d(names.COUNT)),
-            then=exp.Update(expressions=[exp.EQ(this=t(names.COUNT), expression=d(names.COUNT))]),
+            condition=exp.NEQ(
+                this=_target_column(names.COUNT), expression=_source_column(names.COUNT)
+            ),
+            then=exp.Update(
+                expressions=[
+                    exp.EQ(this=_target_column(names.COUNT), expression=_source_column(names.COUNT))
+                ]
+            ),
         ),
-        _insert_row(relations.state_table_columns(plan)),
+        _insert_row(state_rows.state_table_columns(plan)),
         exp.When(
             matched=False,
             source=True,
-            condition=exp.and_(exp.paren(in_state), _is_guard_row(target, guard_row=False)),
+            condition=exp.and_(
+                exp.paren(in_state), _is_guard_row(names.TARGET_ALIAS, guard_row=False)
+            ),
             then=exp.var("DELETE"),
         ),
     ]
     merge = exp.Merge(
-        this=aliased(state.to_table(), target),
-        using=_guarded(relations.build_query(plan, versions, rows_filter=in_rows), state, guard),
+        this=aliased(state.to_table(), names.TARGET_ALIAS),
+        using=_guarded(state_rows.build_query(plan, versions, rows_filter=in_rows), state, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
@@ -575,7 +585,7 @@ def _commented_column(name: str, comment: str | None) -> exp.Expression:
 
 def model_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> str:
     """The model's query evaluated with every source at its pinned version."""
-    return relations.model_query(plan, versions)
+    return reads.model_query(plan, versions)
 
 
 def record_refresh(state: TableName, refresh_id: str) -> str:
@@ -617,30 +627,26 @@ def create_join_state(
 def merge_join_state(
     join_input: join_states.JoinInput,
     relation: TableName,
-    window: relations.Window,
+    versions: reads.VersionRange,
     guard: Guard,
     bounds: key_bounds.Bounds | None = None,
 ) -> str:
-    """One MERGE that brings a join state over a source's change window (guarded like a state).
+    """One MERGE that brings a join state over a source's version range (guarded like a state).
 
     `bounds`: the probe's answer; the join state's rows outside the change's
     key range are left out of ON, so their files are not read.
     """
-    target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
-
-    def t(name: str) -> exp.Column:
-        return exp.column(name, table=ident(target), quoted=True)
-
-    def d(name: str) -> exp.Column:
-        return exp.column(name, table=ident(delta), quoted=True)
 
     columns = [name for name, _ in join_input.columns]
-    signed = relations.signed_changes(join_input.table, window, join_input.alias)
-    on = exp.and_(*[exp.NullSafeEQ(this=t(c), expression=d(c)) for c in columns], _same_guard())
-    bound = join_states.target_bound(join_input, bounds or {}, target)
+    signed = reads.signed_changes(join_input.table, versions, join_input.alias)
+    on = exp.and_(
+        *[exp.NullSafeEQ(this=_target_column(c), expression=_source_column(c)) for c in columns],
+        _same_guard(),
+    )
+    bound = join_states.target_bound(join_input, bounds or {}, names.TARGET_ALIAS)
     if bound is not None:
         on = exp.and_(on, bound)
-    new_count = exp.Add(this=t(names.COUNT), expression=d(names.COUNT))
+    new_count = exp.Add(this=_target_column(names.COUNT), expression=_source_column(names.COUNT))
     whens = [
         _move_guard(guard),
         exp.When(
@@ -652,12 +658,14 @@ def merge_join_state(
         exp.When(
             matched=True,
             source=False,
-            then=exp.Update(expressions=[exp.EQ(this=t(names.COUNT), expression=new_count.copy())]),
+            then=exp.Update(
+                expressions=[exp.EQ(this=_target_column(names.COUNT), expression=new_count.copy())]
+            ),
         ),
         _insert_row([*columns, names.COUNT]),
     ]
     merge = exp.Merge(
-        this=aliased(relation.to_table(), target),
+        this=aliased(relation.to_table(), names.TARGET_ALIAS),
         using=_guarded(join_states.changes(join_input, signed), relation, guard),
         on=on,
         whens=exp.Whens(expressions=whens),

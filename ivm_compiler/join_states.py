@@ -1,7 +1,7 @@
 """Reverse-join tables (the KV-store paper's join state): a join input kept by its join key.
 
 The change of an inner join reads every partner input at a pinned version
-(relations.signed_rows). A join state for input X is a Delta table of X's
+(changes.signed_rows). A join state for input X is a Delta table of X's
 rows projected to the columns the model reads of X, filtered by the model's
 conditions on X alone, grouped with a count (`__ivm_count`), and written in
 join-key order so a partner read with the change's key bounds skips files.

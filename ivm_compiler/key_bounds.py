@@ -1,7 +1,7 @@
 """Join-key bounds: narrow a join's partner reads to the key range of the change.
 
 The change of an inner join reads every partner input at a pinned version
-(relations.signed_rows), though only partner rows whose join key equals the
+(changes.signed_rows), though only partner rows whose join key equals the
 key of a change row can contribute to it. Delta skips a file by its min/max
 statistics only for a predicate whose values are known when the query is
 planned, so a refresh first asks the change feed for the smallest and the

@@ -432,7 +432,7 @@ def _check_relation_names(model: str, select: exp.Select) -> None:
 
 
 def _check_join(model: str, join: exp.Join) -> None:
-    """Inner, cross, outer, semi and anti joins are maintained (relations.py, rules/)."""
+    """Inner, cross, outer, semi and anti joins are maintained (changes.py, rules/)."""
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     method = (join.args.get("method") or "").upper()

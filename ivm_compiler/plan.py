@@ -3,7 +3,7 @@
 Frozen dataclasses only. The plan holds the model's rows as one flattened
 SELECT over its sources (FROM, JOINs and WHERE, qualified by the aliases the
 model uses), and expressions over those flattened rows and over the state
-table's columns; relations.py and emit.py turn it into Spark SQL.
+table's columns; reads.py, changes.py, state_rows.py and emit.py turn it into Spark SQL.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ class ViewClass(str, Enum):
 
 
 class MergeRule(str, Enum):
-    """How a state column combines its stored value with a delta row's value."""
+    """How a state column combines its stored value with a change row's value."""
 
     KEY = "key"  # identifies the row; matched null-safely, never updated
-    ADD = "add"  # counts: stored + delta
+    ADD = "add"  # counts: stored + change
     ADD_NULLABLE = "add_nullable"  # sums: NULL stands for "no non-NULL input yet"
-    # MIN, MAX, COUNT(DISTINCT): not additive. The delta row carries the value
+    # MIN, MAX, COUNT(DISTINCT): not additive. The change row carries the value
     # recomputed from the group's pre-aggregation rows whenever the refresh
     # touched them (its touched flag is set); otherwise the stored value stays.
     RECOMPUTED = "recomputed"
@@ -105,7 +105,7 @@ class JoinTerm:
 
     The model's rows equal the sum of sign * rows over its terms (as bags with
     multiplicities), and each term only joins inputs and key relations, so its
-    change follows the telescoping join rule; relations.signed_rows sums them.
+    change follows the telescoping join rule; changes.signed_rows sums them.
     """
 
     sign: int
@@ -141,7 +141,7 @@ class StateColumn:
     # The column computed from source rows at one version (first build, full refresh).
     build: exp.Expression
     # The column computed from signed change rows (each carries names.SIGN = +1/-1).
-    delta: exp.Expression
+    change: exp.Expression
     # RECOMPUTED columns only: the pre-aggregation that recomputes it.
     preaggregation: int | None = None
 

@@ -49,7 +49,9 @@ class ArgumentState:
                 name=names.non_null_count_of(self.index),
                 rule=MergeRule.ADD,
                 build=exp.Count(this=self.flat, big_int=True),
-                delta=exp.Sum(this=exp.If(this=non_null, true=sign(), false=exp.Literal.number(0))),
+                change=exp.Sum(
+                    this=exp.If(this=non_null, true=sign(), false=exp.Literal.number(0))
+                ),
             )
         ]
         if self.needs_sum:
@@ -65,7 +67,7 @@ class ArgumentState:
                     name=names.sum_of(self.index),
                     rule=MergeRule.ADD_NULLABLE,
                     build=exp.Sum(this=self.flat),
-                    delta=exp.Sum(this=signed_argument),
+                    change=exp.Sum(this=signed_argument),
                 )
             )
         return columns

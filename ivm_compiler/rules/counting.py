@@ -16,7 +16,7 @@ from ivm_compiler.plan import MergeRule, StateColumn
 
 
 def sign() -> exp.Column:
-    """The +1/-1 of a flattened change row (relations.signed_rows puts it there)."""
+    """The +1/-1 of a flattened change row (changes.signed_rows puts it there)."""
     return exp.column(names.SIGN, quoted=True)
 
 
@@ -27,21 +27,21 @@ def key_column(index: int) -> StateColumn:
         name=name,
         rule=MergeRule.KEY,
         build=exp.column(name, quoted=True),
-        delta=exp.column(name, quoted=True),
+        change=exp.column(name, quoted=True),
     )
 
 
 def count_column() -> StateColumn:
     """Rows per state row: COUNT(*) at build time, the sum of signs on refresh.
 
-    >>> count_column().delta.sql(dialect="spark")
+    >>> count_column().change.sql(dialect="spark")
     'SUM(`__ivm_sign`)'
     """
     return StateColumn(
         name=names.COUNT,
         rule=MergeRule.ADD,
         build=exp.Count(this=exp.Star(), big_int=True),
-        delta=exp.Sum(this=sign()),
+        change=exp.Sum(this=sign()),
     )
 
 
@@ -56,7 +56,7 @@ def operand_count_column(index: int) -> StateColumn:
         build=exp.Sum(
             this=exp.If(this=of_operand, true=exp.Literal.number(1), false=exp.Literal.number(0))
         ),
-        delta=exp.Sum(
+        change=exp.Sum(
             this=exp.If(this=of_operand.copy(), true=sign(), false=exp.Literal.number(0))
         ),
     )

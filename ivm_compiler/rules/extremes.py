@@ -49,8 +49,8 @@ def columns(argument: ArgumentState, slot: int) -> tuple[list[StateColumn], PreA
                 name=name,
                 rule=MergeRule.RECOMPUTED,
                 build=build,
-                # Filled in by the refresh from the pre-aggregation (relations.py).
-                delta=exp.column(name, quoted=True),
+                # Filled in by the refresh from the pre-aggregation (state_rows.py).
+                change=exp.column(name, quoted=True),
                 preaggregation=slot,
             )
         )

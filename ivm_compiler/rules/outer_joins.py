@@ -14,7 +14,7 @@ where pad(X) is X with every column of R NULL. (A row of L is padded unless
 p holds and a partner exists, and K has at most one row per key, so the last
 term removes each matched row's padding exactly once.) K(R) is a DISTINCT of
 R, and its change is the keys that gained their first or lost their last
-partner in the window (relations.key_changes). Every term is an inner join of
+partner over the version range (reads.key_changes). Every term is an inner join of
 inputs and key relations, so the telescoping join rule gives each term's
 exact change, and their sum is the outer join's. A NULL key never matches:
 K leaves NULL keys out and `=` never pairs them.

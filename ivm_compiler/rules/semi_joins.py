@@ -10,7 +10,7 @@ of the subquery's rows (the key relations of rules/outer_joins.py),
 
 K has one row per key, so each row of L joins it at most once, and its
 change is the keys that gained their first or lost their last partner
-(relations.key_changes). A NULL key never matches: K leaves NULL keys out
+(reads.key_changes). A NULL key never matches: K leaves NULL keys out
 and `=` never pairs them. The keys are the subquery's equalities with the
 outer query (its correlation), then, for IN, the compared columns; a
 subquery without correlation has the one key TRUE, so K(R) is one row while

@@ -46,7 +46,7 @@ from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import first_line
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import UpstreamModel, ViewClass
-from ivm_compiler.relations import Window
+from ivm_compiler.reads import VersionRange
 from ivm_compiler.rules import windows as windows_rules
 from ivm_compiler.sql import DIALECT
 
@@ -290,7 +290,7 @@ class Refresh:
 
         assert recorded is not None
         windows = {
-            table: Window(
+            table: VersionRange(
                 recorded=int(recorded.sources[str(table)]["version"]), pinned=snapshot.version
             )
             for table, snapshot in pinned.items()
@@ -362,7 +362,7 @@ class Refresh:
     def _choose(
         self,
         pinned: dict[TableName, delta.SourceSnapshot],
-        windows: dict[TableName, Window],
+        windows: dict[TableName, VersionRange],
         target_type: str | None,
     ) -> strategy.Choice:
         """Apply the change or recompute (ivm_strategy); remembers the change's size."""
@@ -827,7 +827,7 @@ class Refresh:
         self,
         plan: ViewPlan,
         pinned: dict[TableName, delta.SourceSnapshot],
-        windows: dict[TableName, Window],
+        windows: dict[TableName, VersionRange],
         result: RefreshResult,
         recorded: delta.RecordedState,
     ) -> None:
@@ -894,7 +894,7 @@ class Refresh:
         return found
 
     def join_key_bounds(
-        self, plan: ViewPlan, windows: dict[TableName, Window]
+        self, plan: ViewPlan, windows: dict[TableName, VersionRange]
     ) -> key_bounds.Bounds:
         """The change's join-key ranges, which narrow the MERGE's partner reads (key_bounds.py)."""
         probe = emit.probe_join_keys(plan, windows)
@@ -910,7 +910,7 @@ class Refresh:
         return bounds
 
     def _touched_partitions(
-        self, plan: ViewPlan, windows: dict[TableName, Window]
+        self, plan: ViewPlan, windows: dict[TableName, VersionRange]
     ) -> list[windows_rules.PartitionKey]:
         """The partition keys a WINDOW model's change touches (at most one over the limit)."""
         _, rows = self.runner.query(emit.probe_partitions(plan, windows))
