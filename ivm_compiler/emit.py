@@ -6,7 +6,7 @@ Statements:
 - probe_join_keys: the key range of a join's change, which narrows the
   MERGE's reads of join partners (key_bounds.py);
 - probe_partitions, merge_partitions: a WINDOW model's touched partitions, and
-  the MERGE that recomputes them (rules/windows.py);
+  the MERGE that recomputes them (view_classes/window.py);
 - create_view: the relation users query, exposing only the model's columns;
 - model_query: the model's own query at pinned versions (the correctness oracle).
 
@@ -25,10 +25,10 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from ivm_compiler import changes, join_states, key_bounds, names, reads, state_rows
+from ivm_compiler.compile import view_class_rule
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
-from ivm_compiler.rules import top_k
-from ivm_compiler.rules import windows as window_rules
 from ivm_compiler.sql import DIALECT, TableName, aliased, ident, version_as_of
+from ivm_compiler.view_classes import top_k, window
 
 STATE_TABLE_PROPERTIES = {
     # Downstream consumers (later: ivm models over ivm models) read the state's changes.
@@ -176,12 +176,20 @@ def _insert_row(columns: Sequence[str]) -> exp.When:
     )
 
 
+def _build_query(
+    plan: ViewPlan,
+    versions: Mapping[TableName, int],
+    rows_filter: exp.Expression | None = None,
+) -> exp.Query:
+    return view_class_rule(plan.view_class).build_query(plan, versions, rows_filter)
+
+
 def create_state(
     plan: ViewPlan, state: TableName, versions: Mapping[TableName, int], guard: str
 ) -> str:
     """The state at pinned versions, with its guard row holding this build's refresh id."""
     columns = state_rows.state_table_columns(plan)
-    built = state_rows.build_query(plan, versions).subquery(ident(names.BUILT_ALIAS))
+    built = _build_query(plan, versions).subquery(ident(names.BUILT_ALIAS))
     rows = exp.select(
         exp.Star(),
         exp.alias_(exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True),
@@ -218,20 +226,47 @@ def merge_changes(
     since this one read it (`guard`), and moves the guard row to this refresh.
     `bounds`: the answer of probe_join_keys, narrowing the join partners' reads;
     `join_reads`: join states that stand in for partner reads (join_states.py).
+    The change query and which rows leave the state are the view class's
+    (a WINDOW model has no change query: see merge_partitions).
     """
-    if plan.view_class is ViewClass.WINDOW:
-        # Window values are not linear in the change rows: see merge_partitions.
-        raise ValueError("a WINDOW model's change is applied by merge_partitions")
-
-    keys = plan.merge_keys
+    rule = view_class_rule(plan.view_class)
+    source = rule.change_query(plan, ranges, state, bounds, join_reads)
     # The guard row (NULL keys) matches the guard source row only, never a
     # change row of a NULL group.
     on: exp.Expression = exp.and_(
-        *[exp.NullSafeEQ(this=_target_column(k), expression=_source_column(k)) for k in keys],
+        *[
+            exp.NullSafeEQ(this=_target_column(k), expression=_source_column(k))
+            for k in plan.merge_keys
+        ],
         _same_guard(),
     )
+    whens = [_move_guard(guard)]
+    emptied = rule.leaves_state(
+        plan,
+        exp.EQ(
+            this=exp.Add(this=_target_column(names.COUNT), expression=_source_column(names.COUNT)),
+            expression=exp.Literal.number(0),
+        ),
+    )
+    if emptied is not None:
+        whens.append(
+            exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
+        )
+    whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=_updates(plan))))
+    whens.append(_insert_row(state_rows.state_table_columns(plan)))
+    merge = exp.Merge(
+        this=aliased(state.to_table(), names.TARGET_ALIAS),
+        using=_guarded(source, state, guard),
+        on=on,
+        whens=exp.Whens(expressions=whens),
+    )
+    return _sql(merge)
+
+
+def _updates(plan: ViewPlan) -> list[exp.Expression]:
+    """A matched state row's new values: stored + change, or recomputed (MergeRule)."""
     touched_flags = {p.slot: p.touched_flag for p in plan.preaggregations}
-    updates = []
+    updates: list[exp.Expression] = []
     for column in plan.value_columns:
         stored, change = _target_column(column.name), _source_column(column.name)
         if column.rule is MergeRule.RECOMPUTED:
@@ -251,37 +286,7 @@ def merge_changes(
                 this=_target_column(column.name), expression=exp.Add(this=stored, expression=change)
             )
         )
-
-    whens = [_move_guard(guard)]
-    emptied: exp.Expression = exp.EQ(
-        this=exp.Add(this=_target_column(names.COUNT), expression=_source_column(names.COUNT)),
-        expression=exp.Literal.number(0),
-    )
-    if plan.view_class is ViewClass.GLOBAL_AGGREGATE:
-        # The global aggregate keeps its one group row even when the source is
-        # empty; only pre-aggregation rows (slot > 0) leave the state.
-        emptied = (
-            exp.and_(
-                emptied, exp.GT(this=_source_column(names.SLOT), expression=exp.Literal.number(0))
-            )
-            if plan.preaggregations
-            else None
-        )
-    if emptied is not None:
-        whens.append(
-            exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
-        )
-    whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=updates)))
-    whens.append(_insert_row(state_rows.state_table_columns(plan)))
-    merge = exp.Merge(
-        this=aliased(state.to_table(), names.TARGET_ALIAS),
-        using=_guarded(
-            state_rows.change_query(plan, ranges, state, bounds, join_reads), state, guard
-        ),
-        on=on,
-        whens=exp.Whens(expressions=whens),
-    )
-    return _sql(merge)
+    return updates
 
 
 def probe_join_keys(
@@ -303,14 +308,14 @@ def probe_partitions(plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRan
     )
     rows = plan.rows
     assert isinstance(rows, exp.Select)
-    return _sql(window_rules.probe_query(rows, changed, plan.window_partition))
+    return _sql(window.probe_query(rows, changed, plan.window_partition))
 
 
 def merge_partitions(
     plan: ViewPlan,
     state: TableName,
     versions: Mapping[TableName, int],
-    keys: Sequence[window_rules.PartitionKey],
+    keys: Sequence[window.PartitionKey],
     guard: Guard,
 ) -> str:
     """One MERGE that replaces a WINDOW model's state rows of the touched partitions.
@@ -324,12 +329,9 @@ def merge_partitions(
     and move are merge_changes's (a NULL partition's delete spares the guard row).
     """
     assert plan.view_class is ViewClass.WINDOW and plan.window_partition
-
     types = [p.data_type for p in plan.window_partition]
-    in_rows = window_rules.partition_predicate(
-        [p.source for p in plan.window_partition], types, keys
-    )
-    in_state = window_rules.partition_predicate(
+    in_rows = window.partition_predicate([p.source for p in plan.window_partition], types, keys)
+    in_state = window.partition_predicate(
         [_target_column(p.state_column) for p in plan.window_partition], types, keys
     )
     # The state's side of the partitions in ON too: it changes no match (every
@@ -344,18 +346,7 @@ def merge_partitions(
     )
     whens = [
         _move_guard(guard),
-        exp.When(
-            matched=True,
-            source=False,
-            condition=exp.NEQ(
-                this=_target_column(names.COUNT), expression=_source_column(names.COUNT)
-            ),
-            then=exp.Update(
-                expressions=[
-                    exp.EQ(this=_target_column(names.COUNT), expression=_source_column(names.COUNT))
-                ]
-            ),
-        ),
+        _recounted(),
         _insert_row(state_rows.state_table_columns(plan)),
         exp.When(
             matched=False,
@@ -368,15 +359,33 @@ def merge_partitions(
     ]
     merge = exp.Merge(
         this=aliased(state.to_table(), names.TARGET_ALIAS),
-        using=_guarded(state_rows.build_query(plan, versions, rows_filter=in_rows), state, guard),
+        using=_guarded(_build_query(plan, versions, rows_filter=in_rows), state, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
     return _sql(merge)
 
 
+def _recounted() -> exp.When:
+    """WHEN MATCHED with another count THEN UPDATE the count: a recomputed row's multiplicity."""
+    return exp.When(
+        matched=True,
+        source=False,
+        condition=exp.NEQ(this=_target_column(names.COUNT), expression=_source_column(names.COUNT)),
+        then=exp.Update(
+            expressions=[
+                exp.EQ(this=_target_column(names.COUNT), expression=_source_column(names.COUNT))
+            ]
+        ),
+    )
+
+
 def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> exp.Select:
-    """The model's rows from the state table (at `version`): bookkeeping columns stay hidden."""
+    """The model's rows from the state table (at `version`): bookkeeping columns stay hidden.
+
+    Which state rows the view shows, and how often, is the view class's; a
+    top-k model's view then orders and limits them (view_classes/top_k.py).
+    """
     outputs = []
     for output in plan.outputs:
         expression = output.expression.copy()
@@ -391,63 +400,8 @@ def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> 
     # The guard row is bookkeeping, in every view class (a global aggregate's
     # view keeps rows with a zero count).
     select = exp.select(*outputs).from_(table).where(_is_guard_row(None, guard_row=False))
-    if plan.preaggregations:
-        group_rows = exp.EQ(
-            this=exp.column(names.SLOT, quoted=True), expression=exp.Literal.number(0)
-        )
-        select = select.where(group_rows)
-    populated = exp.GT(this=exp.column(names.COUNT, quoted=True), expression=exp.Literal.number(0))
-    if plan.view_class is not ViewClass.GLOBAL_AGGREGATE:
-        select = select.where(populated)
-    if plan.having is not None:
-        select = select.where(plan.having.copy())
-    copies = _copies(plan)
-    if copies is not None:
-        if plan.view_class is ViewClass.SET_OPERATION:
-            select = select.where(exp.GT(this=copies.copy(), expression=exp.Literal.number(0)))
-        # A row with multiplicity n is shown n times: the view is the query's bag.
-        repeat = exp.Lateral(
-            this=exp.Explode(this=exp.GenerateSeries(start=exp.Literal.number(1), end=copies)),
-            view=True,
-            alias=exp.TableAlias(this=ident(names.COPIES_ALIAS), columns=[ident(names.COPY)]),
-        )
-        select.append("laterals", repeat)
-    elif plan.view_class is ViewClass.SET_OPERATION:
-        select = select.where(_set_operation_keeps(plan))
+    select = view_class_rule(plan.view_class).view(plan, select)
     return top_k.ordered(select, plan.top_k) if plan.top_k else select
-
-
-def _operand_counts(plan: ViewPlan) -> list[exp.Column]:
-    return [
-        exp.column(c.name, quoted=True)
-        for c in plan.state_columns
-        if names.is_operand_count(c.name)
-    ]
-
-
-def _copies(plan: ViewPlan) -> exp.Expression | None:
-    """How many times the view repeats a state row; None when it shows it at most once."""
-    if plan.view_class in (ViewClass.PROJECTION, ViewClass.WINDOW):
-        return exp.column(names.COUNT, quoted=True)
-    if plan.set_operation == "INTERSECT ALL":
-        return exp.Least(this=_operand_counts(plan)[0], expressions=_operand_counts(plan)[1:])
-    if plan.set_operation == "EXCEPT ALL":
-        first, *rest = _operand_counts(plan)
-        removed: exp.Expression = rest[0]
-        for count in rest[1:]:
-            removed = exp.Add(this=removed, expression=count)
-        return exp.Sub(this=first, expression=exp.Paren(this=removed))
-    return None
-
-
-def _set_operation_keeps(plan: ViewPlan) -> exp.Expression:
-    """INTERSECT: a row every operand produces; EXCEPT: one the first produces and no other."""
-    first, *rest = _operand_counts(plan)
-    present = [exp.GT(this=c, expression=exp.Literal.number(0)) for c in (first, *rest)]
-    if plan.set_operation == "INTERSECT":
-        return exp.and_(*present)
-    absent = [exp.EQ(this=c.copy(), expression=exp.Literal.number(0)) for c in rest]
-    return exp.and_(present[0], *absent)
 
 
 # View properties that let dbt tests and people find a model's query and state.

@@ -33,8 +33,8 @@ from ivm_compiler.compile import qualify_model, source_tables
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.rules import semi_joins
-from ivm_compiler.rules.top_k import is_top_k
 from ivm_compiler.sql import DIALECT, TableName, set_operation_branches
+from ivm_compiler.view_classes.top_k import is_top_k
 
 NODE_INFIX = f"{names.RESERVED_PREFIX}cte_"
 

@@ -13,14 +13,14 @@ from sqlglot.errors import ParseError
 
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable, first_line
 from ivm_compiler.names import is_reserved
-from ivm_compiler.rules import windows as windows_rule
 from ivm_compiler.rules.semi_joins import (
     SUBQUERY_PREDICATES,
     SubqueryPredicate,
     subquery_predicates,
 )
-from ivm_compiler.rules.top_k import without_top_k
 from ivm_compiler.sql import DIALECT, from_tables, set_operation_branches, set_operation_kind
+from ivm_compiler.view_classes import set_operation, window
+from ivm_compiler.view_classes.top_k import without_top_k
 
 # Functions whose result changes between evaluations of the same input: a
 # maintained row computed with one could never be deleted again exactly.
@@ -151,20 +151,7 @@ def check_supported(model: str, tree: exp.Expression) -> None:
     tree = without_top_k(tree)
     branches = set_operation_branches(tree)
     if isinstance(tree, exp.SetOperation):
-        kind = set_operation_kind(tree)
-        if tree.args.get("by_name"):
-            raise NotMaintainable(model, f"{kind} BY NAME", "list the columns in the same order")
-        for clause, written in (("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET")):
-            if tree.args.get(clause):
-                raise NotMaintainable(model, f"{written} on the result of {kind}")
-        for branch in branches:
-            if not isinstance(branch, exp.Select):
-                raise NotMaintainable(
-                    model,
-                    f"{kind} mixed with another set operation, or over a parenthesised query",
-                    "chain one set operation over plain SELECTs, or build a part as an ivm "
-                    "model of its own and ref() it",
-                )
+        set_operation.check_shape(model, tree)
     elif not isinstance(tree, exp.Select):
         raise NotMaintainable(
             model, f"a {type(tree).__name__} statement", "a model must be one SELECT"
@@ -175,8 +162,8 @@ def check_supported(model: str, tree: exp.Expression) -> None:
         windows = [w for p in branch.expressions for w in p.find_all(exp.Window)]
         if len(branches) == 1 and windows:
             # Window functions in the SELECT list of a single SELECT are maintained
-            # by recomputing the partitions a change touches (rules/windows.py).
-            windows_rule.check_shape(model, branch, merged=False)
+            # by recomputing the partitions a change touches (view_classes/window.py).
+            window.check_shape(model, branch, merged=False)
             allowed |= {id(w) for w in windows}
         for node in branch.walk():
             _check_node(model, branch, node, allowed)
@@ -409,7 +396,7 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
 def _applied_by_window(node: exp.Expression, allowed: set[int]) -> bool:
     """The function of an allowed window (sqlglot parses RANK() and friends as aggregates).
 
-    rules/windows.py checks which functions a window may apply.
+    view_classes/window.py checks which functions a window may apply.
     """
     parent = node.parent
     while isinstance(parent, (exp.IgnoreNulls, exp.RespectNulls)):

@@ -15,8 +15,8 @@ from enum import Enum
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.rules.top_k import TopK
 from ivm_compiler.sql import TableName
+from ivm_compiler.view_classes.top_k import TopK
 
 
 class ViewClass(str, Enum):
@@ -36,7 +36,7 @@ class ViewClass(str, Enum):
     SET_OPERATION = "set_operation"
     # SELECT exprs, f(...) OVER (PARTITION BY p ...) FROM src WHERE q: the projection's
     # state (rows with a multiplicity); a change recomputes the partitions it touches
-    # (rules/windows.py).
+    # (view_classes/window.py).
     WINDOW = "window"
 
 
@@ -174,7 +174,7 @@ class ViewPlan:
     view_class: ViewClass
     # The model's SQL exactly as dbt compiled it, and its parse (not rewritten).
     sql: str
-    query: exp.Select
+    query: exp.Query
     # Every table occurrence in FROM, in query order.
     sources: tuple[SourceRef, ...]
     # SELECT <flattened columns> FROM <the model's sources and joins> WHERE <its filter>,
@@ -208,7 +208,7 @@ class ViewPlan:
     # ivm_window_order_unique (the user vouches for a unique order).
     tie_warnings: tuple[str, ...] = ()
     # ORDER BY ... LIMIT k of the model: the state keeps every row, the view the
-    # top k (rules/top_k.py).
+    # top k (view_classes/top_k.py).
     top_k: TopK | None = None
     # Source -> {column: type} of the source columns the model reads
     # (lineage.py): a refresh records them, and a later refresh that finds one

@@ -5,7 +5,7 @@ change-feed rows over an exact version range, so a maintenance query never
 sees a source state newer or older than the range it applies (the ECA
 paper's anomalies cannot occur). A version range (VersionRange) goes from
 the version the state reflects (`recorded`) to the one the refresh pinned
-(`pinned`); "window" is kept for SQL window functions (rules/windows.py).
+(`pinned`); "window" is kept for SQL window functions (view_classes/window.py).
 
 The relations read are: a source, an upstream ivm model (through its view
 over its state table, whose change feed is read the same way), and an outer

@@ -47,8 +47,8 @@ from ivm_compiler.errors import first_line
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import UpstreamModel, ViewClass
 from ivm_compiler.reads import VersionRange
-from ivm_compiler.rules import windows as windows_rules
 from ivm_compiler.sql import DIALECT
+from ivm_compiler.view_classes import window as windows_rules
 
 FALLBACK_FULL_REFRESH = "full_refresh"
 FALLBACK_VALUES = (FALLBACK_FULL_REFRESH,)
