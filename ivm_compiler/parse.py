@@ -7,17 +7,16 @@ exists, a rewrite that the ivm materialization does support.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable, first_line
 from ivm_compiler.names import is_reserved
-from ivm_compiler.rules.semi_joins import (
-    SUBQUERY_PREDICATES,
-    SubqueryPredicate,
-    subquery_predicates,
-)
+from ivm_compiler.rules import semi_joins
+from ivm_compiler.rules.semi_joins import SUBQUERY_PREDICATES
 from ivm_compiler.sql import DIALECT, from_tables, set_operation_branches, set_operation_kind
 from ivm_compiler.view_classes import set_operation, window
 from ivm_compiler.view_classes.top_k import without_top_k
@@ -158,7 +157,7 @@ def check_supported(model: str, tree: exp.Expression) -> None:
         )
 
     for branch in branches:
-        allowed = _check_subquery_predicates(model, branch, in_set_operation=len(branches) > 1)
+        allowed = semi_joins.check(model, branch, in_set_operation=len(branches) > 1)
         windows = [w for p in branch.expressions for w in p.find_all(exp.Window)]
         if len(branches) == 1 and windows:
             # Window functions in the SELECT list of a single SELECT are maintained
@@ -201,98 +200,26 @@ def _is_relation(node: exp.Expression) -> bool:
     return False
 
 
-def _check_subquery_predicates(model: str, root: exp.Select, in_set_operation: bool) -> set[int]:
-    """Check the root's EXISTS/IN conjuncts; return the ids of the subquery nodes they allow.
-
-    Every other subquery in an expression is refused by _check_node, those
-    nested in or beside a predicate here with a message of their own.
-    """
-    predicates = subquery_predicates(root)
-    allowed: set[int] = set()
-    for predicate in predicates:
-        if in_set_operation:
-            raise NotMaintainable(
-                model,
-                f"{predicate.a_kind} subquery inside an operand of a set operation",
-                "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
-            )
-        _check_subquery_shape(model, predicate)
-        allowed.add(id(predicate.subquery))
-        if isinstance(predicate.subquery.parent, exp.Subquery):
-            allowed.add(id(predicate.subquery.parent))
-    where = root.args.get("where")
-    for node in where.find_all(exp.Exists, exp.In) if where else []:
-        query = node.this if isinstance(node, exp.Exists) else node.args.get("query")
-        if query is not None and id(query) not in allowed:
-            raise NotMaintainable(
-                model,
-                f"an EXISTS or IN subquery under OR, NOT or another expression "
-                f"({node.sql(dialect=DIALECT)[:80]})",
-                f"make each {SUBQUERY_PREDICATES} test a condition of its own in WHERE, joined "
-                "to the others with AND (an OR of two tests can be a UNION of two models), or "
-                + FALLBACK_HINT,
-            )
-    return allowed
-
-
-def _check_subquery_shape(model: str, predicate: SubqueryPredicate) -> None:
-    """One table, filtered: what a semi join against its distinct keys can stand for."""
-    select, kind, a_kind = predicate.subquery, predicate.kind, predicate.a_kind
-    build_it = (
-        "build the subquery as an ivm model of its own and ref() it inside the "
-        f"{kind}, or " + FALLBACK_HINT
-    )
-    relations = from_tables(select)
-    if select.args.get("with_") or len(relations) != 1 or not isinstance(relations[0], exp.Table):
-        raise NotMaintainable(
-            model, f"{a_kind} subquery that reads a join, a CTE or a derived table", build_it
-        )
-    if (
-        select.args.get("group")
-        or select.args.get("having")
-        or any(p.find(exp.AggFunc) for p in select.expressions)
-    ):
-        raise NotMaintainable(model, f"{a_kind} subquery that aggregates", build_it)
-    for clause, written in (("limit", "LIMIT"), ("offset", "OFFSET")):
-        if select.args.get(clause):
-            raise NotMaintainable(
-                model,
-                f"{written} in {a_kind} subquery (which rows it keeps depends on their order)",
-                "remove it, or " + FALLBACK_HINT,
-            )
-    nested = next(
-        (n for n in select.find_all(exp.Select, exp.Subquery) if n is not select),
-        None,
-    )
-    if nested is not None:
-        raise NotMaintainable(
-            model,
-            f"a subquery nested inside {a_kind} subquery",
-            "build the inner part as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
-        )
-    if kind == "NOT IN" and len(predicate.tested) > 1:
-        raise NotMaintainable(
-            model,
-            "NOT IN over several columns (its NULL rules compare the columns one by one)",
-            "write NOT EXISTS with an equality per column if the columns are never NULL, or "
-            + FALLBACK_HINT,
-        )
-    if predicate.tested and len(predicate.tested) != len(select.expressions):
-        raise NotMaintainable(
-            model,
-            f"{kind} comparing {len(predicate.tested)} values with a subquery of "
-            f"{len(select.expressions)} columns",
-            "select exactly the compared columns in the subquery",
-        )
-
-
 def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
+    """Refuse the node if it is a construct without a delta rule: NODE_CHECKS, in order."""
+    for check in NODE_CHECKS:
+        check(model, root, node, allowed)
+
+
+def _refuse_inner_set_operation(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, exp.SetOperation):
         raise NotMaintainable(
             model,
             f"the set operation {set_operation_kind(node)} inside the query",
             "make it the whole model (an ivm model of its own) and ref() it, or " + FALLBACK_HINT,
         )
+
+
+def _refuse_scalar_subquery(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if (
         node is not root
         and isinstance(node, (exp.Select, exp.Subquery))
@@ -305,10 +232,21 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             "write it as a JOIN, or as a condition of the outer query's WHERE "
             f"({SUBQUERY_PREDICATES} are maintained there), or " + FALLBACK_HINT,
         )
+
+
+def _refuse_join(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
     if isinstance(node, exp.Join):
         _check_join(model, node)
+
+
+def _refuse_pivot(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
     if isinstance(node, exp.Pivot):
         raise NotMaintainable(model, "UNPIVOT" if node.args.get("unpivot") else "PIVOT")
+
+
+def _refuse_misplaced_window(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, exp.Window) and id(node) not in allowed:
         raise NotMaintainable(
             model,
@@ -317,6 +255,9 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             "compute the window functions in a model (or a FROM-subquery) of their own, "
             "or " + FALLBACK_HINT,
         )
+
+
+def _refuse_qualify(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
     if isinstance(node, exp.Qualify):
         # Spark 4.0.1's own parser rejects QUALIFY as well.
         raise NotMaintainable(
@@ -325,6 +266,12 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             "select the window function in a FROM-subquery and filter on it outside: "
             "select * from (select *, row_number() over (...) as rn from t) where rn = 1",
         )
+
+
+def _refuse_row_order(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
+    """LIMIT/OFFSET, DISTRIBUTE/SORT/CLUSTER BY, and ORDER BY of the model's SELECT."""
     if isinstance(node, (exp.Limit, exp.Offset)):
         raise NotMaintainable(model, "LIMIT/OFFSET")
     for clause, written in (
@@ -345,6 +292,12 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             "ORDER BY",
             "remove the ORDER BY (a maintained table has no row order; order when you read it)",
         )
+
+
+def _refuse_row_generation(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
+    """DISTINCT ON, LATERAL VIEW, generators, TABLESAMPLE and GROUP BY CUBE/ROLLUP/GROUPING SETS."""
     if isinstance(node, exp.Distinct) and node.args.get("on"):
         raise NotMaintainable(model, "DISTINCT ON")
     if isinstance(node, exp.Lateral):
@@ -361,12 +314,22 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
         raise NotMaintainable(model, "TABLESAMPLE")
     if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets)):
         raise NotMaintainable(model, f"GROUP BY {type(node).__name__.upper()}")
+
+
+def _refuse_aggregate_filter(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, exp.Filter):
         raise NotMaintainable(
             model,
             "an aggregate FILTER clause",
             "write the condition inside the aggregate, e.g. SUM(CASE WHEN cond THEN x END)",
         )
+
+
+def _refuse_non_deterministic(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, NON_DETERMINISTIC_NODES) or (
         isinstance(node, exp.Func) and _function_name(node) in NON_DETERMINISTIC_FUNCTIONS
     ):
@@ -377,6 +340,12 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             f"the non-deterministic function {_written(shown)}()",
             "compute the value in the source table, or " + FALLBACK_HINT,
         )
+
+
+def _refuse_aggregate(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
+    """Aggregates other than those maintained (a window's function is its rule's to check)."""
     if isinstance(node, exp.AggFunc) and not _applied_by_window(node, allowed):
         _check_aggregate(model, node)
     if isinstance(node, exp.Anonymous) and _function_name(node) in ANONYMOUS_AGGREGATES:
@@ -385,12 +354,37 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             f"the aggregate {_written(node)}",
             f"use {SUPPORTED_AGGREGATES_TEXT}, or " + FALLBACK_HINT,
         )
+
+
+def _refuse_reserved_name(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, (exp.Alias, exp.Column)) and is_reserved(node.alias_or_name):
         raise NotMaintainable(
             model,
             f"the column name {node.alias_or_name!r} (the prefix __ivm_ is reserved for bookkeeping)",
             "rename the column",
         )
+
+
+# The refusals _check_node runs on every node of the model's query, in order: the
+# first that applies names the construct. `allowed` holds the ids of the subqueries
+# and window functions that rules maintain (semi joins, window functions).
+NodeCheck = Callable[[str, exp.Select, exp.Expression, set[int]], None]
+NODE_CHECKS: tuple[NodeCheck, ...] = (
+    _refuse_inner_set_operation,
+    _refuse_scalar_subquery,
+    _refuse_join,
+    _refuse_pivot,
+    _refuse_misplaced_window,
+    _refuse_qualify,
+    _refuse_row_order,
+    _refuse_row_generation,
+    _refuse_aggregate_filter,
+    _refuse_non_deterministic,
+    _refuse_aggregate,
+    _refuse_reserved_name,
+)
 
 
 def _applied_by_window(node: exp.Expression, allowed: set[int]) -> bool:

@@ -117,6 +117,98 @@ def subquery_predicates(select: exp.Select) -> list[SubqueryPredicate]:
     return [p for c in where_conjuncts(select) if (p := subquery_predicate(c)) is not None]
 
 
+# -- refusing what they cannot stand for ------------------------------------------
+
+
+def check(model: str, root: exp.Select, in_set_operation: bool) -> set[int]:
+    """Check the root's EXISTS/IN conjuncts; return the ids of the subquery nodes they allow.
+
+    parse.py asks, before qualification. Every other subquery in an expression
+    is refused by parse.py, those nested in or beside a predicate here with a
+    message of their own.
+    """
+    predicates = subquery_predicates(root)
+    allowed: set[int] = set()
+    for predicate in predicates:
+        if in_set_operation:
+            raise NotMaintainable(
+                model,
+                f"{predicate.a_kind} subquery inside an operand of a set operation",
+                "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
+            )
+        _check_shape(model, predicate)
+        allowed.add(id(predicate.subquery))
+        if isinstance(predicate.subquery.parent, exp.Subquery):
+            allowed.add(id(predicate.subquery.parent))
+    where = root.args.get("where")
+    for node in where.find_all(exp.Exists, exp.In) if where else []:
+        query = node.this if isinstance(node, exp.Exists) else node.args.get("query")
+        if query is not None and id(query) not in allowed:
+            raise NotMaintainable(
+                model,
+                f"an EXISTS or IN subquery under OR, NOT or another expression "
+                f"({node.sql(dialect=DIALECT)[:80]})",
+                f"make each {SUBQUERY_PREDICATES} test a condition of its own in WHERE, joined "
+                "to the others with AND (an OR of two tests can be a UNION of two models), or "
+                + FALLBACK_HINT,
+            )
+    return allowed
+
+
+def _check_shape(model: str, predicate: SubqueryPredicate) -> None:
+    """One table, filtered: what a semi join against its distinct keys can stand for."""
+    select, kind, a_kind = predicate.subquery, predicate.kind, predicate.a_kind
+    build_it = (
+        "build the subquery as an ivm model of its own and ref() it inside the "
+        f"{kind}, or " + FALLBACK_HINT
+    )
+    relations = from_tables(select)
+    if select.args.get("with_") or len(relations) != 1 or not isinstance(relations[0], exp.Table):
+        raise NotMaintainable(
+            model, f"{a_kind} subquery that reads a join, a CTE or a derived table", build_it
+        )
+    if (
+        select.args.get("group")
+        or select.args.get("having")
+        or any(p.find(exp.AggFunc) for p in select.expressions)
+    ):
+        raise NotMaintainable(model, f"{a_kind} subquery that aggregates", build_it)
+    for clause, written in (("limit", "LIMIT"), ("offset", "OFFSET")):
+        if select.args.get(clause):
+            raise NotMaintainable(
+                model,
+                f"{written} in {a_kind} subquery (which rows it keeps depends on their order)",
+                "remove it, or " + FALLBACK_HINT,
+            )
+    nested = next(
+        (n for n in select.find_all(exp.Select, exp.Subquery) if n is not select),
+        None,
+    )
+    if nested is not None:
+        raise NotMaintainable(
+            model,
+            f"a subquery nested inside {a_kind} subquery",
+            "build the inner part as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
+        )
+    if kind == "NOT IN" and len(predicate.tested) > 1:
+        raise NotMaintainable(
+            model,
+            "NOT IN over several columns (its NULL rules compare the columns one by one)",
+            "write NOT EXISTS with an equality per column if the columns are never NULL, or "
+            + FALLBACK_HINT,
+        )
+    if predicate.tested and len(predicate.tested) != len(select.expressions):
+        raise NotMaintainable(
+            model,
+            f"{kind} comparing {len(predicate.tested)} values with a subquery of "
+            f"{len(select.expressions)} columns",
+            "select exactly the compared columns in the subquery",
+        )
+
+
+# -- the semi joins of a model ----------------------------------------------------
+
+
 @dataclass(frozen=True)
 class SemiJoin:
     """One semi or anti join of the model, however it was written."""
