@@ -27,7 +27,14 @@ from sqlglot.errors import ParseError
 from ivm_compiler import changes, join_states, key_bounds, names, reads, state_rows
 from ivm_compiler.compile import view_class_rule
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
-from ivm_compiler.sql import DIALECT, TableName, aliased, ident, version_as_of
+from ivm_compiler.sql import (
+    DIALECT,
+    TableName,
+    aliased,
+    create_delta_table,
+    ident,
+    version_as_of,
+)
 from ivm_compiler.view_classes import top_k, window
 
 STATE_TABLE_PROPERTIES = {
@@ -198,18 +205,8 @@ def create_state(
         *(exp.alias_(exp.null(), name, quoted=True) for name in columns),
         exp.alias_(exp.Literal.string(guard), names.GUARD, quoted=True),
     )
-    properties = [exp.FileFormatProperty(this=exp.Var(this="DELTA"))] + [
-        exp.Property(this=exp.Literal.string(key), value=exp.Literal.string(value))
-        for key, value in STATE_TABLE_PROPERTIES.items()
-    ]
-    create = exp.Create(
-        this=state.to_table(),
-        kind="TABLE",
-        replace=True,
-        properties=exp.Properties(expressions=properties),
-        expression=exp.union(rows, guard_row, distinct=False),
-    )
-    return _sql(create)
+    union = exp.union(rows, guard_row, distinct=False)
+    return _sql(create_delta_table(state, STATE_TABLE_PROPERTIES, union))
 
 
 def merge_changes(

@@ -35,7 +35,16 @@ from sqlglot import exp
 
 from ivm_compiler import key_bounds, names
 from ivm_compiler.plan import SourceRef, ViewClass, ViewPlan
-from ivm_compiler.sql import DIALECT, TableName, aliased, from_tables, ident, version_as_of
+from ivm_compiler.rules import counting
+from ivm_compiler.sql import (
+    DIALECT,
+    TableName,
+    aliased,
+    create_delta_table,
+    from_tables,
+    ident,
+    version_as_of,
+)
 
 # Column types a join state does not keep (see the module docstring).
 UNSUPPORTED_TYPE_PREFIXES = ("float", "double", "real", "map", "array", "struct", "variant")
@@ -187,17 +196,8 @@ def build_query(join_input: JoinInput, version: int, guard: str) -> exp.Query:
 
 def create(join_input: JoinInput, relation: TableName, version: int, guard: str) -> str:
     """CREATE OR REPLACE the join state at a source version."""
-    properties = [exp.FileFormatProperty(this=exp.Var(this="DELTA"))] + [
-        exp.Property(this=exp.Literal.string(k), value=exp.Literal.string(v))
-        for k, v in TABLE_PROPERTIES.items()
-    ]
-    return exp.Create(
-        this=relation.to_table(),
-        kind="TABLE",
-        replace=True,
-        properties=exp.Properties(expressions=properties),
-        expression=build_query(join_input, version, guard),
-    ).sql(dialect=DIALECT)
+    query = build_query(join_input, version, guard)
+    return create_delta_table(relation, TABLE_PROPERTIES, query).sql(dialect=DIALECT)
 
 
 def target_bound(
@@ -249,19 +249,9 @@ def read(join_input: JoinInput, relation: TableName, version: int) -> exp.Subque
     alias, the columns the model reads, the rows that pass the model's
     conditions on the input (the term applies them again, to the same effect).
     """
-    repeat = exp.Lateral(
-        this=exp.Explode(
-            this=exp.GenerateSeries(
-                start=exp.Literal.number(1), end=exp.column(names.COUNT, quoted=True)
-            )
-        ),
-        view=True,
-        alias=exp.TableAlias(this=ident(names.COPIES_ALIAS), columns=[ident(names.COPY)]),
-    )
     select = (
         exp.select(*[exp.column(name, quoted=True) for name, _ in join_input.columns])
         .from_(version_as_of(relation, version))
         .where(exp.Is(this=exp.column(names.GUARD, quoted=True), expression=exp.null()))
     )
-    select.append("laterals", repeat)
-    return select.subquery(ident(join_input.alias))
+    return counting.repeated(select, counting.count()).subquery(ident(join_input.alias))

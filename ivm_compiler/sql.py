@@ -13,6 +13,7 @@ column qualifiers from exp.column_table_names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -105,6 +106,31 @@ def union_all(selects: list[exp.Select]) -> exp.Query:
     for select in selects[1:]:
         union = exp.union(union, select, distinct=False)
     return union
+
+
+def create_delta_table(
+    table: TableName, properties: Mapping[str, str], query: exp.Query
+) -> exp.Create:
+    """CREATE OR REPLACE TABLE table USING DELTA TBLPROPERTIES (properties) AS query.
+
+    >>> create_delta_table(TableName("s", "t"), {"k": "v"}, exp.select("1")).sql(dialect=DIALECT)
+    "CREATE OR REPLACE TABLE `s`.`t` USING DELTA TBLPROPERTIES ('k'='v') AS SELECT 1"
+    """
+    return exp.Create(
+        this=table.to_table(),
+        kind="TABLE",
+        replace=True,
+        properties=exp.Properties(
+            expressions=[
+                exp.FileFormatProperty(this=exp.Var(this="DELTA")),
+                *(
+                    exp.Property(this=exp.Literal.string(key), value=exp.Literal.string(value))
+                    for key, value in properties.items()
+                ),
+            ]
+        ),
+        expression=query,
+    )
 
 
 def conjunction(
