@@ -1,8 +1,8 @@
 """SQL -> ViewPlan: qualify the model against its sources' schemas and let its view class plan it.
 
 The one entry point is compile_model(): parse and refuse (parse.py), qualify
-and merge CTEs and FROM-subqueries (sqlglot's optimizer), then the first view
-class of VIEW_CLASSES that takes the qualified query plans it
+and merge CTEs and FROM-subqueries (sqlglot's optimizer), then the first of
+the view classes in VIEW_CLASSES that takes the qualified query plans it
 (view_classes/), and a top-k modifier wraps the plan. It needs two facts
 from Spark, asked through the Catalog protocol so this module stays pure
 Python: the sources' columns (to qualify columns and expand ``*``) and the

@@ -81,7 +81,11 @@ def ident(name: str) -> exp.Identifier:
 
 
 def aliased(relation: exp.Expression, alias: str) -> exp.Expression:
-    """The relation (changed in place) under a quoted alias."""
+    """The relation (changed in place) under a quoted alias.
+
+    >>> aliased(TableName("shop", "orders").to_table(), "o").sql(dialect=DIALECT)
+    '`shop`.`orders` AS `o`'
+    """
     relation.set("alias", exp.TableAlias(this=ident(alias)))
     return relation
 
@@ -101,7 +105,11 @@ def version_as_of(table: TableName, version: int) -> exp.Table:
 
 
 def union_all(selects: list[exp.Select]) -> exp.Query:
-    """The selects under UNION ALL, left to right (the one select when there is one)."""
+    """The selects under UNION ALL, left to right (the one select when there is one).
+
+    >>> union_all([exp.select("1"), exp.select("2"), exp.select("3")]).sql(dialect=DIALECT)
+    'SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3'
+    """
     union: exp.Query = selects[0]
     for select in selects[1:]:
         union = exp.union(union, select, distinct=False)
@@ -136,7 +144,13 @@ def create_delta_table(
 def conjunction(
     conditions: list[exp.Expression] | tuple[exp.Expression, ...],
 ) -> exp.Expression | None:
-    """Copies of the conditions AND-ed together; None for no condition."""
+    """Copies of the conditions AND-ed together; None for no condition.
+
+    >>> conjunction([exp.column("a"), exp.column("b")]).sql(dialect=DIALECT)
+    'a AND b'
+    >>> conjunction([]) is None
+    True
+    """
     return exp.and_(*[c.copy() for c in conditions]) if conditions else None
 
 
@@ -157,7 +171,12 @@ def from_tables(select: exp.Select) -> list[exp.Expression]:
 
 
 def set_operation_kind(node: exp.SetOperation) -> str:
-    """UNION, UNION ALL, INTERSECT, INTERSECT ALL, EXCEPT or EXCEPT ALL."""
+    """UNION, UNION ALL, INTERSECT, INTERSECT ALL, EXCEPT or EXCEPT ALL.
+
+    >>> import sqlglot
+    >>> set_operation_kind(sqlglot.parse_one("select 1 except all select 2"))
+    'EXCEPT ALL'
+    """
     kind = type(node).__name__.upper()
     return kind if node.args.get("distinct") else f"{kind} ALL"
 

@@ -44,7 +44,11 @@ def typed_projections(
 
 
 def distinct_expressions(expressions: list[exp.Expression]) -> list[exp.Expression]:
-    """The expressions without repeats (the same SQL), in order."""
+    """The expressions without repeats (the same SQL), in order.
+
+    >>> [e.sql() for e in distinct_expressions([exp.column("a"), exp.column("b"), exp.column("a")])]
+    ['a', 'b']
+    """
     seen: dict[str, exp.Expression] = {}
     for expression in expressions:
         seen.setdefault(expression.sql(dialect=DIALECT), expression)

@@ -18,9 +18,9 @@ Protocol), as sqlglot's optimizer rules are plain functions.
 Refusals that come before a class is chosen are not part of the protocol:
 parse.py runs them on the query as written, before qualification (the class
 is only known on the qualified query, which needs the catalog), and their
-order decides which refusal a model with several problems gets. The
-class-specific ones live in their class's module (set_operation.check_shape,
-window.check_shape) and parse.py calls them at that point.
+order decides which refusal a model with several problems gets. Those of
+one class live in its module (set_operation.check_shape, window.check_shape)
+and parse.py calls them at that point.
 """
 
 from __future__ import annotations

@@ -173,7 +173,12 @@ def check_shape(model: str, select: exp.Select, merged: bool = True) -> None:
 
 
 def takes(query: exp.Query) -> bool:
-    """A SELECT with a window function in its SELECT list."""
+    """A SELECT with a window function in its SELECT list.
+
+    >>> import sqlglot
+    >>> takes(sqlglot.parse_one("select a, lag(b) over (partition by a order by c) from t"))
+    True
+    """
     return isinstance(query, exp.Select) and bool(windows_of(query))
 
 
