@@ -15,6 +15,13 @@ A view class module answers, for the plans of its classes (CLASSES):
 Modules implement it with plain functions (mypy checks a module against a
 Protocol), as sqlglot's optimizer rules are plain functions.
 
+Why these six and not just plan, change and view: `takes` is what lets a
+table pick the class instead of an if-chain in compile.py; `build_query`
+differs where pre-aggregation rows are stored beside the group rows
+(aggregates with MIN/MAX/COUNT(DISTINCT)); and `leaves_state` is where the
+global aggregate says its one group row never leaves, which emit.py used
+to test the class for.
+
 Refusals that come before a class is chosen are not part of the protocol:
 parse.py runs them on the query as written, before qualification (the class
 is only known on the qualified query, which needs the catalog), and their
