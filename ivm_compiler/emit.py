@@ -2,11 +2,11 @@
 
 Statements:
 - create_state: the state table computed at pinned source versions (first build, full refresh);
-- merge_changes: the signed delta of a change window, applied with one MERGE;
+- merge_changes: the change of the sources' version ranges, applied with one MERGE;
 - probe_join_keys: the key range of a join's change, which narrows the
   MERGE's reads of join partners (key_bounds.py);
 - probe_partitions, merge_partitions: a WINDOW model's touched partitions, and
-  the MERGE that recomputes them (rules/windows.py);
+  the MERGE that recomputes them (view_classes/window.py);
 - create_view: the relation users query, exposing only the model's columns;
 - model_query: the model's own query at pinned versions (the correctness oracle).
 
@@ -24,11 +24,18 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from ivm_compiler import join_states, key_bounds, names, relations
-from ivm_compiler.parse import DIALECT, TableName
+from ivm_compiler import changes, join_states, key_bounds, names, reads, state_rows
+from ivm_compiler.compile import view_class_rule
 from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
-from ivm_compiler.rules import top_k
-from ivm_compiler.rules import windows as window_rules
+from ivm_compiler.sql import (
+    DIALECT,
+    TableName,
+    aliased,
+    create_delta_table,
+    ident,
+    version_as_of,
+)
+from ivm_compiler.view_classes import top_k, window
 
 STATE_TABLE_PROPERTIES = {
     # Downstream consumers (later: ivm models over ivm models) read the state's changes.
@@ -41,10 +48,6 @@ STATE_TABLE_PROPERTIES = {
 
 def _sql(expression: exp.Expression) -> str:
     return expression.sql(dialect=DIALECT)
-
-
-def _ident(name: str) -> exp.Identifier:
-    return exp.to_identifier(name, quoted=True)
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ GUARD_FAILED = "ivm guard"
 
 
 def _guard_column(table: str | None = None) -> exp.Column:
-    return exp.column(names.GUARD, table=_ident(table) if table else None, quoted=True)
+    return exp.column(names.GUARD, table=ident(table) if table else None, quoted=True)
 
 
 def _is_guard_row(table: str | None, guard_row: bool = True) -> exp.Expression:
@@ -113,23 +116,33 @@ def _guarded(source: exp.Query, state: TableName, guard: Guard) -> exp.Subquery:
     """
     rows = (
         exp.select(
-            exp.Column(this=exp.Star(), table=_ident(names.GUARDED_ALIAS)),
+            exp.Column(this=exp.Star(), table=ident(names.GUARDED_ALIAS)),
             _guard_column(names.GUARD_CHECK_ALIAS),
         )
-        .from_(source.subquery(_ident(names.GUARDED_ALIAS)))
+        .from_(source.subquery(ident(names.GUARDED_ALIAS)))
         .join(
-            guard_check(state, guard).subquery(_ident(names.GUARD_CHECK_ALIAS)),
+            guard_check(state, guard).subquery(ident(names.GUARD_CHECK_ALIAS)),
             on=exp.false(),
             join_type="FULL OUTER",
         )
     )
-    return rows.subquery(_ident(names.DELTA_ALIAS))
+    return rows.subquery(ident(names.CHANGE_ALIAS))
+
+
+def _target_column(name: str) -> exp.Column:
+    """A column of the MERGE's target (the state, or a join state) in ON and its clauses."""
+    return exp.column(name, table=ident(names.TARGET_ALIAS), quoted=True)
+
+
+def _source_column(name: str) -> exp.Column:
+    """A column of the MERGE's source: the change (or the recomputed rows) of one state row."""
+    return exp.column(name, table=ident(names.CHANGE_ALIAS), quoted=True)
 
 
 def _same_guard() -> exp.Expression:
     """In ON: model rows (guard NULL) match model rows, the guard source row the guard row."""
     return exp.NullSafeEQ(
-        this=_guard_column(names.TARGET_ALIAS), expression=_guard_column(names.DELTA_ALIAS)
+        this=_guard_column(names.TARGET_ALIAS), expression=_guard_column(names.CHANGE_ALIAS)
     )
 
 
@@ -138,7 +151,7 @@ def _move_guard(guard: Guard) -> exp.When:
     return exp.When(
         matched=True,
         source=False,
-        condition=_is_guard_row(names.DELTA_ALIAS),
+        condition=_is_guard_row(names.CHANGE_ALIAS),
         then=exp.Update(
             expressions=[
                 exp.EQ(
@@ -152,18 +165,17 @@ def _move_guard(guard: Guard) -> exp.When:
 
 def _insert_row(columns: Sequence[str]) -> exp.When:
     """WHEN NOT MATCHED THEN INSERT a model row (never the guard source row: it always matches)."""
-    delta = names.DELTA_ALIAS
     return exp.When(
         matched=False,
         source=False,
-        condition=_is_guard_row(delta, guard_row=False),
+        condition=_is_guard_row(names.CHANGE_ALIAS, guard_row=False),
         then=exp.Insert(
             this=exp.Tuple(
                 expressions=[exp.column(n, quoted=True) for n in (*columns, names.GUARD)]
             ),
             expression=exp.Tuple(
                 expressions=[
-                    *(exp.column(n, table=_ident(delta), quoted=True) for n in columns),
+                    *(_source_column(n) for n in columns),
                     exp.cast(exp.null(), exp.DataType.build("STRING")),
                 ]
             ),
@@ -171,12 +183,20 @@ def _insert_row(columns: Sequence[str]) -> exp.When:
     )
 
 
+def _build_query(
+    plan: ViewPlan,
+    versions: Mapping[TableName, int],
+    rows_filter: exp.Expression | None = None,
+) -> exp.Query:
+    return view_class_rule(plan.view_class).build_query(plan, versions, rows_filter)
+
+
 def create_state(
     plan: ViewPlan, state: TableName, versions: Mapping[TableName, int], guard: str
 ) -> str:
     """The state at pinned versions, with its guard row holding this build's refresh id."""
-    columns = relations.state_table_columns(plan)
-    built = relations.build_query(plan, versions).subquery(_ident(names.BUILT_ALIAS))
+    columns = state_rows.state_table_columns(plan)
+    built = _build_query(plan, versions).subquery(ident(names.BUILT_ALIAS))
     rows = exp.select(
         exp.Star(),
         exp.alias_(exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True),
@@ -185,27 +205,17 @@ def create_state(
         *(exp.alias_(exp.null(), name, quoted=True) for name in columns),
         exp.alias_(exp.Literal.string(guard), names.GUARD, quoted=True),
     )
-    properties = [exp.FileFormatProperty(this=exp.Var(this="DELTA"))] + [
-        exp.Property(this=exp.Literal.string(key), value=exp.Literal.string(value))
-        for key, value in STATE_TABLE_PROPERTIES.items()
-    ]
-    create = exp.Create(
-        this=state.to_table(),
-        kind="TABLE",
-        replace=True,
-        properties=exp.Properties(expressions=properties),
-        expression=exp.union(rows, guard_row, distinct=False),
-    )
-    return _sql(create)
+    union = exp.union(rows, guard_row, distinct=False)
+    return _sql(create_delta_table(state, STATE_TABLE_PROPERTIES, union))
 
 
 def merge_changes(
     plan: ViewPlan,
     state: TableName,
-    windows: Mapping[TableName, relations.Window],
+    ranges: Mapping[TableName, reads.VersionRange],
     guard: Guard,
     bounds: key_bounds.Bounds | None = None,
-    join_reads: relations.JoinReads | None = None,
+    join_reads: changes.JoinReads | None = None,
 ) -> str:
     """One MERGE that applies a refresh's whole change to the state, in one Delta commit.
 
@@ -213,99 +223,96 @@ def merge_changes(
     since this one read it (`guard`), and moves the guard row to this refresh.
     `bounds`: the answer of probe_join_keys, narrowing the join partners' reads;
     `join_reads`: join states that stand in for partner reads (join_states.py).
+    The change query and which rows leave the state are the view class's
+    (a WINDOW model has no change query: see merge_partitions).
     """
-    if plan.view_class is ViewClass.WINDOW:
-        # Window values are not linear in the change rows: see merge_partitions.
-        raise ValueError("a WINDOW model's change is applied by merge_partitions")
-    target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
-
-    def t(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(target), quoted=True)
-
-    def d(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(delta), quoted=True)
-
-    keys = plan.merge_keys
+    rule = view_class_rule(plan.view_class)
+    source = rule.change_query(plan, ranges, state, bounds, join_reads)
     # The guard row (NULL keys) matches the guard source row only, never a
     # change row of a NULL group.
     on: exp.Expression = exp.and_(
-        *[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in keys], _same_guard()
+        *[
+            exp.NullSafeEQ(this=_target_column(k), expression=_source_column(k))
+            for k in plan.merge_keys
+        ],
+        _same_guard(),
     )
-    touched_flags = {p.slot: p.touched_flag for p in plan.preaggregations}
-    updates = []
-    for column in plan.value_columns:
-        stored, change = t(column.name), d(column.name)
-        if column.rule is MergeRule.RECOMPUTED:
-            assert column.preaggregation is not None
-            # Recomputed from the pre-aggregation when its values changed; kept otherwise.
-            touched = exp.EQ(this=d(touched_flags[column.preaggregation]), expression=exp.true())
-            value = exp.If(this=touched, true=change, false=stored)
-            updates.append(exp.EQ(this=t(column.name), expression=value))
-            continue
-        if column.rule is MergeRule.ADD_NULLABLE:
-            stored = exp.Coalesce(this=stored, expressions=[exp.Literal.number(0)])
-            change = exp.Coalesce(this=change, expressions=[exp.Literal.number(0)])
-        updates.append(
-            exp.EQ(this=t(column.name), expression=exp.Add(this=stored, expression=change))
-        )
-
     whens = [_move_guard(guard)]
-    emptied: exp.Expression = exp.EQ(
-        this=exp.Add(this=t(names.COUNT), expression=d(names.COUNT)),
-        expression=exp.Literal.number(0),
+    emptied = rule.leaves_state(
+        plan,
+        exp.EQ(
+            this=exp.Add(this=_target_column(names.COUNT), expression=_source_column(names.COUNT)),
+            expression=exp.Literal.number(0),
+        ),
     )
-    if plan.view_class is ViewClass.GLOBAL_AGGREGATE:
-        # The global aggregate keeps its one group row even when the source is
-        # empty; only pre-aggregation rows (slot > 0) leave the state.
-        emptied = (
-            exp.and_(emptied, exp.GT(this=d(names.SLOT), expression=exp.Literal.number(0)))
-            if plan.preaggregations
-            else None
-        )
     if emptied is not None:
         whens.append(
             exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
         )
-    whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=updates)))
-    whens.append(_insert_row(relations.state_table_columns(plan)))
+    whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=_updates(plan))))
+    whens.append(_insert_row(state_rows.state_table_columns(plan)))
     merge = exp.Merge(
-        this=relations.aliased(state.to_table(), target),
-        using=_guarded(
-            relations.delta_query(plan, windows, state, bounds, join_reads), state, guard
-        ),
+        this=aliased(state.to_table(), names.TARGET_ALIAS),
+        using=_guarded(source, state, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
     return _sql(merge)
 
 
+def _updates(plan: ViewPlan) -> list[exp.Expression]:
+    """A matched state row's new values: stored + change, or recomputed (MergeRule)."""
+    touched_flags = {p.slot: p.touched_flag for p in plan.preaggregations}
+    updates: list[exp.Expression] = []
+    for column in plan.value_columns:
+        stored, change = _target_column(column.name), _source_column(column.name)
+        if column.rule is MergeRule.RECOMPUTED:
+            assert column.preaggregation is not None
+            # Recomputed from the pre-aggregation when its values changed; kept otherwise.
+            touched = exp.EQ(
+                this=_source_column(touched_flags[column.preaggregation]), expression=exp.true()
+            )
+            value = exp.If(this=touched, true=change, false=stored)
+            updates.append(exp.EQ(this=_target_column(column.name), expression=value))
+            continue
+        if column.rule is MergeRule.ADD_NULLABLE:
+            stored = exp.Coalesce(this=stored, expressions=[exp.Literal.number(0)])
+            change = exp.Coalesce(this=change, expressions=[exp.Literal.number(0)])
+        updates.append(
+            exp.EQ(
+                this=_target_column(column.name), expression=exp.Add(this=stored, expression=change)
+            )
+        )
+    return updates
+
+
 def probe_join_keys(
-    plan: ViewPlan, windows: Mapping[TableName, relations.Window]
+    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]
 ) -> tuple[str, list[key_bounds.KeyColumn]] | None:
     """The probe of a join's change key bounds, and the keys in its answer's order; None: no join."""
-    changes = relations.bounded_keys(plan, windows)
-    if not changes:
+    bounded = changes.bounded_keys(plan, ranges)
+    if not bounded:
         return None
-    return _sql(key_bounds.probe_query(changes)), key_bounds.probe_columns(changes)
+    return _sql(key_bounds.probe_query(bounded)), key_bounds.probe_columns(bounded)
 
 
-def probe_partitions(plan: ViewPlan, windows: Mapping[TableName, relations.Window]) -> str:
-    """A WINDOW model's touched partitions: the distinct keys of the window's change rows."""
+def probe_partitions(plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]) -> str:
+    """A WINDOW model's touched partitions: the distinct keys of its source's change rows."""
     assert plan.view_class is ViewClass.WINDOW and plan.window_partition
     (source,) = plan.sources
-    changes = relations.signed_changes(
-        source.table, windows[source.table], source.alias, plan.upstreams.get(source.table)
+    changed = reads.signed_changes(
+        source.table, ranges[source.table], source.alias, plan.upstreams.get(source.table)
     )
     rows = plan.rows
     assert isinstance(rows, exp.Select)
-    return _sql(window_rules.probe_query(rows, changes, plan.window_partition))
+    return _sql(window.probe_query(rows, changed, plan.window_partition))
 
 
 def merge_partitions(
     plan: ViewPlan,
     state: TableName,
     versions: Mapping[TableName, int],
-    keys: Sequence[window_rules.PartitionKey],
+    keys: Sequence[window.PartitionKey],
     guard: Guard,
 ) -> str:
     """One MERGE that replaces a WINDOW model's state rows of the touched partitions.
@@ -319,20 +326,10 @@ def merge_partitions(
     and move are merge_changes's (a NULL partition's delete spares the guard row).
     """
     assert plan.view_class is ViewClass.WINDOW and plan.window_partition
-    target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
-
-    def t(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(target), quoted=True)
-
-    def d(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(delta), quoted=True)
-
     types = [p.data_type for p in plan.window_partition]
-    in_rows = window_rules.partition_predicate(
-        [p.source for p in plan.window_partition], types, keys
-    )
-    in_state = window_rules.partition_predicate(
-        [t(p.state_column) for p in plan.window_partition], types, keys
+    in_rows = window.partition_predicate([p.source for p in plan.window_partition], types, keys)
+    in_state = window.partition_predicate(
+        [_target_column(p.state_column) for p in plan.window_partition], types, keys
     )
     # The state's side of the partitions in ON too: it changes no match (every
     # source row lies in those partitions), and lets Delta prune the state's
@@ -340,37 +337,52 @@ def merge_partitions(
     # The guard row has NULL partition columns: it is in ON's partitions
     # explicitly, so the guard source row always finds it.
     on = exp.and_(
-        *[exp.NullSafeEQ(this=t(k), expression=d(k)) for k in plan.keys],
+        *[exp.NullSafeEQ(this=_target_column(k), expression=_source_column(k)) for k in plan.keys],
         _same_guard(),
-        exp.paren(exp.or_(exp.paren(in_state.copy()), _is_guard_row(target))),
+        exp.paren(exp.or_(exp.paren(in_state.copy()), _is_guard_row(names.TARGET_ALIAS))),
     )
     whens = [
         _move_guard(guard),
-        exp.When(
-            matched=True,
-            source=False,
-            condition=exp.NEQ(this=t(names.COUNT), expression=d(names.COUNT)),
-            then=exp.Update(expressions=[exp.EQ(this=t(names.COUNT), expression=d(names.COUNT))]),
-        ),
-        _insert_row(relations.state_table_columns(plan)),
+        _recounted(),
+        _insert_row(state_rows.state_table_columns(plan)),
         exp.When(
             matched=False,
             source=True,
-            condition=exp.and_(exp.paren(in_state), _is_guard_row(target, guard_row=False)),
+            condition=exp.and_(
+                exp.paren(in_state), _is_guard_row(names.TARGET_ALIAS, guard_row=False)
+            ),
             then=exp.var("DELETE"),
         ),
     ]
     merge = exp.Merge(
-        this=relations.aliased(state.to_table(), target),
-        using=_guarded(relations.build_query(plan, versions, rows_filter=in_rows), state, guard),
+        this=aliased(state.to_table(), names.TARGET_ALIAS),
+        using=_guarded(_build_query(plan, versions, rows_filter=in_rows), state, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
     return _sql(merge)
 
 
+def _recounted() -> exp.When:
+    """WHEN MATCHED with another count THEN UPDATE the count: a recomputed row's multiplicity."""
+    return exp.When(
+        matched=True,
+        source=False,
+        condition=exp.NEQ(this=_target_column(names.COUNT), expression=_source_column(names.COUNT)),
+        then=exp.Update(
+            expressions=[
+                exp.EQ(this=_target_column(names.COUNT), expression=_source_column(names.COUNT))
+            ]
+        ),
+    )
+
+
 def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> exp.Select:
-    """The model's rows from the state table (at `version`): bookkeeping columns stay hidden."""
+    """The model's rows from the state table (at `version`): bookkeeping columns stay hidden.
+
+    Which state rows the view shows, and how often, is the view class's; a
+    top-k model's view then orders and limits them (view_classes/top_k.py).
+    """
     outputs = []
     for output in plan.outputs:
         expression = output.expression.copy()
@@ -381,72 +393,12 @@ def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> 
         if data_type is not None:
             expression = exp.cast(expression, data_type)
         outputs.append(exp.alias_(expression, output.name, quoted=True))
-    table = state.to_table()
-    if version is not None:
-        table.set(
-            "version",
-            exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
-        )
+    table = state.to_table() if version is None else version_as_of(state, version)
     # The guard row is bookkeeping, in every view class (a global aggregate's
     # view keeps rows with a zero count).
     select = exp.select(*outputs).from_(table).where(_is_guard_row(None, guard_row=False))
-    if plan.preaggregations:
-        group_rows = exp.EQ(
-            this=exp.column(names.SLOT, quoted=True), expression=exp.Literal.number(0)
-        )
-        select = select.where(group_rows)
-    populated = exp.GT(this=exp.column(names.COUNT, quoted=True), expression=exp.Literal.number(0))
-    if plan.view_class is not ViewClass.GLOBAL_AGGREGATE:
-        select = select.where(populated)
-    if plan.having is not None:
-        select = select.where(plan.having.copy())
-    copies = _copies(plan)
-    if copies is not None:
-        if plan.view_class is ViewClass.SET_OPERATION:
-            select = select.where(exp.GT(this=copies.copy(), expression=exp.Literal.number(0)))
-        # A row with multiplicity n is shown n times: the view is the query's bag.
-        repeat = exp.Lateral(
-            this=exp.Explode(this=exp.GenerateSeries(start=exp.Literal.number(1), end=copies)),
-            view=True,
-            alias=exp.TableAlias(this=_ident(names.COPIES_ALIAS), columns=[_ident(names.COPY)]),
-        )
-        select.append("laterals", repeat)
-    elif plan.view_class is ViewClass.SET_OPERATION:
-        select = select.where(_set_operation_keeps(plan))
+    select = view_class_rule(plan.view_class).view(plan, select)
     return top_k.ordered(select, plan.top_k) if plan.top_k else select
-
-
-def _operand_counts(plan: ViewPlan) -> list[exp.Column]:
-    return [
-        exp.column(c.name, quoted=True)
-        for c in plan.state_columns
-        if names.is_operand_count(c.name)
-    ]
-
-
-def _copies(plan: ViewPlan) -> exp.Expression | None:
-    """How many times the view repeats a state row; None when it shows it at most once."""
-    if plan.view_class in (ViewClass.PROJECTION, ViewClass.WINDOW):
-        return exp.column(names.COUNT, quoted=True)
-    if plan.set_operation == "INTERSECT ALL":
-        return exp.Least(this=_operand_counts(plan)[0], expressions=_operand_counts(plan)[1:])
-    if plan.set_operation == "EXCEPT ALL":
-        first, *rest = _operand_counts(plan)
-        removed: exp.Expression = rest[0]
-        for count in rest[1:]:
-            removed = exp.Add(this=removed, expression=count)
-        return exp.Sub(this=first, expression=exp.Paren(this=removed))
-    return None
-
-
-def _set_operation_keeps(plan: ViewPlan) -> exp.Expression:
-    """INTERSECT: a row every operand produces; EXCEPT: one the first produces and no other."""
-    first, *rest = _operand_counts(plan)
-    present = [exp.GT(this=c, expression=exp.Literal.number(0)) for c in (first, *rest)]
-    if plan.set_operation == "INTERSECT":
-        return exp.and_(*present)
-    absent = [exp.EQ(this=c.copy(), expression=exp.Literal.number(0)) for c in rest]
-    return exp.and_(present[0], *absent)
 
 
 # View properties that let dbt tests and people find a model's query and state.
@@ -573,9 +525,9 @@ def _published_properties(plan: ViewPlan, published: Published) -> dict[str, str
 
 def _commented_column(name: str, comment: str | None) -> exp.Expression:
     if comment is None:
-        return _ident(name)
+        return ident(name)
     return exp.ColumnDef(
-        this=_ident(name),
+        this=ident(name),
         constraints=[
             exp.ColumnConstraint(kind=exp.CommentColumnConstraint(this=exp.Literal.string(comment)))
         ],
@@ -584,7 +536,7 @@ def _commented_column(name: str, comment: str | None) -> exp.Expression:
 
 def model_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> str:
     """The model's query evaluated with every source at its pinned version."""
-    return relations.model_query(plan, versions)
+    return reads.model_query(plan, versions)
 
 
 def record_refresh(state: TableName, refresh_id: str) -> str:
@@ -626,30 +578,26 @@ def create_join_state(
 def merge_join_state(
     join_input: join_states.JoinInput,
     relation: TableName,
-    window: relations.Window,
+    versions: reads.VersionRange,
     guard: Guard,
     bounds: key_bounds.Bounds | None = None,
 ) -> str:
-    """One MERGE that brings a join state over a source's change window (guarded like a state).
+    """One MERGE that brings a join state over a source's version range (guarded like a state).
 
     `bounds`: the probe's answer; the join state's rows outside the change's
     key range are left out of ON, so their files are not read.
     """
-    target, delta = names.TARGET_ALIAS, names.DELTA_ALIAS
-
-    def t(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(target), quoted=True)
-
-    def d(name: str) -> exp.Column:
-        return exp.column(name, table=_ident(delta), quoted=True)
 
     columns = [name for name, _ in join_input.columns]
-    signed = relations.signed_changes(join_input.table, window, join_input.alias)
-    on = exp.and_(*[exp.NullSafeEQ(this=t(c), expression=d(c)) for c in columns], _same_guard())
-    bound = join_states.target_bound(join_input, bounds or {}, target)
+    signed = reads.signed_changes(join_input.table, versions, join_input.alias)
+    on = exp.and_(
+        *[exp.NullSafeEQ(this=_target_column(c), expression=_source_column(c)) for c in columns],
+        _same_guard(),
+    )
+    bound = join_states.target_bound(join_input, bounds or {}, names.TARGET_ALIAS)
     if bound is not None:
         on = exp.and_(on, bound)
-    new_count = exp.Add(this=t(names.COUNT), expression=d(names.COUNT))
+    new_count = exp.Add(this=_target_column(names.COUNT), expression=_source_column(names.COUNT))
     whens = [
         _move_guard(guard),
         exp.When(
@@ -661,12 +609,14 @@ def merge_join_state(
         exp.When(
             matched=True,
             source=False,
-            then=exp.Update(expressions=[exp.EQ(this=t(names.COUNT), expression=new_count.copy())]),
+            then=exp.Update(
+                expressions=[exp.EQ(this=_target_column(names.COUNT), expression=new_count.copy())]
+            ),
         ),
         _insert_row([*columns, names.COUNT]),
     ]
     merge = exp.Merge(
-        this=relations.aliased(relation.to_table(), target),
+        this=aliased(relation.to_table(), names.TARGET_ALIAS),
         using=_guarded(join_states.changes(join_input, signed), relation, guard),
         on=on,
         whens=exp.Whens(expressions=whens),

@@ -1,7 +1,7 @@
 """Reverse-join tables (the KV-store paper's join state): a join input kept by its join key.
 
 The change of an inner join reads every partner input at a pinned version
-(relations.signed_rows). A join state for input X is a Delta table of X's
+(changes.signed_rows). A join state for input X is a Delta table of X's
 rows projected to the columns the model reads of X, filtered by the model's
 conditions on X alone, grouped with a count (`__ivm_count`), and written in
 join-key order so a partner read with the change's key bounds skips files.
@@ -33,9 +33,18 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ivm_compiler import key_bounds, names, relations
-from ivm_compiler.parse import DIALECT, TableName, from_tables
+from ivm_compiler import key_bounds, names
 from ivm_compiler.plan import SourceRef, ViewClass, ViewPlan
+from ivm_compiler.rules import counting
+from ivm_compiler.sql import (
+    DIALECT,
+    TableName,
+    aliased,
+    create_delta_table,
+    from_tables,
+    ident,
+    version_as_of,
+)
 
 # Column types a join state does not keep (see the module docstring).
 UNSUPPORTED_TYPE_PREFIXES = ("float", "double", "real", "map", "array", "struct", "variant")
@@ -82,10 +91,6 @@ class JoinInput:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _ident(name: str) -> exp.Identifier:
-    return exp.to_identifier(name, quoted=True)
-
-
 def _supported(data_type: str) -> bool:
     return not data_type.lower().startswith(UNSUPPORTED_TYPE_PREFIXES)
 
@@ -107,7 +112,7 @@ def candidates(plan: ViewPlan) -> list[JoinInput]:
         not isinstance(rows, exp.Select)
         or plan.join_terms
         or plan.view_class is ViewClass.WINDOW
-        or not key_bounds._inner_only(rows)
+        or not key_bounds.inner_joins_only(rows)
     ):
         return []
     tables = from_tables(rows)
@@ -134,7 +139,7 @@ def candidates(plan: ViewPlan) -> list[JoinInput]:
         own += [
             exp.Not(
                 this=exp.Is(
-                    this=exp.column(k, table=_ident(ref.alias), quoted=True), expression=exp.null()
+                    this=exp.column(k, table=ident(ref.alias), quoted=True), expression=exp.null()
                 )
             )
             for k in keys
@@ -153,7 +158,7 @@ def candidates(plan: ViewPlan) -> list[JoinInput]:
 
 
 def _column(join_input: JoinInput, name: str) -> exp.Column:
-    return exp.column(name, table=_ident(join_input.alias), quoted=True)
+    return exp.column(name, table=ident(join_input.alias), quoted=True)
 
 
 def _grouped(join_input: JoinInput, rows: exp.Expression, count: exp.Expression) -> exp.Select:
@@ -174,8 +179,7 @@ def _grouped(join_input: JoinInput, rows: exp.Expression, count: exp.Expression)
 
 def build_query(join_input: JoinInput, version: int, guard: str) -> exp.Query:
     """The join state's rows at a source version, in join-key order, plus its guard row."""
-    source = relations.delta_table_at_version(join_input.table, version)
-    source.set("alias", exp.TableAlias(this=_ident(join_input.alias)))
+    source = aliased(version_as_of(join_input.table, version), join_input.alias)
     rows = _grouped(join_input, source, exp.Count(this=exp.Star(), big_int=True)).select(
         exp.alias_(exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True)
     )
@@ -185,24 +189,15 @@ def build_query(join_input: JoinInput, version: int, guard: str) -> exp.Query:
         exp.alias_(exp.Literal.string(guard), names.GUARD, quoted=True),
     )
     union = exp.union(rows, guard_row, distinct=False)
-    ordered = exp.select(exp.Star()).from_(union.subquery(_ident(names.BUILT_ALIAS)))
+    ordered = exp.select(exp.Star()).from_(union.subquery(ident(names.BUILT_ALIAS)))
     keys = join_input.join_keys or tuple(name for name, _ in join_input.columns[:1])
     return ordered.order_by(*[exp.column(k, quoted=True) for k in keys])
 
 
 def create(join_input: JoinInput, relation: TableName, version: int, guard: str) -> str:
     """CREATE OR REPLACE the join state at a source version."""
-    properties = [exp.FileFormatProperty(this=exp.Var(this="DELTA"))] + [
-        exp.Property(this=exp.Literal.string(k), value=exp.Literal.string(v))
-        for k, v in TABLE_PROPERTIES.items()
-    ]
-    return exp.Create(
-        this=relation.to_table(),
-        kind="TABLE",
-        replace=True,
-        properties=exp.Properties(expressions=properties),
-        expression=build_query(join_input, version, guard),
-    ).sql(dialect=DIALECT)
+    query = build_query(join_input, version, guard)
+    return create_delta_table(relation, TABLE_PROPERTIES, query).sql(dialect=DIALECT)
 
 
 def target_bound(
@@ -223,7 +218,7 @@ def target_bound(
         return None
     guard_row = exp.not_(
         exp.Is(
-            this=exp.column(names.GUARD, table=_ident(target_alias), quoted=True),
+            this=exp.column(names.GUARD, table=ident(target_alias), quoted=True),
             expression=exp.null(),
         )
     )
@@ -232,16 +227,16 @@ def target_bound(
         return guard_row  # every change row has a NULL key: the state keeps none of them
     data_type = dict(join_input.columns)[key]
     within = exp.Between(
-        this=exp.column(key, table=_ident(target_alias), quoted=True),
-        low=key_bounds._literal(low, data_type),
-        high=key_bounds._literal(high, data_type),
+        this=exp.column(key, table=ident(target_alias), quoted=True),
+        low=key_bounds.cast_literal(low, data_type),
+        high=key_bounds.cast_literal(high, data_type),
     )
     return exp.Paren(this=exp.or_(within, guard_row))
 
 
 def changes(join_input: JoinInput, signed: exp.Subquery) -> exp.Select:
     """The net count change per projected row of the source's change rows `signed`."""
-    net = exp.Sum(this=exp.column(names.SIGN, table=_ident(join_input.alias), quoted=True))
+    net = exp.Sum(this=exp.column(names.SIGN, table=ident(join_input.alias), quoted=True))
     return _grouped(join_input, signed, net).having(
         exp.NEQ(this=net.copy(), expression=exp.Literal.number(0))
     )
@@ -254,19 +249,9 @@ def read(join_input: JoinInput, relation: TableName, version: int) -> exp.Subque
     alias, the columns the model reads, the rows that pass the model's
     conditions on the input (the term applies them again, to the same effect).
     """
-    repeat = exp.Lateral(
-        this=exp.Explode(
-            this=exp.GenerateSeries(
-                start=exp.Literal.number(1), end=exp.column(names.COUNT, quoted=True)
-            )
-        ),
-        view=True,
-        alias=exp.TableAlias(this=_ident(names.COPIES_ALIAS), columns=[_ident(names.COPY)]),
-    )
     select = (
         exp.select(*[exp.column(name, quoted=True) for name, _ in join_input.columns])
-        .from_(relations.delta_table_at_version(relation, version))
+        .from_(version_as_of(relation, version))
         .where(exp.Is(this=exp.column(names.GUARD, quoted=True), expression=exp.null()))
     )
-    select.append("laterals", repeat)
-    return select.subquery(_ident(join_input.alias))
+    return counting.repeated(select, counting.count()).subquery(ident(join_input.alias))

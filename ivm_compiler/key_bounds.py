@@ -1,7 +1,7 @@
 """Join-key bounds: narrow a join's partner reads to the key range of the change.
 
 The change of an inner join reads every partner input at a pinned version
-(relations.signed_rows), though only partner rows whose join key equals the
+(changes.signed_rows), though only partner rows whose join key equals the
 key of a change row can contribute to it. Delta skips a file by its min/max
 statistics only for a predicate whose values are known when the query is
 planned, so a refresh first asks the change feed for the smallest and the
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.parse import TableName
 from ivm_compiler.plan import SourceRef
+from ivm_compiler.sql import TableName, conjuncts
 
 # Types whose MIN/MAX cast to text and back is the same value, compared as
 # `=` compares them. (Floating point has NaN and -0.0; timestamps' text
@@ -66,17 +66,8 @@ def _bounded_type(data_type: str) -> bool:
     return text in BOUNDED_TYPES or text.startswith("decimal")
 
 
-def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
-    if condition is None:
-        return []
-    if isinstance(condition, exp.And):
-        return [*_conjuncts(condition.left), *_conjuncts(condition.right)]
-    if isinstance(condition, exp.Paren):
-        return _conjuncts(condition.this)
-    return [condition]
-
-
-def _inner_only(select: exp.Select) -> bool:
+def inner_joins_only(select: exp.Select) -> bool:
+    """Every JOIN of the SELECT is an inner or cross join with ON (no USING)."""
     for join in select.args.get("joins") or []:
         if join.side or (join.kind and join.kind.upper() not in ("INNER", "CROSS")):
             return False
@@ -86,10 +77,11 @@ def _inner_only(select: exp.Select) -> bool:
 
 
 def join_conditions(select: exp.Select) -> list[exp.Expression]:
-    """The top-level conjuncts of a SELECT's WHERE and of its JOINs' ON conditions."""
-    conditions = _conjuncts(select.args["where"].this if select.args.get("where") else None)
+    """The conjuncts of a SELECT's WHERE and of its JOINs' ON conditions, nested ANDs split."""
+    where = select.args.get("where")
+    conditions = conjuncts(where.this if where else None, nested=True)
     for join in select.args.get("joins") or []:
-        conditions += _conjuncts(join.args.get("on"))
+        conditions += conjuncts(join.args.get("on"), nested=True)
     return conditions
 
 
@@ -117,7 +109,7 @@ def partner_bounds(
     (SourceRef) are bounded, on either side.
     """
     changed = inputs[position]
-    if not isinstance(changed, SourceRef) or not _inner_only(select):
+    if not isinstance(changed, SourceRef) or not inner_joins_only(select):
         return []
     partners = {
         relation.alias: relation
@@ -142,7 +134,12 @@ def partner_bounds(
     return found
 
 
-def _literal(text: str, data_type: str) -> exp.Expression:
+def cast_literal(text: str, data_type: str) -> exp.Expression:
+    """A probed key (as text) cast back to its column's type.
+
+    >>> cast_literal("2024-01-02", "date").sql(dialect="spark")
+    "CAST('2024-01-02' AS DATE)"
+    """
     return exp.cast(exp.Literal.string(text), exp.DataType.build(data_type, dialect="spark"))
 
 
@@ -159,8 +156,8 @@ def bound_predicate(bound: PartnerBound, bounds: Bounds) -> exp.Expression | Non
     )
     return exp.Between(
         this=column,
-        low=_literal(low, bound.key.data_type),
-        high=_literal(high, bound.key.data_type),
+        low=cast_literal(low, bound.key.data_type),
+        high=cast_literal(high, bound.key.data_type),
     )
 
 

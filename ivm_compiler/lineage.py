@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from ivm_compiler.parse import TableName
+from ivm_compiler.sql import TableName
 
 
 def columns_read(

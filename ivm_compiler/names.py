@@ -14,7 +14,7 @@ COUNT = f"{RESERVED_PREFIX}count"  # multiplicity of the row / number of rows in
 SIGN = f"{RESERVED_PREFIX}sign"  # +1 / -1 on a change-feed row
 COPY = f"{RESERVED_PREFIX}copy"  # the exploded copy index when a bag view repeats a row
 TARGET_ALIAS = f"{RESERVED_PREFIX}t"
-DELTA_ALIAS = f"{RESERVED_PREFIX}d"
+CHANGE_ALIAS = f"{RESERVED_PREFIX}d"  # the MERGE source: one change per state row
 COPIES_ALIAS = f"{RESERVED_PREFIX}copies"
 # The guard row's column: NULL on every other row; on the state's one guard row,
 # the id of the refresh that last committed to the state. Every MERGE checks it
@@ -92,7 +92,7 @@ def recomputed_cte(argument_index: int) -> str:
 
 
 def touched_flag_of(argument_index: int) -> str:
-    """On a delta row: TRUE when the refresh changed argument i's values in the group."""
+    """On a change row: TRUE when the refresh changed argument i's values in the group."""
     return f"{RESERVED_PREFIX}touched_a{argument_index}"
 
 

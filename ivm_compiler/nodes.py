@@ -31,15 +31,10 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from ivm_compiler import names
 from ivm_compiler.compile import qualify_model, source_tables
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import (
-    DIALECT,
-    TableName,
-    is_top_k,
-    parse_model,
-    parse_statement,
-    set_operation_branches,
-)
+from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.rules import semi_joins
+from ivm_compiler.sql import DIALECT, TableName, set_operation_branches
+from ivm_compiler.view_classes.top_k import is_top_k
 
 NODE_INFIX = f"{names.RESERVED_PREFIX}cte_"
 

@@ -7,7 +7,7 @@ exists, a rewrite that the ivm materialization does support.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import sqlglot
 from sqlglot import exp
@@ -15,8 +15,11 @@ from sqlglot.errors import ParseError
 
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable, first_line
 from ivm_compiler.names import is_reserved
-
-DIALECT = "spark"
+from ivm_compiler.rules import semi_joins
+from ivm_compiler.rules.semi_joins import SUBQUERY_PREDICATES
+from ivm_compiler.sql import DIALECT, from_tables, set_operation_branches, set_operation_kind
+from ivm_compiler.view_classes import set_operation, window
+from ivm_compiler.view_classes.top_k import without_top_k
 
 # Functions whose result changes between evaluations of the same input: a
 # maintained row computed with one could never be deleted again exactly.
@@ -117,53 +120,6 @@ SUPPORTED_AGGREGATES: tuple[type[exp.Expression], ...] = (
 SUPPORTED_AGGREGATES_TEXT = "COUNT, SUM, AVG, MIN, MAX or COUNT(DISTINCT x)"
 
 
-@dataclass(frozen=True)
-class TableName:
-    """A source table as the model names it (dbt renders `schema.identifier`).
-
-    Parts are kept in lower case: Spark's session catalog matches table and
-    schema names case-insensitively and stores them lower-cased, and sqlglot's
-    qualify lower-cases them in the trees it returns, so `s.Orders` named by a
-    model and `s.orders` in its qualified tree must be one key.
-
-    >>> TableName(db="Sales", name="Select") == TableName(db="sales", name="select")
-    True
-    >>> TableName(db="Sales", name="Select").sql()
-    '`sales`.`select`'
-    """
-
-    db: str | None
-    name: str
-    catalog: str | None = None
-
-    def __post_init__(self) -> None:
-        for part in ("db", "name", "catalog"):
-            value = getattr(self, part)
-            if value is not None:
-                object.__setattr__(self, part, value.lower())
-
-    @classmethod
-    def of(cls, table: exp.Table) -> TableName:
-        return cls(db=table.db or None, name=table.name, catalog=table.catalog or None)
-
-    def parts(self) -> list[str]:
-        return [part for part in (self.catalog, self.db, self.name) if part]
-
-    def to_table(self) -> exp.Table:
-        return exp.table_(
-            exp.to_identifier(self.name, quoted=True),
-            db=exp.to_identifier(self.db, quoted=True) if self.db else None,
-            catalog=exp.to_identifier(self.catalog, quoted=True) if self.catalog else None,
-        )
-
-    def sql(self) -> str:
-        """The quoted multi-part identifier, as Spark parses it (also inside table_changes)."""
-        return self.to_table().sql(dialect=DIALECT)
-
-    def __str__(self) -> str:
-        return ".".join(self.parts())
-
-
 def parse_model(model: str, sql: str) -> exp.Query:
     """Parse the model's SQL into one SELECT or one set operation of SELECTs, or raise."""
     tree = parse_statement(model, sql)
@@ -189,85 +145,24 @@ def parse_statement(model: str, sql: str) -> exp.Expression:
     return statements[0]
 
 
-def from_tables(select: exp.Select) -> list[exp.Expression]:
-    """The relations of a SELECT's FROM and its JOINs, in query order."""
-    found = [select.args["from_"].this] if select.args.get("from_") else []
-    found += [join.this for join in select.args.get("joins") or []]
-    return found
-
-
-def set_operation_kind(node: exp.SetOperation) -> str:
-    """UNION, UNION ALL, INTERSECT, INTERSECT ALL, EXCEPT or EXCEPT ALL."""
-    kind = type(node).__name__.upper()
-    return kind if node.args.get("distinct") else f"{kind} ALL"
-
-
-def set_operation_branches(tree: exp.Expression) -> list[exp.Expression]:
-    """The operands of a chain of one set operation (a UNION b UNION c), left to right.
-
-    A chain that mixes operations, or a parenthesised operand, is one operand.
-    """
-    if not isinstance(tree, exp.SetOperation):
-        return [tree]
-    kind = set_operation_kind(tree)
-    branches = []
-    for side in (tree.left, tree.right):
-        if isinstance(side, exp.SetOperation) and set_operation_kind(side) == kind:
-            branches.extend(set_operation_branches(side))
-        else:
-            branches.append(side)
-    return branches
-
-
-def is_top_k(tree: exp.Expression) -> bool:
-    """An ORDER BY and a LIMIT on the model's query itself (rules/top_k.py)."""
-    return bool(tree.args.get("order") and tree.args.get("limit"))
-
-
-def without_top_k(tree: exp.Expression) -> exp.Expression:
-    """The query without its top-level ORDER BY and LIMIT: the rows a top-k state keeps."""
-    if not is_top_k(tree):
-        return tree
-    stripped = tree.copy()
-    stripped.set("order", None)
-    stripped.set("limit", None)
-    return stripped
-
-
 def check_supported(model: str, tree: exp.Expression) -> None:
     """Raise NotMaintainable naming the first construct outside the supported view classes."""
     tree = without_top_k(tree)
     branches = set_operation_branches(tree)
     if isinstance(tree, exp.SetOperation):
-        kind = set_operation_kind(tree)
-        if tree.args.get("by_name"):
-            raise NotMaintainable(model, f"{kind} BY NAME", "list the columns in the same order")
-        for clause, written in (("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET")):
-            if tree.args.get(clause):
-                raise NotMaintainable(model, f"{written} on the result of {kind}")
-        for branch in branches:
-            if not isinstance(branch, exp.Select):
-                raise NotMaintainable(
-                    model,
-                    f"{kind} mixed with another set operation, or over a parenthesised query",
-                    "chain one set operation over plain SELECTs, or build a part as an ivm "
-                    "model of its own and ref() it",
-                )
+        set_operation.check_shape(model, tree)
     elif not isinstance(tree, exp.Select):
         raise NotMaintainable(
             model, f"a {type(tree).__name__} statement", "a model must be one SELECT"
         )
 
     for branch in branches:
-        allowed = _check_subquery_predicates(model, branch, in_set_operation=len(branches) > 1)
+        allowed = semi_joins.check(model, branch, in_set_operation=len(branches) > 1)
         windows = [w for p in branch.expressions for w in p.find_all(exp.Window)]
         if len(branches) == 1 and windows:
             # Window functions in the SELECT list of a single SELECT are maintained
-            # by recomputing the partitions a change touches (rules/windows.py;
-            # imported here, as it builds on this module).
-            from ivm_compiler.rules.windows import check_shape
-
-            check_shape(model, branch, merged=False)
+            # by recomputing the partitions a change touches (view_classes/window.py).
+            window.check_shape(model, branch, merged=False)
             allowed |= {id(w) for w in windows}
         for node in branch.walk():
             _check_node(model, branch, node, allowed)
@@ -305,157 +200,26 @@ def _is_relation(node: exp.Expression) -> bool:
     return False
 
 
-# -- EXISTS / IN subqueries (rules/semi_joins.py maintains them) ------------------
-
-SUBQUERY_PREDICATES = "EXISTS, NOT EXISTS, IN and NOT IN"
-
-
-@dataclass(frozen=True)
-class SubqueryPredicate:
-    """A top-level conjunct of a WHERE clause that tests a subquery: EXISTS, NOT EXISTS, IN, NOT IN."""
-
-    # The conjunct itself (NOT included), to remove it from the WHERE clause.
-    conjunct: exp.Expression
-    # "EXISTS", "NOT EXISTS", "IN" or "NOT IN".
-    kind: str
-    subquery: exp.Select
-    # IN and NOT IN only: the tested outer expressions, one per subquery column.
-    tested: tuple[exp.Expression, ...] = ()
-
-    @property
-    def negated(self) -> bool:
-        return self.kind.startswith("NOT")
-
-    @property
-    def a_kind(self) -> str:
-        """The kind with its article, for messages: an EXISTS, a NOT IN."""
-        return ("a " if self.negated else "an ") + self.kind
-
-
-def where_conjuncts(select: exp.Select) -> list[exp.Expression]:
-    """The top-level AND-ed conditions of a SELECT's WHERE clause (parentheses removed)."""
-    where = select.args.get("where")
-    if where is None:
-        return []
-    condition = where.this.unnest()
-    conjuncts = condition.flatten() if isinstance(condition, exp.And) else [condition]
-    return [c.unnest() for c in conjuncts]
-
-
-def subquery_predicate(conjunct: exp.Expression) -> SubqueryPredicate | None:
-    """The conjunct as an EXISTS/IN test of a single SELECT, or None."""
-    negated = isinstance(conjunct, exp.Not)
-    test = conjunct.this.unnest() if negated else conjunct
-    prefix = "NOT " if negated else ""
-    if isinstance(test, exp.Exists) and isinstance(test.this, exp.Select):
-        return SubqueryPredicate(conjunct, f"{prefix}EXISTS", test.this)
-    query = test.args.get("query") if isinstance(test, exp.In) else None
-    if query is None:
-        return None
-    select = query.this if isinstance(query, exp.Subquery) else query
-    if not isinstance(select, exp.Select):
-        return None
-    outer = test.this.unnest()
-    tested = tuple(outer.expressions) if isinstance(outer, exp.Tuple) else (outer,)
-    return SubqueryPredicate(conjunct, f"{prefix}IN", select, tested)
-
-
-def subquery_predicates(select: exp.Select) -> list[SubqueryPredicate]:
-    return [p for c in where_conjuncts(select) if (p := subquery_predicate(c)) is not None]
-
-
-def _check_subquery_predicates(model: str, root: exp.Select, in_set_operation: bool) -> set[int]:
-    """Check the root's EXISTS/IN conjuncts; return the ids of the subquery nodes they allow.
-
-    Every other subquery in an expression is refused by _check_node, those
-    nested in or beside a predicate here with a message of their own.
-    """
-    predicates = subquery_predicates(root)
-    allowed: set[int] = set()
-    for predicate in predicates:
-        if in_set_operation:
-            raise NotMaintainable(
-                model,
-                f"{predicate.a_kind} subquery inside an operand of a set operation",
-                "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
-            )
-        _check_subquery_shape(model, predicate)
-        allowed.add(id(predicate.subquery))
-        if isinstance(predicate.subquery.parent, exp.Subquery):
-            allowed.add(id(predicate.subquery.parent))
-    where = root.args.get("where")
-    for node in where.find_all(exp.Exists, exp.In) if where else []:
-        query = node.this if isinstance(node, exp.Exists) else node.args.get("query")
-        if query is not None and id(query) not in allowed:
-            raise NotMaintainable(
-                model,
-                f"an EXISTS or IN subquery under OR, NOT or another expression "
-                f"({node.sql(dialect=DIALECT)[:80]})",
-                f"make each {SUBQUERY_PREDICATES} test a condition of its own in WHERE, joined "
-                "to the others with AND (an OR of two tests can be a UNION of two models), or "
-                + FALLBACK_HINT,
-            )
-    return allowed
-
-
-def _check_subquery_shape(model: str, predicate: SubqueryPredicate) -> None:
-    """One table, filtered: what a semi join against its distinct keys can stand for."""
-    select, kind, a_kind = predicate.subquery, predicate.kind, predicate.a_kind
-    build_it = (
-        "build the subquery as an ivm model of its own and ref() it inside the "
-        f"{kind}, or " + FALLBACK_HINT
-    )
-    relations = from_tables(select)
-    if select.args.get("with_") or len(relations) != 1 or not isinstance(relations[0], exp.Table):
-        raise NotMaintainable(
-            model, f"{a_kind} subquery that reads a join, a CTE or a derived table", build_it
-        )
-    if (
-        select.args.get("group")
-        or select.args.get("having")
-        or any(p.find(exp.AggFunc) for p in select.expressions)
-    ):
-        raise NotMaintainable(model, f"{a_kind} subquery that aggregates", build_it)
-    for clause, written in (("limit", "LIMIT"), ("offset", "OFFSET")):
-        if select.args.get(clause):
-            raise NotMaintainable(
-                model,
-                f"{written} in {a_kind} subquery (which rows it keeps depends on their order)",
-                "remove it, or " + FALLBACK_HINT,
-            )
-    nested = next(
-        (n for n in select.find_all(exp.Select, exp.Subquery) if n is not select),
-        None,
-    )
-    if nested is not None:
-        raise NotMaintainable(
-            model,
-            f"a subquery nested inside {a_kind} subquery",
-            "build the inner part as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
-        )
-    if kind == "NOT IN" and len(predicate.tested) > 1:
-        raise NotMaintainable(
-            model,
-            "NOT IN over several columns (its NULL rules compare the columns one by one)",
-            "write NOT EXISTS with an equality per column if the columns are never NULL, or "
-            + FALLBACK_HINT,
-        )
-    if predicate.tested and len(predicate.tested) != len(select.expressions):
-        raise NotMaintainable(
-            model,
-            f"{kind} comparing {len(predicate.tested)} values with a subquery of "
-            f"{len(select.expressions)} columns",
-            "select exactly the compared columns in the subquery",
-        )
-
-
 def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
+    """Refuse the node if it is a construct without a delta rule: NODE_CHECKS, in order."""
+    for check in NODE_CHECKS:
+        check(model, root, node, allowed)
+
+
+def _refuse_inner_set_operation(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, exp.SetOperation):
         raise NotMaintainable(
             model,
             f"the set operation {set_operation_kind(node)} inside the query",
             "make it the whole model (an ivm model of its own) and ref() it, or " + FALLBACK_HINT,
         )
+
+
+def _refuse_scalar_subquery(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if (
         node is not root
         and isinstance(node, (exp.Select, exp.Subquery))
@@ -468,10 +232,21 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             "write it as a JOIN, or as a condition of the outer query's WHERE "
             f"({SUBQUERY_PREDICATES} are maintained there), or " + FALLBACK_HINT,
         )
+
+
+def _refuse_join(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
     if isinstance(node, exp.Join):
         _check_join(model, node)
+
+
+def _refuse_pivot(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
     if isinstance(node, exp.Pivot):
         raise NotMaintainable(model, "UNPIVOT" if node.args.get("unpivot") else "PIVOT")
+
+
+def _refuse_misplaced_window(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, exp.Window) and id(node) not in allowed:
         raise NotMaintainable(
             model,
@@ -480,6 +255,9 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             "compute the window functions in a model (or a FROM-subquery) of their own, "
             "or " + FALLBACK_HINT,
         )
+
+
+def _refuse_qualify(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
     if isinstance(node, exp.Qualify):
         # Spark 4.0.1's own parser rejects QUALIFY as well.
         raise NotMaintainable(
@@ -488,6 +266,12 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             "select the window function in a FROM-subquery and filter on it outside: "
             "select * from (select *, row_number() over (...) as rn from t) where rn = 1",
         )
+
+
+def _refuse_row_order(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
+    """LIMIT/OFFSET, DISTRIBUTE/SORT/CLUSTER BY, and ORDER BY of the model's SELECT."""
     if isinstance(node, (exp.Limit, exp.Offset)):
         raise NotMaintainable(model, "LIMIT/OFFSET")
     for clause, written in (
@@ -508,6 +292,12 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             "ORDER BY",
             "remove the ORDER BY (a maintained table has no row order; order when you read it)",
         )
+
+
+def _refuse_row_generation(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
+    """DISTINCT ON, LATERAL VIEW, generators, TABLESAMPLE and GROUP BY CUBE/ROLLUP/GROUPING SETS."""
     if isinstance(node, exp.Distinct) and node.args.get("on"):
         raise NotMaintainable(model, "DISTINCT ON")
     if isinstance(node, exp.Lateral):
@@ -524,12 +314,22 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
         raise NotMaintainable(model, "TABLESAMPLE")
     if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets)):
         raise NotMaintainable(model, f"GROUP BY {type(node).__name__.upper()}")
+
+
+def _refuse_aggregate_filter(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, exp.Filter):
         raise NotMaintainable(
             model,
             "an aggregate FILTER clause",
             "write the condition inside the aggregate, e.g. SUM(CASE WHEN cond THEN x END)",
         )
+
+
+def _refuse_non_deterministic(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, NON_DETERMINISTIC_NODES) or (
         isinstance(node, exp.Func) and _function_name(node) in NON_DETERMINISTIC_FUNCTIONS
     ):
@@ -540,6 +340,12 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             f"the non-deterministic function {_written(shown)}()",
             "compute the value in the source table, or " + FALLBACK_HINT,
         )
+
+
+def _refuse_aggregate(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
+    """Aggregates other than those maintained (a window's function is its rule's to check)."""
     if isinstance(node, exp.AggFunc) and not _applied_by_window(node, allowed):
         _check_aggregate(model, node)
     if isinstance(node, exp.Anonymous) and _function_name(node) in ANONYMOUS_AGGREGATES:
@@ -548,6 +354,11 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
             f"the aggregate {_written(node)}",
             f"use {SUPPORTED_AGGREGATES_TEXT}, or " + FALLBACK_HINT,
         )
+
+
+def _refuse_reserved_name(
+    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+) -> None:
     if isinstance(node, (exp.Alias, exp.Column)) and is_reserved(node.alias_or_name):
         raise NotMaintainable(
             model,
@@ -556,10 +367,30 @@ def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set
         )
 
 
+# The refusals _check_node runs on every node of the model's query, in order: the
+# first that applies names the construct. `allowed` holds the ids of the subqueries
+# and window functions that rules maintain (semi joins, window functions).
+NodeCheck = Callable[[str, exp.Select, exp.Expression, set[int]], None]
+NODE_CHECKS: tuple[NodeCheck, ...] = (
+    _refuse_inner_set_operation,
+    _refuse_scalar_subquery,
+    _refuse_join,
+    _refuse_pivot,
+    _refuse_misplaced_window,
+    _refuse_qualify,
+    _refuse_row_order,
+    _refuse_row_generation,
+    _refuse_aggregate_filter,
+    _refuse_non_deterministic,
+    _refuse_aggregate,
+    _refuse_reserved_name,
+)
+
+
 def _applied_by_window(node: exp.Expression, allowed: set[int]) -> bool:
     """The function of an allowed window (sqlglot parses RANK() and friends as aggregates).
 
-    rules/windows.py checks which functions a window may apply.
+    view_classes/window.py checks which functions a window may apply.
     """
     parent = node.parent
     while isinstance(parent, (exp.IgnoreNulls, exp.RespectNulls)):
@@ -582,7 +413,7 @@ def _check_relation_names(model: str, select: exp.Select) -> None:
 
 
 def _check_join(model: str, join: exp.Join) -> None:
-    """Inner, cross, outer, semi and anti joins are maintained (relations.py, rules/)."""
+    """Inner, cross, outer, semi and anti joins are maintained (changes.py, rules/)."""
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     method = (join.args.get("method") or "").upper()

@@ -3,7 +3,7 @@
 Frozen dataclasses only. The plan holds the model's rows as one flattened
 SELECT over its sources (FROM, JOINs and WHERE, qualified by the aliases the
 model uses), and expressions over those flattened rows and over the state
-table's columns; relations.py and emit.py turn it into Spark SQL.
+table's columns; reads.py, changes.py, state_rows.py and emit.py turn it into Spark SQL.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from enum import Enum
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.parse import TableName
-from ivm_compiler.rules.top_k import TopK
+from ivm_compiler.sql import TableName
+from ivm_compiler.view_classes.top_k import TopK
 
 
 class ViewClass(str, Enum):
@@ -36,17 +36,17 @@ class ViewClass(str, Enum):
     SET_OPERATION = "set_operation"
     # SELECT exprs, f(...) OVER (PARTITION BY p ...) FROM src WHERE q: the projection's
     # state (rows with a multiplicity); a change recomputes the partitions it touches
-    # (rules/windows.py).
+    # (view_classes/window.py).
     WINDOW = "window"
 
 
 class MergeRule(str, Enum):
-    """How a state column combines its stored value with a delta row's value."""
+    """How a state column combines its stored value with a change row's value."""
 
     KEY = "key"  # identifies the row; matched null-safely, never updated
-    ADD = "add"  # counts: stored + delta
+    ADD = "add"  # counts: stored + change
     ADD_NULLABLE = "add_nullable"  # sums: NULL stands for "no non-NULL input yet"
-    # MIN, MAX, COUNT(DISTINCT): not additive. The delta row carries the value
+    # MIN, MAX, COUNT(DISTINCT): not additive. The change row carries the value
     # recomputed from the group's pre-aggregation rows whenever the refresh
     # touched them (its touched flag is set); otherwise the stored value stays.
     RECOMPUTED = "recomputed"
@@ -105,7 +105,7 @@ class JoinTerm:
 
     The model's rows equal the sum of sign * rows over its terms (as bags with
     multiplicities), and each term only joins inputs and key relations, so its
-    change follows the telescoping join rule; relations.signed_rows sums them.
+    change follows the telescoping join rule; changes.signed_rows sums them.
     """
 
     sign: int
@@ -141,7 +141,7 @@ class StateColumn:
     # The column computed from source rows at one version (first build, full refresh).
     build: exp.Expression
     # The column computed from signed change rows (each carries names.SIGN = +1/-1).
-    delta: exp.Expression
+    change: exp.Expression
     # RECOMPUTED columns only: the pre-aggregation that recomputes it.
     preaggregation: int | None = None
 
@@ -174,7 +174,7 @@ class ViewPlan:
     view_class: ViewClass
     # The model's SQL exactly as dbt compiled it, and its parse (not rewritten).
     sql: str
-    query: exp.Select
+    query: exp.Query
     # Every table occurrence in FROM, in query order.
     sources: tuple[SourceRef, ...]
     # SELECT <flattened columns> FROM <the model's sources and joins> WHERE <its filter>,
@@ -208,7 +208,7 @@ class ViewPlan:
     # ivm_window_order_unique (the user vouches for a unique order).
     tie_warnings: tuple[str, ...] = ()
     # ORDER BY ... LIMIT k of the model: the state keeps every row, the view the
-    # top k (rules/top_k.py).
+    # top k (view_classes/top_k.py).
     top_k: TopK | None = None
     # Source -> {column: type} of the source columns the model reads
     # (lineage.py): a refresh records them, and a later refresh that finds one

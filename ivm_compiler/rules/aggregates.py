@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ivm_compiler import names
+from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.plan import MergeRule, StateColumn
 from ivm_compiler.rules.counting import sign
+from ivm_compiler.sql import DIALECT
 
 # Spark's Average divides a decimal sum by the count cast to this type.
 LONG_DECIMAL = exp.DataType.build("DECIMAL(20, 0)")
@@ -49,7 +51,9 @@ class ArgumentState:
                 name=names.non_null_count_of(self.index),
                 rule=MergeRule.ADD,
                 build=exp.Count(this=self.flat, big_int=True),
-                delta=exp.Sum(this=exp.If(this=non_null, true=sign(), false=exp.Literal.number(0))),
+                change=exp.Sum(
+                    this=exp.If(this=non_null, true=sign(), false=exp.Literal.number(0))
+                ),
             )
         ]
         if self.needs_sum:
@@ -65,10 +69,55 @@ class ArgumentState:
                     name=names.sum_of(self.index),
                     rule=MergeRule.ADD_NULLABLE,
                     build=exp.Sum(this=self.flat),
-                    delta=exp.Sum(this=signed_argument),
+                    change=exp.Sum(this=signed_argument),
                 )
             )
         return columns
+
+
+def arguments_of(model: str, expressions: list[exp.Expression]) -> dict[str, ArgumentState]:
+    """One ArgumentState per distinct aggregate argument, in query order, with what it needs.
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("select sum(x), avg(x), min(y), count(distinct y) from t")
+    >>> [(k, a.needs_sum, sorted(a.recomputed)) for k, a in arguments_of("m", q.expressions).items()]
+    [('x', True, []), ('y', False, ['COUNT', 'MIN'])]
+    """
+    found: dict[str, ArgumentState] = {}
+    for expression in expressions:
+        for call in expression.find_all(exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max):
+            if isinstance(call, exp.Count) and isinstance(call.this, exp.Star):
+                continue
+            argument = argument_of(model, call)
+            key = argument.sql(dialect=DIALECT)
+            previous = found.get(key) or ArgumentState(index=len(found), argument=argument)
+            recomputed = set(previous.recomputed)
+            if isinstance(call, (exp.Min, exp.Max)):
+                recomputed.add("MIN" if isinstance(call, exp.Min) else "MAX")
+            elif isinstance(call.this, exp.Distinct):
+                recomputed.add("COUNT")
+            found[key] = ArgumentState(
+                index=previous.index,
+                argument=argument,
+                needs_sum=previous.needs_sum or isinstance(call, (exp.Sum, exp.Avg)),
+                needs_count=previous.needs_count
+                or (isinstance(call, exp.Count) and not isinstance(call.this, exp.Distinct)),
+                recomputed=frozenset(recomputed),
+            )
+    return found
+
+
+def argument_of(model: str, call: exp.Expression) -> exp.Expression:
+    """x of COUNT(x), SUM(x), AVG(x), MIN(x), MAX(x) and COUNT(DISTINCT x)."""
+    if not isinstance(call.this, exp.Distinct):
+        return call.this
+    if isinstance(call, exp.Count) and len(call.this.expressions) == 1:
+        return call.this.expressions[0]
+    raise NotMaintainable(
+        model,
+        f"{call.sql(dialect=DIALECT)} (only COUNT(DISTINCT x) of one expression is maintained)",
+        "aggregate a DISTINCT model of its own, or " + FALLBACK_HINT,
+    )
 
 
 def state_column(name: str) -> exp.Column:

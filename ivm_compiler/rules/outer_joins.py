@@ -14,7 +14,7 @@ where pad(X) is X with every column of R NULL. (A row of L is padded unless
 p holds and a partner exists, and K has at most one row per key, so the last
 term removes each matched row's padding exactly once.) K(R) is a DISTINCT of
 R, and its change is the keys that gained their first or lost their last
-partner in the window (relations.key_changes). Every term is an inner join of
+partner over the version range (reads.key_changes). Every term is an inner join of
 inputs and key relations, so the telescoping join rule gives each term's
 exact change, and their sum is the outer join's. A NULL key never matches:
 K leaves NULL keys out and `=` never pairs them.
@@ -38,8 +38,8 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import DIALECT, TableName
 from ivm_compiler.plan import JoinTerm, KeyRelation, SourceRef
+from ivm_compiler.sql import DIALECT, TableName, conjunction, equality_sides, ident
 
 OUTER_SIDES = ("LEFT", "RIGHT", "FULL")
 
@@ -141,9 +141,9 @@ def _outer_terms(
             alias=names.key_relation(index),
             source=SourceRef(alias=right_alias, table=TableName.of(right)),
             keys=tuple(r.copy() for _, r in on.keys),
-            condition=_conjunction(on.right_only),
+            condition=conjunction(on.right_only),
         )
-        matched = _key_join(keys, [left for left, _ in on.keys], on.left_only)
+        matched = key_join(keys, [left for left, _ in on.keys], on.left_only)
         terms.append(partial.padding(right_alias))
         terms.append(partial.padding(right_alias).joined(matched, keys).negated())
     if side in ("RIGHT", "FULL"):
@@ -154,28 +154,37 @@ def _outer_terms(
             alias=names.key_relation(index) + "_left",
             source=SourceRef(alias=left_alias, table=TableName.of(left)),
             keys=tuple(left_key.copy() for left_key, _ in on.keys),
-            condition=_conjunction(on.left_only),
+            condition=conjunction(on.left_only),
         )
         padded_left = replace(partial, first=right.copy(), padded=partial.padded | {left_alias})
-        matched = _key_join(keys, [r for _, r in on.keys], on.right_only)
+        matched = key_join(keys, [r for _, r in on.keys], on.right_only)
         terms.append(padded_left)
         terms.append(padded_left.joined(matched, keys).negated())
     return terms
 
 
-def _key_join(
-    keys: KeyRelation, preserved_keys: list[exp.Expression], preserved_only: tuple
+def key_join(
+    keys: KeyRelation,
+    preserved_keys: list[exp.Expression],
+    preserved_only: tuple[exp.Expression, ...],
 ) -> exp.Join:
-    """JOIN <key relation> ON each preserved-side key = its key column AND the side's own conditions."""
+    """JOIN <key relation> ON each preserved-side key = its key column AND the side's own conditions.
+
+    Semi joins join their key relations the same way (rules/semi_joins.py).
+
+    >>> keys = KeyRelation("__ivm_keys0", SourceRef("c", TableName("s", "c")), (), None)
+    >>> key_join(keys, [exp.column("k", table="o")], ()).sql(dialect=DIALECT)
+    'JOIN `__ivm_keys0` AS `__ivm_keys0` ON o.k = `__ivm_keys0`.`__ivm_k0`'
+    """
     equalities = [
         exp.EQ(
             this=key.copy(),
-            expression=exp.column(names.join_key(i), table=_ident(keys.alias), quoted=True),
+            expression=exp.column(names.join_key(i), table=ident(keys.alias), quoted=True),
         )
         for i, key in enumerate(preserved_keys)
     ]
     return exp.Join(
-        this=exp.Table(this=_ident(keys.alias), alias=exp.TableAlias(this=_ident(keys.alias))),
+        this=exp.Table(this=ident(keys.alias), alias=exp.TableAlias(this=ident(keys.alias))),
         on=exp.and_(*equalities, *[c.copy() for c in preserved_only]),
     )
 
@@ -191,12 +200,12 @@ def _split_on(model: str, join: exp.Join, left_aliases: set[str], right_alias: s
         )
     keys, left_only, right_only = [], [], []
     for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
-        used = _aliases(conjunct)
+        used = exp.column_table_names(conjunct)
         if used <= {right_alias} and used:
             right_only.append(conjunct)
         elif used <= left_aliases:
             left_only.append(conjunct)
-        elif (pair := _sides(conjunct, left_aliases, right_alias)) is not None:
+        elif (pair := equality_sides(conjunct, left_aliases, right_alias)) is not None:
             keys.append(pair)
         else:
             raise NotMaintainable(
@@ -213,21 +222,6 @@ def _split_on(model: str, join: exp.Join, left_aliases: set[str], right_alias: s
             "join on at least one equality, e.g. ON a.id = b.id, or " + FALLBACK_HINT,
         )
     return _OnCondition(keys=tuple(keys), left_only=tuple(left_only), right_only=tuple(right_only))
-
-
-def _sides(
-    conjunct: exp.Expression, left_aliases: set[str], right_alias: str
-) -> tuple[exp.Expression, exp.Expression] | None:
-    """(left side, right side) of an equality that compares the two sides, else None."""
-    if not isinstance(conjunct, exp.EQ):
-        return None
-    a, b = conjunct.this, conjunct.expression
-    a_uses, b_uses = _aliases(a), _aliases(b)
-    if a_uses and b_uses and a_uses <= left_aliases and b_uses == {right_alias}:
-        return a, b
-    if a_uses and b_uses and b_uses <= left_aliases and a_uses == {right_alias}:
-        return b, a
-    return None
 
 
 def _term_rows(
@@ -261,15 +255,3 @@ def _is_null(node: exp.Expression) -> bool:
     return isinstance(node, exp.Null) or (
         isinstance(node, exp.Cast) and isinstance(node.this, exp.Null)
     )
-
-
-def _aliases(node: exp.Expression) -> set[str]:
-    return {column.table for column in node.find_all(exp.Column) if column.table}
-
-
-def _conjunction(conditions: tuple[exp.Expression, ...]) -> exp.Expression | None:
-    return exp.and_(*[c.copy() for c in conditions]) if conditions else None
-
-
-def _ident(name: str) -> exp.Identifier:
-    return exp.to_identifier(name, quoted=True)

@@ -10,7 +10,7 @@ of the subquery's rows (the key relations of rules/outer_joins.py),
 
 K has one row per key, so each row of L joins it at most once, and its
 change is the keys that gained their first or lost their last partner
-(relations.key_changes). A NULL key never matches: K leaves NULL keys out
+(reads.key_changes). A NULL key never matches: K leaves NULL keys out
 and `=` never pairs them. The keys are the subquery's equalities with the
 outer query (its correlation), then, for IN, the compared columns; a
 subquery without correlation has the one key TRUE, so K(R) is one row while
@@ -51,15 +51,162 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import (
-    DIALECT,
-    TableName,
-    from_tables,
-    subquery_predicates,
-    where_conjuncts,
-)
 from ivm_compiler.plan import JoinTerm, KeyRelation, SourceRef
 from ivm_compiler.rules import outer_joins
+from ivm_compiler.sql import (
+    DIALECT,
+    TableName,
+    conjunction,
+    conjuncts,
+    equality_sides,
+    from_tables,
+)
+
+# -- recognising them in WHERE ---------------------------------------------------
+
+SUBQUERY_PREDICATES = "EXISTS, NOT EXISTS, IN and NOT IN"
+
+
+@dataclass(frozen=True)
+class SubqueryPredicate:
+    """A top-level conjunct of a WHERE clause that tests a subquery: EXISTS, NOT EXISTS, IN, NOT IN."""
+
+    # The conjunct itself (NOT included), to remove it from the WHERE clause.
+    conjunct: exp.Expression
+    # "EXISTS", "NOT EXISTS", "IN" or "NOT IN".
+    kind: str
+    subquery: exp.Select
+    # IN and NOT IN only: the tested outer expressions, one per subquery column.
+    tested: tuple[exp.Expression, ...] = ()
+
+    @property
+    def negated(self) -> bool:
+        return self.kind.startswith("NOT")
+
+    @property
+    def a_kind(self) -> str:
+        """The kind with its article, for messages: an EXISTS, a NOT IN."""
+        return ("a " if self.negated else "an ") + self.kind
+
+
+def where_conjuncts(select: exp.Select) -> list[exp.Expression]:
+    """The top-level AND-ed conditions of a SELECT's WHERE clause (parentheses removed)."""
+    where = select.args.get("where")
+    return conjuncts(where.this) if where is not None else []
+
+
+def subquery_predicate(conjunct: exp.Expression) -> SubqueryPredicate | None:
+    """The conjunct as an EXISTS/IN test of a single SELECT, or None."""
+    negated = isinstance(conjunct, exp.Not)
+    test = conjunct.this.unnest() if negated else conjunct
+    prefix = "NOT " if negated else ""
+    if isinstance(test, exp.Exists) and isinstance(test.this, exp.Select):
+        return SubqueryPredicate(conjunct, f"{prefix}EXISTS", test.this)
+    query = test.args.get("query") if isinstance(test, exp.In) else None
+    if query is None:
+        return None
+    select = query.this if isinstance(query, exp.Subquery) else query
+    if not isinstance(select, exp.Select):
+        return None
+    outer = test.this.unnest()
+    tested = tuple(outer.expressions) if isinstance(outer, exp.Tuple) else (outer,)
+    return SubqueryPredicate(conjunct, f"{prefix}IN", select, tested)
+
+
+def subquery_predicates(select: exp.Select) -> list[SubqueryPredicate]:
+    return [p for c in where_conjuncts(select) if (p := subquery_predicate(c)) is not None]
+
+
+# -- refusing what they cannot stand for ------------------------------------------
+
+
+def check(model: str, root: exp.Select, in_set_operation: bool) -> set[int]:
+    """Check the root's EXISTS/IN conjuncts; return the ids of the subquery nodes they allow.
+
+    parse.py asks, before qualification. Every other subquery in an expression
+    is refused by parse.py, those nested in or beside a predicate here with a
+    message of their own.
+    """
+    predicates = subquery_predicates(root)
+    allowed: set[int] = set()
+    for predicate in predicates:
+        if in_set_operation:
+            raise NotMaintainable(
+                model,
+                f"{predicate.a_kind} subquery inside an operand of a set operation",
+                "build that operand as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
+            )
+        _check_shape(model, predicate)
+        allowed.add(id(predicate.subquery))
+        if isinstance(predicate.subquery.parent, exp.Subquery):
+            allowed.add(id(predicate.subquery.parent))
+    where = root.args.get("where")
+    for node in where.find_all(exp.Exists, exp.In) if where else []:
+        query = node.this if isinstance(node, exp.Exists) else node.args.get("query")
+        if query is not None and id(query) not in allowed:
+            raise NotMaintainable(
+                model,
+                f"an EXISTS or IN subquery under OR, NOT or another expression "
+                f"({node.sql(dialect=DIALECT)[:80]})",
+                f"make each {SUBQUERY_PREDICATES} test a condition of its own in WHERE, joined "
+                "to the others with AND (an OR of two tests can be a UNION of two models), or "
+                + FALLBACK_HINT,
+            )
+    return allowed
+
+
+def _check_shape(model: str, predicate: SubqueryPredicate) -> None:
+    """One table, filtered: what a semi join against its distinct keys can stand for."""
+    select, kind, a_kind = predicate.subquery, predicate.kind, predicate.a_kind
+    build_it = (
+        "build the subquery as an ivm model of its own and ref() it inside the "
+        f"{kind}, or " + FALLBACK_HINT
+    )
+    relations = from_tables(select)
+    if select.args.get("with_") or len(relations) != 1 or not isinstance(relations[0], exp.Table):
+        raise NotMaintainable(
+            model, f"{a_kind} subquery that reads a join, a CTE or a derived table", build_it
+        )
+    if (
+        select.args.get("group")
+        or select.args.get("having")
+        or any(p.find(exp.AggFunc) for p in select.expressions)
+    ):
+        raise NotMaintainable(model, f"{a_kind} subquery that aggregates", build_it)
+    for clause, written in (("limit", "LIMIT"), ("offset", "OFFSET")):
+        if select.args.get(clause):
+            raise NotMaintainable(
+                model,
+                f"{written} in {a_kind} subquery (which rows it keeps depends on their order)",
+                "remove it, or " + FALLBACK_HINT,
+            )
+    nested = next(
+        (n for n in select.find_all(exp.Select, exp.Subquery) if n is not select),
+        None,
+    )
+    if nested is not None:
+        raise NotMaintainable(
+            model,
+            f"a subquery nested inside {a_kind} subquery",
+            "build the inner part as an ivm model of its own and ref() it, or " + FALLBACK_HINT,
+        )
+    if kind == "NOT IN" and len(predicate.tested) > 1:
+        raise NotMaintainable(
+            model,
+            "NOT IN over several columns (its NULL rules compare the columns one by one)",
+            "write NOT EXISTS with an equality per column if the columns are never NULL, or "
+            + FALLBACK_HINT,
+        )
+    if predicate.tested and len(predicate.tested) != len(select.expressions):
+        raise NotMaintainable(
+            model,
+            f"{kind} comparing {len(predicate.tested)} values with a subquery of "
+            f"{len(select.expressions)} columns",
+            "select exactly the compared columns in the subquery",
+        )
+
+
+# -- the semi joins of a model ----------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -175,11 +322,11 @@ def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin,
                     column.set("table", exp.to_identifier(alias, quoted=True))
             table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
         taken.add(alias.lower())
-        inner = _conjuncts(subquery.args["where"].this if subquery.args.get("where") else None)
+        inner = [c.copy() for c in where_conjuncts(subquery)]
         compared = []
         for outer, projection in zip(predicate.tested, subquery.expressions):
             value = projection.this if isinstance(projection, exp.Alias) else projection
-            if not _aliases(value) <= {alias}:
+            if not exp.column_table_names(value) <= {alias}:
                 raise NotMaintainable(
                     model,
                     f"the {predicate.kind} subquery's column {value.sql(dialect=DIALECT)}, which "
@@ -217,12 +364,12 @@ def _semi_join(
     inner_alias = table.alias_or_name
     keys, outer_only, inner_only = [], [], []
     for conjunct in conditions:
-        used = _aliases(conjunct)
+        used = exp.column_table_names(conjunct)
         if used <= {inner_alias}:
             inner_only.append(conjunct)
         elif used <= outer_aliases:
             outer_only.append(conjunct)
-        elif (pair := _sides(conjunct, outer_aliases, inner_alias)) is not None:
+        elif (pair := equality_sides(conjunct, outer_aliases, inner_alias)) is not None:
             keys.append(pair)
         else:
             raise NotMaintainable(
@@ -240,21 +387,6 @@ def _semi_join(
         inner_only=tuple(inner_only),
         anti=anti,
     )
-
-
-def _sides(
-    conjunct: exp.Expression, outer_aliases: set[str], inner_alias: str
-) -> tuple[exp.Expression, exp.Expression] | None:
-    """(outer side, subquery side) of an equality between the two, else None."""
-    if not isinstance(conjunct, exp.EQ):
-        return None
-    a, b = conjunct.this, conjunct.expression
-    a_uses, b_uses = _aliases(a), _aliases(b)
-    if a_uses and b_uses and a_uses <= outer_aliases and b_uses == {inner_alias}:
-        return a, b
-    if a_uses and b_uses and b_uses <= outer_aliases and a_uses == {inner_alias}:
-        return b, a
-    return None
 
 
 # -- the rows the build reads ----------------------------------------------------
@@ -303,7 +435,7 @@ class _Term:
     def joined(self, relation: KeyRelation, outer_keys: list[exp.Expression], semi: SemiJoin):
         select = self.select.copy()
         joins = select.args.get("joins") or []
-        select.set("joins", [*joins, _key_join(relation, outer_keys, semi.outer_only)])
+        select.set("joins", [*joins, outer_joins.key_join(relation, outer_keys, semi.outer_only)])
         return replace(self, select=select, key_relations=(*self.key_relations, relation))
 
     def filtered(self, condition: exp.Expression) -> _Term:
@@ -359,7 +491,7 @@ def _terms(term: _Term, semi: SemiJoin, index: int) -> list[_Term]:
             alias=names.semi_key_relation(index, role),
             source=source,
             keys=tuple(inner.copy() for _, inner in pairs),
-            condition=_conjunction([*semi.inner_only, *where]),
+            condition=conjunction([*semi.inner_only, *where]),
         )
         return relation, [outer for outer, _ in pairs]
 
@@ -392,34 +524,3 @@ def _never_null(value: exp.Expression, conditions: tuple[exp.Expression, ...]) -
     """One of the conditions is `value IS NOT NULL`."""
     not_null = exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
     return any(condition == not_null for condition in conditions)
-
-
-def _key_join(
-    relation: KeyRelation, outer_keys: list[exp.Expression], outer_only: tuple
-) -> exp.Join:
-    """JOIN <key relation> ON each outer key = its key column AND the outer row's own conditions."""
-    alias = exp.to_identifier(relation.alias, quoted=True)
-    equalities = [
-        exp.EQ(this=key.copy(), expression=exp.column(names.join_key(i), table=alias, quoted=True))
-        for i, key in enumerate(outer_keys)
-    ]
-    return exp.Join(
-        this=exp.Table(this=alias.copy(), alias=exp.TableAlias(this=alias.copy())),
-        on=exp.and_(*equalities, *[c.copy() for c in outer_only]),
-    )
-
-
-def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
-    if condition is None:
-        return []
-    condition = condition.unnest()
-    found = condition.flatten() if isinstance(condition, exp.And) else [condition]
-    return [c.unnest().copy() for c in found]
-
-
-def _conjunction(conditions: list[exp.Expression]) -> exp.Expression | None:
-    return exp.and_(*[c.copy() for c in conditions]) if conditions else None
-
-
-def _aliases(node: exp.Expression) -> set[str]:
-    return {column.table for column in node.find_all(exp.Column) if column.table}

@@ -18,7 +18,7 @@ from dbt.tests.util import run_dbt, run_dbt_and_capture
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ivm_compiler.rules import windows
+from ivm_compiler.view_classes import window as windows
 from tests.functional.ivm_checks import (
     ScanLog,
     assert_built_once,

@@ -51,8 +51,8 @@ from sqlglot import exp
 
 from ivm_compiler import TableName, ViewPlan
 from ivm_compiler.emit import Guard
-from ivm_compiler.parse import DIALECT
-from ivm_compiler.relations import Window
+from ivm_compiler.reads import VersionRange as Window
+from ivm_compiler.sql import DIALECT
 
 STATEMENTS = ("create_state", "merge_changes", "create_view", "model_query")
 # A WINDOW model applies a change with a probe for the touched partitions and a

@@ -12,8 +12,9 @@ from sqlglot import exp
 
 from ivm_compiler import NotMaintainable, TableName, ViewClass, compile_model, emit
 from ivm_compiler import compile as compile_module
+from ivm_compiler.changes import signed_rows
 from ivm_compiler.plan import MergeRule, PreAggregation, SourceRef
-from ivm_compiler.relations import Window, signed_rows
+from ivm_compiler.reads import VersionRange as Window
 from tests.unit.golden import FakeCatalog
 
 MODEL = "my_model"

@@ -18,9 +18,10 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from ivm_compiler import ViewClass, ViewPlan, compile_model, emit, relations
+from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
+from ivm_compiler import changes as relations
 from ivm_compiler.names import CHANGES_CTE, COUNT, GUARD, SIGN, SLOT, is_reserved
-from ivm_compiler.parse import DIALECT
+from ivm_compiler.sql import DIALECT
 from tests.unit import golden
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compile.sql"

@@ -24,7 +24,7 @@ from dbt.adapters.spark_ivm.schema_changes import SchemaCommit
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
 from ivm_compiler import TableName, ViewPlan
 from ivm_compiler.plan import UpstreamModel
-from ivm_compiler.relations import Window
+from ivm_compiler.reads import VersionRange
 from tests.unit.test_compile import (
     GROUPED_DESCRIBE,
     GROUPED_PROBE,
@@ -166,7 +166,7 @@ def test_a_replaced_table_model_rebuilds_and_an_unchanged_one_does_not(plan):
 def test_no_commit_since_the_record_is_no_change(plan):
     found = decide(plan, pin(5), facts(plan), RefreshSettings())
     assert (found.action, found.reason) == (Action.NO_CHANGE, NO_SOURCE_COMMITS)
-    assert found.ranges == {ORDERS_TABLE: Window(recorded=5, pinned=5)}
+    assert found.ranges == {ORDERS_TABLE: VersionRange(recorded=5, pinned=5)}
 
 
 def test_only_compactions_since_the_record_is_no_change(plan):
@@ -187,7 +187,7 @@ def test_a_change_is_applied_with_its_size_from_the_commits(plan):
     found = decide(plan, pin(7, commits=commits), facts(plan), INCREMENTAL_ONLY)
     assert found.action is Action.INCREMENTAL
     assert found.change == strategy.ChangeSize(rows=5, source_bytes=10_000)
-    assert found.ranges == {ORDERS_TABLE: Window(recorded=5, pinned=7)}
+    assert found.ranges == {ORDERS_TABLE: VersionRange(recorded=5, pinned=7)}
 
 
 def test_a_commit_without_row_counts_leaves_the_size_unknown(plan):
@@ -220,4 +220,4 @@ def test_auto_recomputes_a_change_its_history_says_is_cheaper(plan):
 def test_version_ranges_start_a_source_the_state_never_read_at_its_pin(plan):
     state_record = recorded(plan, sources={})
     ranges = version_ranges(pin(7), state_record)
-    assert ranges == {ORDERS_TABLE: Window(recorded=7, pinned=7)}
+    assert ranges == {ORDERS_TABLE: VersionRange(recorded=7, pinned=7)}

@@ -42,7 +42,7 @@ def test_the_rules_have_doctests() -> None:
         for name in (
             "ivm_compiler.rules.counting",
             "ivm_compiler.rules.aggregates",
-            "ivm_compiler.rules.windows",
+            "ivm_compiler.view_classes.window",
         )
     }
     assert all(count > 0 for count in attempted.values()), attempted

@@ -13,7 +13,8 @@ from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm.join_states import JoinStates, SourceFacts
 from ivm_compiler import TableName, emit, join_states
-from ivm_compiler.relations import Window, signed_rows
+from ivm_compiler.changes import signed_rows
+from ivm_compiler.reads import VersionRange as Window
 from tests.unit.test_compile import (
     CUSTOMERS_TABLE,
     JOIN_DESCRIBE,

@@ -6,7 +6,8 @@ import sqlglot
 from sqlglot import exp
 
 from ivm_compiler import emit, key_bounds
-from ivm_compiler.relations import Window, signed_rows
+from ivm_compiler.changes import signed_rows
+from ivm_compiler.reads import VersionRange as Window
 from tests.unit.test_compile import (
     CUSTOMERS_TABLE,
     JOIN_DESCRIBE,
@@ -80,7 +81,7 @@ def test_no_probe_without_a_join():
 
 def _bounds_of(sql: str, describe) -> list[key_bounds.PartnerBound]:
     plan, _ = compile_with(sql, describe)
-    from ivm_compiler.relations import linear_terms
+    from ivm_compiler.changes import linear_terms
 
     ((_, select, inputs),) = linear_terms(plan)
     return key_bounds.partner_bounds(select, inputs, 0, plan.source_columns)

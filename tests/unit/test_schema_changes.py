@@ -13,7 +13,8 @@ from dbt.adapters.spark_ivm.schema_changes import (
 )
 from ivm_compiler.compile import qualify_model
 from ivm_compiler.lineage import columns_read
-from ivm_compiler.parse import TableName, parse_model
+from ivm_compiler.parse import parse_model
+from ivm_compiler.sql import TableName
 
 HISTORY_COLUMNS = ["version", "operation", "operationParameters"]
 HISTORY = [

@@ -8,7 +8,7 @@ import pytest
 
 from ivm_compiler import NotMaintainable, TableName, compile_model, emit
 from ivm_compiler.plan import UpstreamModel
-from ivm_compiler.rules.top_k import Ordering, TopK
+from ivm_compiler.view_classes.top_k import Ordering, TopK
 from tests.unit.golden import FakeCatalog
 
 MODEL = "model.shop.top"

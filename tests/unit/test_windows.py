@@ -7,7 +7,8 @@ from sqlglot import exp
 
 from ivm_compiler import TableName, ViewClass, compile_model, emit
 from ivm_compiler.nodes import split_nodes
-from ivm_compiler.parse import DIALECT, parse_model
+from ivm_compiler.parse import parse_model
+from ivm_compiler.sql import DIALECT
 from tests.unit.golden import FakeCatalog
 
 MODEL = "model.shop.m"
@@ -110,7 +111,7 @@ def test_ivm_explain_shows_the_probe_and_the_partition_merge() -> None:
     from types import SimpleNamespace
 
     from dbt.adapters.spark_ivm.explain import _change_statements
-    from ivm_compiler.relations import Window
+    from ivm_compiler.reads import VersionRange as Window
 
     source = TableName("shop", "src")
     refresh = SimpleNamespace(state=TableName("shop", "m__ivm_state"))

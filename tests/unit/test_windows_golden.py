@@ -22,8 +22,8 @@ from sqlglot import exp
 
 from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
 from ivm_compiler.names import COUNT, GUARD
-from ivm_compiler.parse import DIALECT
-from ivm_compiler.rules.windows import PartitionKey
+from ivm_compiler.sql import DIALECT
+from ivm_compiler.view_classes.window import PartitionKey
 from tests.unit import golden
 
 FIXTURE = Path(__file__).parent / "fixtures" / "windows.sql"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from dbt.adapters.spark_ivm import delta, schema_changes, strategy
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
 from ivm_compiler import TableName, ViewClass, ViewPlan
-from ivm_compiler.relations import Window
+from ivm_compiler.reads import VersionRange
 
 FIRST_BUILD = "first build"
 NO_SOURCE_COMMITS = "no source commits since the last refresh"
@@ -53,7 +53,7 @@ class Decision:
     action: Action
     reason: str
     # Per source, the versions the state reflects and the pinned ones (empty for builds).
-    ranges: Mapping[TableName, Window] = field(default_factory=dict)
+    ranges: Mapping[TableName, VersionRange] = field(default_factory=dict)
     # For a change: what ivm_strategy chose and why, and the change's size.
     choice: strategy.Choice | None = None
     change: strategy.ChangeSize | None = None
@@ -66,16 +66,16 @@ class Decision:
 
 def version_ranges(
     pinned: Mapping[TableName, delta.SourceSnapshot], recorded: delta.RecordedState
-) -> dict[TableName, Window]:
+) -> dict[TableName, VersionRange]:
     """Per source: the version the state reflects (the pin, for a source it never read) -> the pin.
 
     >>> snapshot = delta.SourceSnapshot(TableName("raw", "t"), "id", 7)
     >>> state = delta.RecordedState(3, "f", {"raw.t": {"version": 5, "table_id": "id"}})
     >>> version_ranges({snapshot.table: snapshot}, state)
-    {TableName(db='raw', name='t'): Window(recorded=5, pinned=7)}
+    {TableName(db='raw', name='t'): VersionRange(recorded=5, pinned=7)}
     """
     return {
-        table: Window(
+        table: VersionRange(
             recorded=int(recorded.sources.get(str(table), {}).get("version", snapshot.version)),
             pinned=snapshot.version,
         )
@@ -111,7 +111,7 @@ def decide(
 
 
 def change_size(
-    pinned: Mapping[TableName, delta.SourceSnapshot], changed: Mapping[TableName, Window]
+    pinned: Mapping[TableName, delta.SourceSnapshot], changed: Mapping[TableName, VersionRange]
 ) -> strategy.ChangeSize | None:
     """The change's rows from the sources' commit metrics; None when a commit does not say."""
     rows = 0

@@ -20,7 +20,7 @@ from dbt.adapters.spark_ivm.schema_changes import SchemaCommit
 from ivm_compiler import TableName
 from ivm_compiler.emit import GUARD_FAILED
 from ivm_compiler.errors import first_line
-from ivm_compiler.parse import DIALECT
+from ivm_compiler.sql import DIALECT
 
 # Delta writes this session conf into the commitInfo of every commit made while
 # it is set: the refresh uses it to record, in the same commit as its data, the

@@ -15,9 +15,9 @@ from pathlib import Path
 from dbt.adapters.spark_ivm import decision, delta
 from dbt.adapters.spark_ivm.refresh import Refresh
 from dbt.adapters.spark_ivm.upstreams import published_version
-from ivm_compiler import ViewClass, ViewPlan, emit, join_states, names, relations
-from ivm_compiler.parse import DIALECT
-from ivm_compiler.relations import Window
+from ivm_compiler import ViewClass, ViewPlan, changes, emit, join_states, names
+from ivm_compiler.reads import VersionRange
+from ivm_compiler.sql import DIALECT
 
 # What a reader of the model's view can rely on (the consistency-levels paper):
 # every class here reads sources at pinned versions and commits once per refresh.
@@ -88,7 +88,7 @@ def _change_statements(
 
 def _join_state_statements(
     plan: ViewPlan, refresh: Refresh, windows: dict, guard: emit.Guard
-) -> tuple[dict[str, str], relations.JoinReads]:
+) -> tuple[dict[str, str], changes.JoinReads]:
     """The upkeep MERGE of each join state the model keeps, and the reads its MERGE uses.
 
     Read-only: the join state's commits are looked up as prepare looks them
@@ -105,7 +105,7 @@ def _join_state_statements(
             continue
         at_pinned = latest.version
         if latest.source_version < window.pinned:
-            upkeep_window = Window(recorded=latest.source_version, pinned=window.pinned)
+            upkeep_window = VersionRange(recorded=latest.source_version, pinned=window.pinned)
             statements[f"merge_join_state_{join_input.alias}"] = emit.merge_join_state(
                 join_input, relation, upkeep_window, emit.Guard(latest.guard, guard.write)
             )
@@ -164,13 +164,16 @@ def explain(refresh: Refresh) -> Explanation:
     windows = (
         decision.version_ranges(pinned, recorded)
         if recorded is not None
-        else {table: Window(recorded=version, pinned=version) for table, version in current.items()}
+        else {
+            table: VersionRange(recorded=version, pinned=version)
+            for table, version in current.items()
+        }
     )
     pending = any(window.changed for window in windows.values())
     if not pending:
         # Show the MERGE the next commit on the first source would run.
         first = plan.tables[0]
-        windows[first] = Window(recorded=current[first], pinned=current[first] + 1)
+        windows[first] = VersionRange(recorded=current[first], pinned=current[first] + 1)
 
     # The guard the next MERGE would check (and a placeholder for the id it would write).
     guard = emit.Guard(
@@ -217,10 +220,10 @@ def explain(refresh: Refresh) -> Explanation:
             else f"now at version {current[table]} (not built yet)"
         )
         lines.append(f"    {ref.alias} = {table} ({kind}): {version}")
-    operands = relations.branches(plan)
+    operands = changes.branches(plan)
     if len(operands) > 1:
         lines.append(f"  set operation: {len(operands)} operands; the change is the sum of theirs")
-    if any(len(relations.branch_sources(operand)) > 1 for operand in operands):
+    if any(len(changes.branch_sources(operand)) > 1 for operand in operands):
         lines.append(
             "  join delta:   one term per changed input: its change rows against the "
             "inputs before it at their new version and after it at their recorded version"

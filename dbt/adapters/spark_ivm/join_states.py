@@ -40,8 +40,9 @@ from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.settings import JoinStateSetting
 from ivm_compiler import TableName, emit, key_bounds
 from ivm_compiler import join_states as compiler
+from ivm_compiler.changes import JoinReads
 from ivm_compiler.plan import ViewPlan
-from ivm_compiler.relations import JoinReads, Window
+from ivm_compiler.reads import VersionRange
 
 NONE, AUTO, ALL = JoinStateSetting.NONE, JoinStateSetting.AUTO, JoinStateSetting.ALL
 SETTINGS = tuple(JoinStateSetting)
@@ -205,7 +206,7 @@ class JoinStates:
     def prepare(
         self,
         plan: ViewPlan,
-        windows: dict[TableName, Window],
+        windows: dict[TableName, VersionRange],
         pinned: dict[TableName, delta.SourceSnapshot],
         bounds: key_bounds.Bounds | None = None,
     ) -> tuple[JoinReads, list[compiler.JoinInput]]:
@@ -241,7 +242,7 @@ class JoinStates:
                 at_pinned = self._upkeep(
                     join_input,
                     pinned[join_input.table],
-                    Window(recorded=latest.source_version, pinned=window.pinned),
+                    VersionRange(recorded=latest.source_version, pinned=window.pinned),
                     latest,
                     # The probe's bounds hold for the refresh's window; an upkeep
                     # from a later version (after a failed refresh) reads a
@@ -255,7 +256,7 @@ class JoinStates:
         return reads, kept
 
     def locate(
-        self, join_input: compiler.JoinInput, relation: TableName, window: Window
+        self, join_input: compiler.JoinInput, relation: TableName, window: VersionRange
     ) -> tuple[Commit | None, Commit | None]:
         """The join state's commit holding the window's recorded version, and its newest.
 
@@ -314,7 +315,7 @@ class JoinStates:
         self,
         join_input: compiler.JoinInput,
         source: delta.SourceSnapshot,
-        window: Window,
+        window: VersionRange,
         latest: Commit,
         bounds: key_bounds.Bounds | None = None,
     ) -> Commit:

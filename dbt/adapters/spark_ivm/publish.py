@@ -35,7 +35,7 @@ from sqlglot import exp, parse_one
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.groups import GroupProgress, GroupRun, Staged
 from ivm_compiler import TableName
-from ivm_compiler.parse import DIALECT
+from ivm_compiler.sql import DIALECT
 
 COMMIT_LOG_NAME = "ivm_group_commits"
 

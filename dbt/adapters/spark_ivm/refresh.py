@@ -36,7 +36,7 @@ from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import first_line
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import ViewClass
-from ivm_compiler.rules import windows as windows_rules
+from ivm_compiler.view_classes import window as windows_rules
 
 __all__ = ["ConcurrentRefresh", "Refresh", "RefreshResult", "state_of", "table_name_of"]
 

@@ -22,7 +22,7 @@ from sqlglot import exp, parse_one
 from dbt.adapters.spark_ivm.publish import Log, Runner, with_table
 from dbt.adapters.spark_ivm.upstreams import version_read, view_text
 from ivm_compiler import TableName
-from ivm_compiler.parse import DIALECT
+from ivm_compiler.sql import DIALECT
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from sqlglot import exp, parse_one
 from dbt.adapters.spark_ivm.publish import Runner
 from dbt.adapters.spark_ivm.state_history import table_name_of
 from ivm_compiler import TableName, emit
-from ivm_compiler.parse import DIALECT
 from ivm_compiler.plan import UpstreamModel
+from ivm_compiler.sql import DIALECT
 
 
 def view_text(runner: Runner, view: TableName) -> str | None:

@@ -22,8 +22,8 @@ from dbt.adapters.spark_ivm import delta, join_states
 from dbt.adapters.spark_ivm.publish import Log, Runner
 from ivm_compiler import TableName, ViewPlan, emit, key_bounds
 from ivm_compiler.errors import first_line
-from ivm_compiler.relations import Window
-from ivm_compiler.rules import windows as windows_rules
+from ivm_compiler.reads import VersionRange
+from ivm_compiler.view_classes import window as windows_rules
 
 
 class ConcurrentRefresh(Exception):
@@ -83,7 +83,7 @@ class StateWrites:
     def apply_change(
         self,
         plan: ViewPlan,
-        ranges: dict[TableName, Window],
+        ranges: dict[TableName, VersionRange],
         guard_read: str,
         kept_states: join_states.JoinStates,
         pinned: dict[TableName, delta.SourceSnapshot],
@@ -106,7 +106,7 @@ class StateWrites:
         return written
 
     def join_key_bounds(
-        self, plan: ViewPlan, ranges: Mapping[TableName, Window]
+        self, plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
     ) -> key_bounds.Bounds:
         """The change's join-key ranges, which narrow the MERGE's partner reads (key_bounds.py)."""
         probe = emit.probe_join_keys(plan, ranges)
@@ -122,7 +122,7 @@ class StateWrites:
         return bounds
 
     def touched_partitions(
-        self, plan: ViewPlan, ranges: Mapping[TableName, Window]
+        self, plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
     ) -> list[windows_rules.PartitionKey]:
         """The partition keys a WINDOW model's change touches (at most one over the limit)."""
         _, rows = self.runner.query(emit.probe_partitions(plan, ranges))
@@ -135,7 +135,7 @@ class StateWrites:
         touched: list[windows_rules.PartitionKey],
         guard_read: str,
     ) -> Written:
-        """Recompute a WINDOW model's touched partitions with one MERGE (rules/windows.py)."""
+        """Recompute a WINDOW model's touched partitions with one MERGE (view_classes/window.py)."""
         refresh_id = uuid.uuid4().hex
         if not touched:
             # Every change row failed the model's WHERE: nothing to recompute,

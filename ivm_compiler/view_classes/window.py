@@ -1,9 +1,12 @@
-"""Window functions: the partitions a change touches are recomputed, the others kept.
+"""WINDOW: SELECT exprs, f(...) OVER (PARTITION BY p ...) FROM src WHERE q.
 
-A window function with PARTITION BY p computes each row's value from the rows
-of its own partition only, so a change of the source can alter the model's
-rows only in the partitions its change rows (before or after the change) fall
-into. A refresh therefore
+The state is the projection's (one row per distinct output row, with its
+multiplicity; rules/counting.py), the window values computed in the
+flattened rows, and the rows keyed also by the partition columns when the
+outputs lack them. A window function with PARTITION BY p computes each row's
+value from the rows of its own partition only, so a change of the source can
+alter the model's rows only in the partitions its change rows (before or
+after the change) fall into. A refresh therefore
 
 1. probes the change feed for the distinct partition keys it touches (every
    change row, pre- and post-image, that passes the model's WHERE);
@@ -12,8 +15,9 @@ into. A refresh therefore
    SELECT that holds the window functions. WHERE filters before windows are
    evaluated, and whole partitions are kept or dropped, so each kept row's
    window values are exactly what the full query gives it;
-3. replaces those partitions' state rows with one MERGE (rows as in the
-   projection class: distinct output rows with a multiplicity).
+3. replaces those partitions' state rows with one MERGE (emit.merge_partitions;
+   rows as in the projection class). There is no change query: window values
+   are not linear in the change rows.
 
 The keys are written into both statements as literals, so Delta skips the
 files of other partitions (min/max statistics) in the source and the state.
@@ -26,19 +30,36 @@ their PARTITION BY lists still bounds what a change can reach (a partition of
 each function lies inside one partition of the common columns). Without a
 common column every row may depend on every other: such a model is
 recomputed on every refresh (refresh.py).
+
+"Window" means SQL window functions only; a source's versions in a refresh
+are a reads.VersionRange.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
-from ivm_compiler import names
+from ivm_compiler import key_bounds, names, state_rows
+from ivm_compiler.changes import JoinReads
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import DIALECT, from_tables, subquery_predicates
-from ivm_compiler.plan import PartitionColumn
+from ivm_compiler.plan import OutputColumn, PartitionColumn, ViewClass, ViewPlan
+from ivm_compiler.reads import VersionRange
+from ivm_compiler.rules import aggregates, counting
+from ivm_compiler.rules.semi_joins import subquery_predicates
+from ivm_compiler.sql import DIALECT, TableName, from_tables
+from ivm_compiler.view_classes.flattening import (
+    distinct_expressions,
+    flattened_rows,
+    refuse_incomparable_keys,
+    sources_of,
+    typed_projections,
+)
+from ivm_compiler.view_classes.protocol import QualifiedModel
+
+CLASSES: tuple[ViewClass, ...] = (ViewClass.WINDOW,)
 
 # More touched partitions than this and the refresh recomputes the whole model:
 # the keys are collected on the driver and become literals in the MERGE (in
@@ -96,7 +117,7 @@ def check_shape(model: str, select: exp.Select, merged: bool = True) -> None:
 
     parse.py asks before CTEs and FROM-subqueries are merged (merged=False),
     so that a refresh refuses before it builds any plan node; a derived table
-    in FROM is then still allowed, and compile.py asks again after merging.
+    in FROM is then still allowed, and plan() asks again after merging.
     """
     relations = from_tables(select)
     if (
@@ -149,6 +170,59 @@ def check_shape(model: str, select: exp.Select, merged: bool = True) -> None:
                 f"the window function {written}",
                 f"use {SUPPORTED_TEXT}, or " + FALLBACK_HINT,
             )
+
+
+def takes(query: exp.Query) -> bool:
+    """A SELECT with a window function in its SELECT list.
+
+    >>> import sqlglot
+    >>> takes(sqlglot.parse_one("select a, lag(b) over (partition by a order by c) from t"))
+    True
+    """
+    return isinstance(query, exp.Select) and bool(windows_of(query))
+
+
+def plan(model: QualifiedModel) -> ViewPlan:
+    """The projection's state, keyed also by the partition columns common to all windows."""
+    qualified = model.qualified
+    assert isinstance(qualified, exp.Select)
+    check_shape(model.model, qualified)
+    projections = typed_projections(model.model, qualified, model.described)
+    refuse_incomparable_keys(model.model, model.described, "column")
+    source_columns = model.schemas[TableName.of(from_tables(qualified)[0])]
+    partition = partition_columns(
+        qualified, {name.lower(): data_type for name, data_type in source_columns}
+    )
+    keys = distinct_expressions(projections + [column for column, _ in partition])
+    key_columns = [counting.key_column(i) for i in range(len(keys))]
+    key_names = {key.sql(dialect=DIALECT): col.name for key, col in zip(keys, key_columns)}
+    rows = flattened_rows(qualified, keys, {})
+    return ViewPlan(
+        model=model.model,
+        view_class=ViewClass.WINDOW,
+        sql=model.sql,
+        query=model.query,
+        sources=sources_of(rows),
+        rows=rows,
+        keys=tuple(c.name for c in key_columns),
+        state_columns=(*key_columns, counting.count_column()),
+        preaggregations=(),
+        upstreams=model.upstreams_read,
+        outputs=tuple(
+            OutputColumn(
+                name=name,
+                data_type=data_type,
+                expression=aggregates.state_column(key_names[p.sql(dialect=DIALECT)]),
+            )
+            for (name, data_type), p in zip(model.described, projections)
+        ),
+        having=None,
+        fingerprint=model.fingerprint(ViewClass.WINDOW),
+        window_partition=partition_state_columns(partition, key_names),
+        tie_warnings=tuple(
+            tie_warnings(model.model, qualified, [name for name, _ in source_columns])
+        ),
+    )
 
 
 def partition_columns(
@@ -231,6 +305,39 @@ def partition_state_columns(
         )
         for column, data_type in partition
     )
+
+
+# -- the state's queries and its view ----------------------------------------------
+
+
+def build_query(
+    plan: ViewPlan,
+    versions: Mapping[TableName, int],
+    rows_filter: exp.Expression | None = None,
+) -> exp.Query:
+    """The projection's state of the rows; `rows_filter` keeps the touched partitions' rows."""
+    return state_rows.build_query(plan, versions, rows_filter)
+
+
+def change_query(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, VersionRange],
+    state: TableName,
+    bounds: key_bounds.Bounds | None = None,
+    join_reads: JoinReads | None = None,
+) -> exp.Query:
+    """Refused: window values are not linear in the change rows (see emit.merge_partitions)."""
+    raise ValueError("a WINDOW model's change is applied by merge_partitions")
+
+
+def leaves_state(plan: ViewPlan, emptied: exp.Expression) -> exp.Expression | None:
+    """A row leaves the state when its count reaches zero (merge_partitions deletes them)."""
+    return emptied
+
+
+def view(plan: ViewPlan, rows: exp.Select) -> exp.Select:
+    """The projection's view: each row with a positive count, repeated count times."""
+    return counting.repeated(rows.where(counting.populated()), counting.count())
 
 
 # -- the refresh's statements ---------------------------------------------------

@@ -1,4 +1,8 @@
-"""Top-k: `ORDER BY ... LIMIT k` on the whole model, through a full ranking state.
+"""Top-k: `ORDER BY ... LIMIT k` on the whole model, a modifier of any view class.
+
+It is no view class of its own (compile.VIEW_CLASSES): compile_model plans
+the query without ORDER BY and LIMIT by its class, then `extract` adds the
+ordering to the plan, and emit.view_query wraps the class's view in `ordered`.
 
 Which rows are the top k can change with any change of any row (a deleted
 leader lets the (k+1)-th in), so the state keeps the query's rows without the
@@ -15,12 +19,31 @@ others.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.parse import DIALECT, is_top_k
+from ivm_compiler.sql import DIALECT
+
+# Any query tree (sqlglot's Query trees are Expr, not Expression).
+_Tree = TypeVar("_Tree", bound=exp.Expr)
+
+
+def is_top_k(tree: exp.Expr) -> bool:
+    """An ORDER BY and a LIMIT on the model's query itself."""
+    return bool(tree.args.get("order") and tree.args.get("limit"))
+
+
+def without_top_k(tree: _Tree) -> _Tree:
+    """The query without its top-level ORDER BY and LIMIT: the rows a top-k state keeps."""
+    if not is_top_k(tree):
+        return tree
+    stripped = tree.copy()
+    stripped.set("order", None)
+    stripped.set("limit", None)
+    return stripped
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,183 @@
+"""The model's flattened rows at pinned versions, and their signed change over version ranges.
+
+Each relation is read by reads.py, at the version or over the version range
+a term asks for.
+
+The change of an inner join of n inputs over version ranges, where input i goes
+from R_i (recorded version) to R_i' = R_i + dR_i (pinned version), is the
+telescoping sum
+
+    d(R_1 x ... x R_n) = sum over i of  R_1' x ... x R_(i-1)' x dR_i x R_(i+1) x ... x R_n
+
+with signed rows (the sign of a term's row is the sign of its dR_i row).
+Each term is exact on its own, so a change meeting a change (both sides of a
+join changed in one refresh) is counted once: in the term of the later input,
+against the earlier input's new version. Inputs that did not change have
+dR_i = 0, and their terms are left out. A self-join is two inputs that happen
+to read the same table, and the same sum holds.
+
+Outer joins are not linear in their null-supplying input; the compiler
+rewrites them as signed inner-join terms over inputs and key relations
+(rules/outer_joins.py), and the same sum runs over each term's inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from sqlglot import exp
+
+from ivm_compiler import key_bounds, names
+from ivm_compiler.plan import KeyRelation, SourceRef, ViewPlan
+from ivm_compiler.reads import (
+    VersionRange,
+    key_changes,
+    keys_at_version,
+    signed_changes,
+    table_at_version,
+)
+from ivm_compiler.sql import TableName, from_tables, ident, set_operation_branches, union_all
+
+
+def branches(plan: ViewPlan) -> list[exp.Select]:
+    """The flattened rows' SELECTs: one, or one per operand of a set operation."""
+    found = set_operation_branches(plan.rows)
+    assert all(isinstance(b, exp.Select) for b in found)
+    return found  # type: ignore[return-value]
+
+
+def branch_sources(branch: exp.Select) -> list[SourceRef]:
+    return [SourceRef(alias=t.alias_or_name, table=TableName.of(t)) for t in from_tables(branch)]
+
+
+# Join states that stand in for partner reads (join_states.py): by the input's
+# lower-case alias, the join state's read per source version it can serve.
+JoinReads = Mapping[str, Mapping[int, exp.Expression]]
+
+
+# What one relation of a FROM clause stands for: a source, or an outer join's key relation.
+Input = SourceRef | KeyRelation
+
+
+def _input_table(relation: Input) -> TableName:
+    return relation.table if isinstance(relation, SourceRef) else relation.source.table
+
+
+def _reading(
+    select: exp.Select, inputs: list[Input], read: Callable[[int, Input], exp.Expression]
+) -> exp.Select:
+    """A SELECT with its index-th FROM relation replaced by read(index, inputs[index])."""
+    rows = select.copy()
+    for index, (node, relation) in enumerate(zip(from_tables(rows), inputs)):
+        node.replace(read(index, relation))
+    return rows
+
+
+def linear_terms(plan: ViewPlan) -> list[tuple[int, exp.Select, list[Input]]]:
+    """(sign, SELECT, its inputs) whose signed sum is the rows; each is an inner join.
+
+    Without outer joins: each operand once, positively. With them: the
+    plan's signed join terms (rules/outer_joins.py).
+    """
+    if plan.join_terms:
+        terms = []
+        for term in plan.join_terms:
+            by_alias = {k.alias: k for k in term.key_relations}
+            inputs: list[Input] = [
+                by_alias.get(node.alias_or_name)
+                or SourceRef(alias=node.alias_or_name, table=TableName.of(node))
+                for node in from_tables(term.rows)
+            ]
+            terms.append((term.sign, term.rows, inputs))
+        return terms
+    return [(1, branch, list(branch_sources(branch))) for branch in branches(plan)]
+
+
+def rows_at(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Query:
+    """The model's flattened rows with every source at its pinned version."""
+    return union_all(
+        [
+            _reading(
+                branch,
+                list(branch_sources(branch)),
+                lambda _, ref: table_at_version(
+                    ref.table, versions[ref.table], ref.alias, plan.upstreams.get(ref.table)
+                ),
+            )
+            for branch in branches(plan)
+        ]
+    )
+
+
+def signed_rows(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, VersionRange],
+    bounds: key_bounds.Bounds | None = None,
+    join_reads: JoinReads | None = None,
+) -> exp.Query:
+    """The signed change of the model's flattened rows over the version ranges (the sum above).
+
+    For a set operation the change is the sum of its operands' changes, each
+    operand's by the join rule over its own sources; with outer joins, the
+    sum of the signed inner-join terms' changes (a negative term flips the
+    sign of its change rows). With `bounds` (the probe of `bounded_keys`),
+    each term reads the partners of its changed input within the change's
+    key range (key_bounds.py). With `join_reads`, a partner that keeps a join
+    state is read from it at the version the term asks for.
+    """
+    terms: list[exp.Select] = []
+    for term_sign, select, inputs in linear_terms(plan):
+        for position, changed in enumerate(inputs):
+            if not ranges[_input_table(changed)].changed:
+                continue
+
+            def read(index: int, relation: Input, position: int = position) -> exp.Expression:
+                table = _input_table(relation)
+                versions = ranges[table]
+                upstream = plan.upstreams.get(table)
+                version = versions.pinned if index < position else versions.recorded
+                if isinstance(relation, KeyRelation):
+                    if index == position:
+                        return key_changes(relation, versions, upstream)
+                    return keys_at_version(relation, version, upstream)
+                if index == position:
+                    return signed_changes(table, versions, relation.alias, upstream)
+                kept = (join_reads or {}).get(relation.alias.lower(), {})
+                if version in kept:
+                    return kept[version].copy()
+                return table_at_version(table, version, relation.alias, upstream)
+
+            term = _reading(select, inputs, read)
+            for bound in key_bounds.partner_bounds(select, inputs, position, plan.source_columns):
+                predicate = key_bounds.bound_predicate(bound, bounds or {})
+                if predicate is not None:
+                    term = term.where(predicate)
+            sign: exp.Expression = exp.column(names.SIGN, table=ident(changed.alias), quoted=True)
+            if term_sign < 0:
+                sign = exp.Neg(this=sign)
+            terms.append(term.select(exp.alias_(sign, names.SIGN, quoted=True)))
+    if not terms:
+        raise ValueError("signed_rows needs at least one source with changes in its window")
+    return union_all(terms)
+
+
+def bounded_keys(
+    plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
+) -> dict[TableName, tuple[exp.Subquery, list[key_bounds.KeyColumn]]]:
+    """Per changed source: its change rows and the join columns whose bounds narrow a partner read."""
+    found: dict[TableName, list[key_bounds.KeyColumn]] = {}
+    for _, select, inputs in linear_terms(plan):
+        for position, changed in enumerate(inputs):
+            if not ranges[_input_table(changed)].changed:
+                continue
+            for bound in key_bounds.partner_bounds(select, inputs, position, plan.source_columns):
+                keys = found.setdefault(bound.key.table, [])
+                if bound.key not in keys:
+                    keys.append(bound.key)
+    return {
+        table: (
+            signed_changes(table, ranges[table], names.CHANGES_CTE, plan.upstreams.get(table)),
+            keys,
+        )
+        for table, keys in found.items()
+    }

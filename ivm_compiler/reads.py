@@ -1,0 +1,205 @@
+"""What one relation of a refresh's queries reads, at a pinned version or over a version range.
+
+Every source is read at an exact Delta version (time travel) or as its
+change-feed rows over an exact version range, so a maintenance query never
+sees a source state newer or older than the range it applies (the ECA
+paper's anomalies cannot occur). A version range (VersionRange) goes from
+the version the state reflects (`recorded`) to the one the refresh pinned
+(`pinned`); "window" is kept for SQL window functions (view_classes/window.py).
+
+The relations read are: a source, an upstream ivm model (through its view
+over its state table, whose change feed is read the same way), and an outer
+or semi join's key relation (rules/outer_joins.py), read at a version or as
+its change. model_query reads the model's own query at pinned versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from ivm_compiler import names
+from ivm_compiler.plan import KeyRelation, UpstreamModel, ViewPlan
+from ivm_compiler.sql import DIALECT, TableName, aliased, ident, version_as_of
+
+# Change-feed rows that add a row to the source; the other two types remove one.
+ADDING_CHANGE_TYPES = ("insert", "update_postimage")
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """One source's versions in a refresh: the state reflects `recorded`; the refresh brings it to `pinned`.
+
+    >>> VersionRange(recorded=4, pinned=6).changed
+    True
+    """
+
+    recorded: int
+    pinned: int
+
+    @property
+    def changed(self) -> bool:
+        return self.pinned > self.recorded
+
+
+def _upstream_reading(upstream: UpstreamModel, state_rows: exp.Expression) -> exp.Select:
+    """The upstream model's view definition with its state table replaced by `state_rows`."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and TableName.of(node) == upstream.state:
+            return state_rows.copy()
+        return node
+
+    view = upstream.view.copy().transform(replace)
+    assert isinstance(view, exp.Select)
+    return view
+
+
+def table_at_version(
+    table: TableName,
+    version: int,
+    alias: str,
+    upstream: UpstreamModel | None = None,
+) -> exp.Expression:
+    """A source as of a pinned version, under the alias the model's query uses.
+
+    For an upstream ivm model the version is its state table's, read through
+    the model's view definition.
+    """
+    if upstream is None:
+        return aliased(version_as_of(table, version), alias)
+    state = version_as_of(upstream.state, version)
+    return _upstream_reading(upstream, state).subquery(ident(alias))
+
+
+def signed_changes(
+    table: TableName, versions: VersionRange, alias: str, upstream: UpstreamModel | None = None
+) -> exp.Subquery:
+    """Change-feed rows after `recorded` up to `pinned` (both inclusive), each with a +1/-1 sign.
+
+    For an upstream ivm model: its state's change rows, each turned into the
+    view rows it stands for, keeping the sign.
+    """
+    changes = exp.Table(
+        this=exp.Anonymous(
+            this="table_changes",
+            expressions=[
+                exp.Literal.string((upstream.state if upstream else table).sql()),
+                exp.Literal.number(versions.recorded + 1),
+                exp.Literal.number(versions.pinned),
+            ],
+        )
+    )
+    sign = exp.If(
+        this=exp.In(
+            this=exp.column("_change_type"),
+            expressions=[exp.Literal.string(t) for t in ADDING_CHANGE_TYPES],
+        ),
+        true=exp.Literal.number(1),
+        false=exp.Literal.number(-1),
+    )
+    rows = exp.select(exp.Star(), exp.alias_(sign, names.SIGN, quoted=True)).from_(changes)
+    if upstream is None:
+        return rows.subquery(ident(alias))
+    view = _upstream_reading(upstream, rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
+    sign_column = exp.column(names.SIGN, table=ident(names.UPSTREAM_CHANGES_ALIAS), quoted=True)
+    return view.select(exp.alias_(sign_column, names.SIGN, quoted=True)).subquery(ident(alias))
+
+
+def _key_values(relation: KeyRelation, rows: exp.Expression) -> exp.Select:
+    """SELECT DISTINCT <keys> FROM rows WHERE <condition> AND no key is NULL."""
+    conditions = [
+        exp.Not(this=exp.Is(this=key.copy(), expression=exp.Null())) for key in relation.keys
+    ]
+    if relation.condition is not None:
+        conditions.append(relation.condition.copy())
+    return (
+        exp.select(
+            *[
+                exp.alias_(key.copy(), names.join_key(i), quoted=True)
+                for i, key in enumerate(relation.keys)
+            ]
+        )
+        .distinct()
+        .from_(rows)
+        .where(exp.and_(*conditions))
+    )
+
+
+def keys_at_version(
+    relation: KeyRelation, version: int, upstream: UpstreamModel | None = None
+) -> exp.Subquery:
+    """An outer join's key relation with its input at a pinned version."""
+    source = relation.source
+    rows = table_at_version(source.table, version, source.alias, upstream)
+    return _key_values(relation, rows).subquery(ident(relation.alias))
+
+
+def key_changes(
+    relation: KeyRelation, versions: VersionRange, upstream: UpstreamModel | None = None
+) -> exp.Subquery:
+    """The keys that gained their first partner (+1) or lost their last (-1) over the versions.
+
+    Only keys that occur in the range's change rows can change, so both
+    versions of the input are read for those keys alone.
+    """
+    source = relation.source
+    key_names = [names.join_key(i) for i in range(len(relation.keys))]
+    touched = _key_values(
+        relation, signed_changes(source.table, versions, source.alias, upstream)
+    ).subquery(ident("c"))
+
+    def present(version: int, presence: int) -> exp.Select:
+        values = _key_values(
+            relation, table_at_version(source.table, version, source.alias, upstream)
+        ).subquery(ident("v"))
+        return (
+            exp.select(
+                *[exp.column(k, table=ident("v"), quoted=True) for k in key_names],
+                exp.alias_(exp.Literal.number(presence), names.SIGN, quoted=True),
+            )
+            .from_(values)
+            .join(
+                touched.copy(),
+                on=exp.and_(
+                    *[
+                        exp.EQ(
+                            this=exp.column(k, table=ident("v"), quoted=True),
+                            expression=exp.column(k, table=ident("c"), quoted=True),
+                        )
+                        for k in key_names
+                    ]
+                ),
+                join_type="LEFT SEMI",
+            )
+        )
+
+    both = exp.union(present(versions.pinned, 1), present(versions.recorded, -1), distinct=False)
+    net = exp.Sum(this=exp.column(names.SIGN, quoted=True))
+    return (
+        exp.select(
+            *[exp.column(k, quoted=True) for k in key_names],
+            exp.alias_(net, names.SIGN, quoted=True),
+        )
+        .from_(both.subquery(ident("p")))
+        .group_by(*[exp.column(k, quoted=True) for k in key_names])
+        .having(exp.NEQ(this=net.copy(), expression=exp.Literal.number(0)))
+        .subquery(ident(relation.alias))
+    )
+
+
+def model_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> str:
+    """The model's own query, as written, with every source read at its pinned version."""
+    ctes = {cte.alias_or_name.lower() for cte in plan.query.find_all(exp.CTE)}
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Table) or (not node.db and node.name.lower() in ctes):
+            return node
+        table = TableName.of(node)
+        return table_at_version(
+            table, versions[table], node.alias_or_name, plan.upstreams.get(table)
+        )
+
+    return plan.query.copy().transform(replace).sql(dialect=DIALECT)

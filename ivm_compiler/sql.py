@@ -1,0 +1,259 @@
+"""What every part of the compiler shares: the dialect, table names and sqlglot tree helpers.
+
+The leaf of the package's import graph: it imports nothing from ivm_compiler,
+so any module may import it (tests/unit/test_import_graph.py keeps the graph
+free of cycles). These names used to live in parse.py, which nearly every
+module then imported, and a rule that parse.py consulted imported parse.py
+back.
+
+Helpers are thin where sqlglot has its own: identifiers are
+exp.to_identifier's, conjuncts come from Expression.flatten, and a node's
+column qualifiers from exp.column_table_names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+DIALECT = "spark"
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A source table as the model names it (dbt renders `schema.identifier`).
+
+    Parts are kept in lower case: Spark's session catalog matches table and
+    schema names case-insensitively and stores them lower-cased, and sqlglot's
+    qualify lower-cases them in the trees it returns, so `s.Orders` named by a
+    model and `s.orders` in its qualified tree must be one key.
+
+    >>> TableName(db="Sales", name="Select") == TableName(db="sales", name="select")
+    True
+    >>> TableName(db="Sales", name="Select").sql()
+    '`sales`.`select`'
+    """
+
+    db: str | None
+    name: str
+    catalog: str | None = None
+
+    def __post_init__(self) -> None:
+        for part in ("db", "name", "catalog"):
+            value = getattr(self, part)
+            if value is not None:
+                object.__setattr__(self, part, value.lower())
+
+    @classmethod
+    def of(cls, table: exp.Table) -> TableName:
+        return cls(db=table.db or None, name=table.name, catalog=table.catalog or None)
+
+    def parts(self) -> list[str]:
+        return [part for part in (self.catalog, self.db, self.name) if part]
+
+    def to_table(self) -> exp.Table:
+        return exp.table_(
+            exp.to_identifier(self.name, quoted=True),
+            db=exp.to_identifier(self.db, quoted=True) if self.db else None,
+            catalog=exp.to_identifier(self.catalog, quoted=True) if self.catalog else None,
+        )
+
+    def sql(self) -> str:
+        """The quoted multi-part identifier, as Spark parses it (also inside table_changes)."""
+        return self.to_table().sql(dialect=DIALECT)
+
+    def __str__(self) -> str:
+        return ".".join(self.parts())
+
+
+# -- building trees -------------------------------------------------------------
+
+
+def ident(name: str) -> exp.Identifier:
+    """A quoted identifier: every name the compiler writes is quoted, reserved words included.
+
+    >>> ident("order").sql(dialect=DIALECT)
+    '`order`'
+    """
+    return exp.to_identifier(name, quoted=True)
+
+
+def aliased(relation: exp.Expression, alias: str) -> exp.Expression:
+    """The relation (changed in place) under a quoted alias.
+
+    >>> aliased(TableName("shop", "orders").to_table(), "o").sql(dialect=DIALECT)
+    '`shop`.`orders` AS `o`'
+    """
+    relation.set("alias", exp.TableAlias(this=ident(alias)))
+    return relation
+
+
+def version_as_of(table: TableName, version: int) -> exp.Table:
+    """`table VERSION AS OF version` (Delta time travel).
+
+    >>> version_as_of(TableName(db="shop", name="orders"), 7).sql(dialect=DIALECT)
+    '`shop`.`orders` VERSION AS OF 7'
+    """
+    node = table.to_table()
+    node.set(
+        "version",
+        exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
+    )
+    return node
+
+
+def union_all(selects: list[exp.Select]) -> exp.Query:
+    """The selects under UNION ALL, left to right (the one select when there is one).
+
+    >>> union_all([exp.select("1"), exp.select("2"), exp.select("3")]).sql(dialect=DIALECT)
+    'SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3'
+    """
+    union: exp.Query = selects[0]
+    for select in selects[1:]:
+        union = exp.union(union, select, distinct=False)
+    return union
+
+
+def create_delta_table(
+    table: TableName, properties: Mapping[str, str], query: exp.Query
+) -> exp.Create:
+    """CREATE OR REPLACE TABLE table USING DELTA TBLPROPERTIES (properties) AS query.
+
+    >>> create_delta_table(TableName("s", "t"), {"k": "v"}, exp.select("1")).sql(dialect=DIALECT)
+    "CREATE OR REPLACE TABLE `s`.`t` USING DELTA TBLPROPERTIES ('k'='v') AS SELECT 1"
+    """
+    return exp.Create(
+        this=table.to_table(),
+        kind="TABLE",
+        replace=True,
+        properties=exp.Properties(
+            expressions=[
+                exp.FileFormatProperty(this=exp.Var(this="DELTA")),
+                *(
+                    exp.Property(this=exp.Literal.string(key), value=exp.Literal.string(value))
+                    for key, value in properties.items()
+                ),
+            ]
+        ),
+        expression=query,
+    )
+
+
+def conjunction(
+    conditions: list[exp.Expression] | tuple[exp.Expression, ...],
+) -> exp.Expression | None:
+    """Copies of the conditions AND-ed together; None for no condition.
+
+    >>> conjunction([exp.column("a"), exp.column("b")]).sql(dialect=DIALECT)
+    'a AND b'
+    >>> conjunction([]) is None
+    True
+    """
+    return exp.and_(*[c.copy() for c in conditions]) if conditions else None
+
+
+# -- reading trees --------------------------------------------------------------
+
+
+def from_tables(select: exp.Select) -> list[exp.Expression]:
+    """The relations of a SELECT's FROM and its JOINs, in query order.
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("select * from a join b on a.k = b.k, c")
+    >>> [t.sql() for t in from_tables(q)]
+    ['a', 'b', 'c']
+    """
+    found = [select.args["from_"].this] if select.args.get("from_") else []
+    found += [join.this for join in select.args.get("joins") or []]
+    return found
+
+
+def set_operation_kind(node: exp.SetOperation) -> str:
+    """UNION, UNION ALL, INTERSECT, INTERSECT ALL, EXCEPT or EXCEPT ALL.
+
+    >>> import sqlglot
+    >>> set_operation_kind(sqlglot.parse_one("select 1 except all select 2"))
+    'EXCEPT ALL'
+    """
+    kind = type(node).__name__.upper()
+    return kind if node.args.get("distinct") else f"{kind} ALL"
+
+
+def set_operation_branches(tree: exp.Expression) -> list[exp.Expression]:
+    """The operands of a chain of one set operation (a UNION b UNION c), left to right.
+
+    A chain that mixes operations, or a parenthesised operand, is one operand.
+
+    >>> import sqlglot
+    >>> chain = sqlglot.parse_one("select 1 union select 2 union select 3 except select 4")
+    >>> [b.sql() for b in set_operation_branches(chain)]
+    ['SELECT 1 UNION SELECT 2 UNION SELECT 3', 'SELECT 4']
+    """
+    if not isinstance(tree, exp.SetOperation):
+        return [tree]
+    kind = set_operation_kind(tree)
+    branches = []
+    for side in (tree.left, tree.right):
+        if isinstance(side, exp.SetOperation) and set_operation_kind(side) == kind:
+            branches.extend(set_operation_branches(side))
+        else:
+            branches.append(side)
+    return branches
+
+
+def conjuncts(condition: exp.Expression | None, nested: bool = False) -> list[exp.Expression]:
+    """The AND-ed conditions of `condition`, without their parentheses.
+
+    The top-level conjuncts only (sqlglot's flatten): a parenthesised AND
+    inside is one conjunct, as the model writes it. With `nested`, such ANDs
+    are split too: merge_subqueries ANDs a merged subquery's WHERE to the
+    outer one in parentheses, and the join-key walk (key_bounds.py) looks
+    through them, while refusals and semi-join extraction read conjuncts as
+    written.
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("select 1 from t where (a = 1 and b = 2) and c = 3")
+    >>> [c.sql() for c in conjuncts(q.args["where"].this)]
+    ['a = 1 AND b = 2', 'c = 3']
+    >>> [c.sql() for c in conjuncts(q.args["where"].this, nested=True)]
+    ['a = 1', 'b = 2', 'c = 3']
+    """
+    if condition is None:
+        return []
+    if nested:
+        if isinstance(condition, exp.And):
+            return [*conjuncts(condition.left, True), *conjuncts(condition.right, True)]
+        if isinstance(condition, exp.Paren):
+            return conjuncts(condition.this, True)
+        return [condition]
+    condition = condition.unnest()
+    found = condition.flatten() if isinstance(condition, exp.And) else [condition]
+    return [c.unnest() for c in found]
+
+
+def equality_sides(
+    conjunct: exp.Expression, one_side: set[str], other_side: str
+) -> tuple[exp.Expression, exp.Expression] | None:
+    """(one side's expression, the other's) of an equality between the two sides, else None.
+
+    `one_side` are the aliases of one side (several inputs joined so far, or
+    an outer query), `other_side` the alias of the one input on the other.
+
+    >>> import sqlglot
+    >>> eq = sqlglot.parse_one("r.k = l.k + 1")
+    >>> [e.sql() for e in equality_sides(eq, {"l"}, "r")]
+    ['l.k + 1', 'r.k']
+    >>> equality_sides(sqlglot.parse_one("r.k = 1"), {"l"}, "r") is None
+    True
+    """
+    if not isinstance(conjunct, exp.EQ):
+        return None
+    a, b = conjunct.this, conjunct.expression
+    a_uses, b_uses = exp.column_table_names(a), exp.column_table_names(b)
+    if a_uses and b_uses and a_uses <= one_side and b_uses == {other_side}:
+        return a, b
+    if a_uses and b_uses and b_uses <= one_side and a_uses == {other_side}:
+        return b, a
+    return None

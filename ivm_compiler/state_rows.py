@@ -1,0 +1,138 @@
+"""The state table's rows: its columns, and the state built or changed from flattened rows.
+
+A state row is one group of the flattened rows (GROUP BY the plan's keys);
+each state column says how it is computed (plan.StateColumn: its build and
+change expressions, its MergeRule). build_query computes every state row from
+the model's rows at pinned versions (first build, full refresh, a window's
+touched partitions); change_query computes, per state row, the change one
+refresh applies, from the rows' signed change (changes.py). These are the
+queries of every plan without pre-aggregations; rules/extremes.py builds and
+changes those (view_classes/aggregate.py picks which).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlglot import exp
+
+from ivm_compiler import key_bounds, names
+from ivm_compiler.changes import JoinReads, rows_at, signed_rows
+from ivm_compiler.plan import MergeRule, StateColumn, ViewPlan
+from ivm_compiler.reads import VersionRange
+from ivm_compiler.sql import TableName
+
+
+def state_table_columns(plan: ViewPlan) -> list[str]:
+    """Every column of the state table, in order: group rows' columns, then pre-aggregations'."""
+    columns = [c.name for c in plan.state_columns]
+    if plan.preaggregations:
+        columns.append(names.SLOT)
+        columns.extend(p.value_column for p in plan.preaggregations)
+    return columns
+
+
+def change_columns(plan: ViewPlan) -> list[str]:
+    """The change query's columns: the state table's, then each pre-aggregation's touched flag."""
+    return state_table_columns(plan) + [p.touched_flag for p in plan.preaggregations]
+
+
+def in_state_order(plan: ViewPlan, values: Mapping[str, exp.Expression]) -> list[exp.Expression]:
+    """One SELECT list in the state table's column order; unnamed columns are NULL."""
+    return [
+        exp.alias_(values.get(name, exp.null()), name, quoted=True)
+        for name in state_table_columns(plan)
+    ]
+
+
+def in_change_order(plan: ViewPlan, values: Mapping[str, exp.Expression]) -> list[exp.Expression]:
+    """One SELECT list in the change query's column order; unnamed columns are NULL."""
+    return [
+        exp.alias_(values.get(name, exp.null()), name, quoted=True) for name in change_columns(plan)
+    ]
+
+
+def additive_columns(plan: ViewPlan) -> list[StateColumn]:
+    """The value columns a change adds to (all but the RECOMPUTED ones)."""
+    return [c for c in plan.value_columns if c.rule is not MergeRule.RECOMPUTED]
+
+
+def group_select(plan: ViewPlan, rows: str, from_changes: bool) -> exp.Select:
+    """One row per group of `rows` (a CTE's name): each state column's build or change value.
+
+    RECOMPUTED columns have no change value here (rules/extremes.py).
+    """
+    columns = [
+        exp.alias_((c.change if from_changes else c.build).copy(), c.name, quoted=True)
+        for c in plan.state_columns
+        if not (from_changes and c.rule is MergeRule.RECOMPUTED)
+    ]
+    select = exp.select(*columns).from_(exp.to_table(rows, quoted=True))
+    if plan.keys:
+        select = select.group_by(*[exp.column(k, quoted=True) for k in plan.keys])
+    return select
+
+
+def nonzero(columns: list[exp.Expression]) -> exp.Expression:
+    """Some column is neither 0 nor NULL: the group's change is not empty.
+
+    >>> nonzero([exp.column("a"), exp.column("b")]).sql(dialect="spark")
+    'COALESCE(a, 0) <> 0 OR COALESCE(b, 0) <> 0'
+    """
+    return exp.or_(
+        *[
+            exp.NEQ(
+                this=exp.Coalesce(this=c, expressions=[exp.Literal.number(0)]),
+                expression=exp.Literal.number(0),
+            )
+            for c in columns
+        ]
+    )
+
+
+def rows_to_build(
+    plan: ViewPlan, versions: Mapping[TableName, int], rows_filter: exp.Expression | None
+) -> exp.Query:
+    """The flattened rows at pinned versions, with `rows_filter` added to their WHERE."""
+    rows = rows_at(plan, versions)
+    if rows_filter is not None:
+        assert isinstance(rows, exp.Select), "a filter applies to one SELECT"
+        rows = rows.where(rows_filter.copy())
+    return rows
+
+
+def build_query(
+    plan: ViewPlan,
+    versions: Mapping[TableName, int],
+    rows_filter: exp.Expression | None = None,
+) -> exp.Query:
+    """The whole state computed from the sources at pinned versions (first build, full refresh).
+
+    `rows_filter` is added to the WHERE of the flattened rows (a WINDOW
+    model's refresh recomputes the touched partitions only).
+    """
+    rows = rows_to_build(plan, versions, rows_filter)
+    return group_select(plan, names.ROWS_ALIAS, from_changes=False).with_(
+        names.ROWS_ALIAS, as_=rows
+    )
+
+
+def change_query(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, VersionRange],
+    state: TableName,
+    bounds: key_bounds.Bounds | None = None,
+    join_reads: JoinReads | None = None,
+) -> exp.Query:
+    """Per state row, the change to apply: each additive column's difference.
+
+    Rows whose changes cancel out (a row inserted then deleted, an update that
+    moved nothing the model reads) are dropped here, so they cost no MERGE
+    work. The state itself is not read (`state` is for plans whose change
+    reads it: rules/extremes.py).
+    """
+    changes = signed_rows(plan, ranges, bounds, join_reads)
+    select = group_select(plan, names.CHANGES_CTE, from_changes=True).having(
+        nonzero([c.change.copy() for c in additive_columns(plan)])
+    )
+    return select.with_(names.CHANGES_CTE, as_=changes)
