@@ -15,7 +15,7 @@ from dbt.adapters.spark_ivm.refresh import FALLBACK_VALUES
 from dbt.adapters.spark_ivm.schema_changes import ON_SCHEMA_CHANGE_VALUES
 from dbt.adapters.spark_ivm.strategy import STRATEGIES
 
-# config name -> what it accepts (documented in README.md, "Configuration").
+# config name -> what it accepts (documented in docs/configuration.md).
 IVM_CONFIGS: dict[str, str] = {
     "ivm_fallback": "one of: " + ", ".join(repr(v) for v in FALLBACK_VALUES) + ", or unset",
     "ivm_group": f"a group name (letters, digits, _ and -), {NO_GROUP!r}, or unset",
