@@ -4,7 +4,7 @@
   Reads an ivm model at its consistency group's last committed state, in
   place of the relation: every model read this way in one dbt invocation
   shows the same group commit, even while the group's views are moving to a
-  newer one (strict reads; README "Consistency groups"). Put it where the
+  newer one (strict reads: docs/consistency-groups.md). Put it where the
   relation would go and give it an alias:
 
     select t.n, sum(g.n) from {{ ivm_committed(ref('total')) }} as t

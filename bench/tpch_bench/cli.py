@@ -32,6 +32,7 @@ from tpch_bench.settings import (
     DEFAULT_SCALE_FACTORS,
     DEFAULT_WORK_DIR,
     BenchSettings,
+    plots_dir_for,
     scale_tag,
 )
 from tpch_bench.spark_session import start_session
@@ -116,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--results-dir",
         type=Path,
         default=DEFAULT_RESULTS_DIR,
-        help="where the results JSON, markdown and plots go (default: bench/results)",
+        help="where the results JSON, markdown and plots go (default: bench/results, "
+        "whose plots go to docs/assets/bench, the documentation's figures)",
     )
     parser.add_argument(
         "--label", help="results file name stem (default: tpch-sf<scale>-..., from the scales)"
@@ -211,7 +213,9 @@ def run_benchmark(
         spark.sparkContext.applicationId == session.application_id
     )
     results["finished_at"] = wall_clock()
-    written = report.write_report(results, settings.results_dir, settings.label)
+    written = report.write_report(
+        results, settings.results_dir, settings.label, plots_directory=settings.plots_dir
+    )
     return results, written
 
 
@@ -238,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.report_only:
         results = report.load_results(args.report_only)
-        written = report.write_report(results, args.report_only.parent, results["label"])
+        directory = args.report_only.parent
+        written = report.write_report(
+            results, directory, results["label"], plots_directory=plots_dir_for(directory)
+        )
         print("\n".join(str(path) for path in written))
         return EXIT_OK
     try:

@@ -1,7 +1,7 @@
 """The group-overhead phase: what publishing the ivm models as one consistency group costs.
 
 Every ivm model of the benchmark reads lineitem, so refreshed in one dbt
-invocation they form one consistency group (README "Consistency groups"): the
+invocation they form one consistency group (docs/consistency-groups.md): the
 group's sources are pinned once, each member writes its state, then one row
 appended to the commit log decides the group's state, every member's view is
 moved, and a second row closes the commit. With ``ivm_group: 'none'`` (the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
@@ -276,6 +277,7 @@ def _expected_actions(
 
 
 def markdown(results: dict[str, Any], plots: list[Path]) -> str:
+    """The report; ``plots`` are paths relative to the markdown file's directory."""
     env = results["environment"]
     session = results["session"]
     lines = [
@@ -356,7 +358,7 @@ def markdown(results: dict[str, Any], plots: list[Path]) -> str:
             lines += _group_overhead_runs(scale["group_overhead"])
     if plots:
         lines += ["## Plots", ""]
-        lines += [f"![{plot.stem}]({plot.name})" for plot in plots]
+        lines += [f"![{plot.stem}]({plot.as_posix()})" for plot in plots]
         lines.append("")
     return "\n".join(lines)
 
@@ -658,15 +660,26 @@ def _save(plt: Any, figure: Any, axes: list[Any], path: Path) -> Path:
 
 
 def write_report(
-    results: dict[str, Any], directory: Path, label: str, *, with_plots: bool = True
+    results: dict[str, Any],
+    directory: Path,
+    label: str,
+    *,
+    with_plots: bool = True,
+    plots_directory: Path | None = None,
 ) -> list[Path]:
-    """The JSON, the markdown and the plots of a run, under ``directory``; returns the paths."""
+    """The JSON and the markdown of a run under ``directory``, its plots under
+    ``plots_directory`` (default: ``directory``); returns the paths."""
     directory.mkdir(parents=True, exist_ok=True)
     json_path = directory / f"{label}.json"
     json_path.write_text(json.dumps(results, indent=1) + "\n")
-    written_plots = plots(results, directory, label) if with_plots else []
+    written_plots: list[Path] = []
+    if with_plots:
+        plots_directory = plots_directory or directory
+        plots_directory.mkdir(parents=True, exist_ok=True)
+        written_plots = plots(results, plots_directory, label)
     markdown_path = directory / f"{label}.md"
-    markdown_path.write_text(markdown(results, written_plots))
+    links = [Path(os.path.relpath(plot, directory)) for plot in written_plots]
+    markdown_path.write_text(markdown(results, links))
     return [json_path, markdown_path, *written_plots]
 
 

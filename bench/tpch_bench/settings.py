@@ -11,6 +11,12 @@ BENCH_DIR = Path(__file__).resolve().parents[1]
 PROJECT_DIR = BENCH_DIR / "tpch_project"
 DEFAULT_WORK_DIR = BENCH_DIR / "work"
 DEFAULT_RESULTS_DIR = BENCH_DIR / "results"
+# The committed results' plots are the figures of the documentation site
+# (docs/performance.md), and MkDocs serves only files inside its docs_dir: so a
+# run writing to the default results directory draws its plots there, the one
+# copy the site, GitHub's rendering of docs/ and the results markdown all link
+# to. Any other results directory keeps its plots beside its JSON and markdown.
+DEFAULT_PLOTS_DIR = BENCH_DIR.parent / "docs" / "assets" / "bench"
 
 # Batch kinds (bench/tpch_bench/batches.py says what each changes).
 BATCH_KINDS = ("rf", "lineitem_updates", "customer_updates", "mixed")
@@ -20,6 +26,11 @@ DEFAULT_CHANGE_SIZES = (0.1, 1.0, 10.0)
 DEFAULT_SCALE_FACTORS = (1.0, 5.0)
 # Median of at least three (issue 5).
 DEFAULT_REPETITIONS = 3
+
+
+def plots_dir_for(results_dir: Path) -> Path:
+    """Where the plots of results written to ``results_dir`` go (see DEFAULT_PLOTS_DIR)."""
+    return DEFAULT_PLOTS_DIR if results_dir.resolve() == DEFAULT_RESULTS_DIR else results_dir
 
 
 def scale_tag(scale_factor: float) -> str:
@@ -82,6 +93,10 @@ class BenchSettings:
     def group_overhead_size(self) -> float:
         """The group-overhead phase's batch size: the smallest change size of the run."""
         return min(self.change_sizes)
+
+    @property
+    def plots_dir(self) -> Path:
+        return plots_dir_for(self.results_dir)
 
     @property
     def runtime_dir(self) -> Path:

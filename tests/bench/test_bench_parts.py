@@ -9,7 +9,12 @@ from tpch_bench import report
 from tpch_bench.batches import ORDER_KEY_SHIFT, plan_batches, plan_run
 from tpch_bench.catalog import MODELS
 from tpch_bench.group_overhead import commits_from_rows, views_moved_seconds
-from tpch_bench.settings import BenchSettings
+from tpch_bench.settings import (
+    DEFAULT_PLOTS_DIR,
+    DEFAULT_RESULTS_DIR,
+    BenchSettings,
+    plots_dir_for,
+)
 
 
 def test_rf_batches_use_fresh_parts_and_free_key_slots():
@@ -317,3 +322,14 @@ def test_the_commit_line_of_the_dbt_log_gives_the_views_moved_time():
         "(log: tpch_sf1_models.ivm_group_commits)"
     )
     assert views_moved_seconds(["q01: refreshed; consistency group ...", line]) == [0.41]
+
+
+def test_plots_of_the_committed_results_go_where_the_docs_site_serves_them(tmp_path):
+    assert plots_dir_for(DEFAULT_RESULTS_DIR) == DEFAULT_PLOTS_DIR
+    assert DEFAULT_PLOTS_DIR.relative_to(DEFAULT_RESULTS_DIR.parents[1]) == Path(
+        "docs/assets/bench"
+    )
+    assert plots_dir_for(tmp_path) == tmp_path  # a run elsewhere keeps them beside its results
+    results = _overhead_results([])
+    text = report.markdown(results, [Path("../../docs/assets/bench/t-refresh-vs-scale.png")])
+    assert "![t-refresh-vs-scale](../../docs/assets/bench/t-refresh-vs-scale.png)" in text

@@ -173,7 +173,7 @@ class TestGroupUnderConcurrentWriter(GroupProject):
 
         # Plain reads of the views during the runs may straddle a commit (the
         # publication window): count them. Strict reads, every member at the
-        # versions of one commit row (the README's pattern), never may.
+        # versions of one commit row (docs/consistency-groups.md), never may.
         observed = {"reads": 0, "mixed": 0, "strict_reads": 0}
         strict_failures: list[str] = []
 

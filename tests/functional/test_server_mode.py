@@ -71,7 +71,7 @@ def _free_port() -> int:
 
 
 def test_the_standalone_server_starts_serves_delta_and_stops(tmp_path):
-    """The README's local server: Delta Lake with change data feeds, over Thrift only."""
+    """The local server of docs/server-mode.md: Delta Lake with change feeds, over Thrift only."""
     from pyhive import hive
 
     runtime = tmp_path / "thrift-server"

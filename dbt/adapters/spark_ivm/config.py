@@ -17,7 +17,7 @@ from dbt.adapters.spark_ivm.strategy import STRATEGIES
 
 FALLBACK_VALUES = tuple(Fallback)
 
-# config name -> what it accepts (documented in README.md, "Configuration").
+# config name -> what it accepts (documented in docs/configuration.md).
 IVM_CONFIGS: dict[str, str] = {
     "ivm_fallback": "one of: " + ", ".join(repr(v.value) for v in FALLBACK_VALUES) + ", or unset",
     "ivm_group": f"a group name (letters, digits, _ and -), {NO_GROUP!r}, or unset",
