@@ -4,15 +4,17 @@ dbt runs in-process (dbt-tests-adapter's `project` fixture and `run_dbt`), and
 dbt-spark's session method reuses the process's SparkSession, so the JVM starts
 once. Every layer that needs Spark uses the same runtime directory.
 
-Both modes: every integration test class under tests/functional runs twice,
-its tests' ids ending in `[session]` and `[thrift]`. In `thrift` the class's
+Modes: every integration test class under tests/functional runs in session
+mode, and the classes of the Thrift slice (`thrift_slice = True`) also over
+Thrift, their tests' ids ending in `[session]` and `[thrift]` (the extended
+command runs every class in both; see TEST_CONNECTIONS). In `thrift` the class's
 dbt profile is `method: thrift`: dbt talks to a Spark Thrift Server started
 inside this process's JVM over the same SparkContext, so the server's sessions
 share the catalog and the warehouse with the `spark` fixture (the tests' source
 writes and oracle keep working) while every statement dbt runs goes over the
 wire, each connection in its own server-side session, as against a cluster.
-IVM_TEST_CONNECTION=session (or thrift) runs one mode only; a class that
-needs one mode names it in `ivm_connection`.
+IVM_TEST_CONNECTION=session (or thrift) runs one mode only, `session,thrift`
+every class in both; a class that needs one mode names it in `ivm_connection`.
 """
 
 from __future__ import annotations
@@ -35,27 +37,43 @@ RUNTIME_DIR = os.environ.get("SPARK_IVM_TEST_RUNTIME_DIR") or tempfile.mkdtemp(
 SESSION = "session"
 THRIFT = "thrift"
 CONNECTIONS = (SESSION, THRIFT)
-# The modes the integration tests run in: both, unless IVM_TEST_CONNECTION names one.
-TEST_CONNECTIONS = tuple(
-    mode.strip() for mode in os.environ.get("IVM_TEST_CONNECTION", ",".join(CONNECTIONS)).split(",")
-)
+# The modes the integration tests run in. Unset (the README's test command):
+# every class in session mode, and the classes of the Thrift slice
+# (`thrift_slice = True`) in both. IVM_TEST_CONNECTION=session,thrift (the
+# extended command, scripts/test-extended) runs every class in both;
+# `session` or `thrift` runs one mode only.
+_ASKED = os.environ.get("IVM_TEST_CONNECTION")
+TEST_CONNECTIONS = tuple(mode.strip() for mode in (_ASKED or ",".join(CONNECTIONS)).split(","))
 if not TEST_CONNECTIONS or any(mode not in CONNECTIONS for mode in TEST_CONNECTIONS):
     raise ValueError(
-        f"IVM_TEST_CONNECTION={os.environ.get('IVM_TEST_CONNECTION')!r}: "
-        f"expected {' or '.join(CONNECTIONS)}, or both comma separated"
+        f"IVM_TEST_CONNECTION={_ASKED!r}: expected {' or '.join(CONNECTIONS)}, or both comma "
+        "separated"
     )
 FUNCTIONAL_TESTS = os.path.join(os.path.dirname(__file__), "functional")
 
 
+def modes(thrift_slice: bool) -> tuple[str, ...]:
+    """The connection modes of a test class (or module) in or out of the Thrift slice."""
+    if _ASKED is None and not thrift_slice:
+        return (SESSION,)
+    return TEST_CONNECTIONS
+
+
+def class_modes(cls: type | None) -> tuple[str, ...]:
+    """The connection modes a test class runs in (see TEST_CONNECTIONS)."""
+    pinned = getattr(cls, "ivm_connection", None)
+    if pinned:
+        return (pinned,)
+    return modes(bool(getattr(cls, "thrift_slice", False)))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Run every dbt-driven test class under tests/functional once per connection mode."""
+    """Run every dbt-driven test class under tests/functional in its modes (class_modes)."""
     if "dbt_profile_target" not in metafunc.fixturenames:
         return
     if not str(metafunc.definition.path).startswith(FUNCTIONAL_TESTS):
         return
-    pinned = getattr(metafunc.cls, "ivm_connection", None)
-    modes = (pinned,) if pinned else TEST_CONNECTIONS
-    metafunc.parametrize("connection", modes, indirect=True, scope="class")
+    metafunc.parametrize("connection", class_modes(metafunc.cls), indirect=True, scope="class")
 
 
 @pytest.fixture(scope="class")

@@ -27,7 +27,8 @@ from tpch_bench.settings import BenchSettings
 
 from tests.conftest import RUNTIME_DIR
 
-pytestmark = pytest.mark.spark
+# Minutes of the suite: the extended command runs it (scripts/test-extended).
+pytestmark = [pytest.mark.spark, pytest.mark.extended]
 
 # A grouped aggregate over lineitem, a three-way join and the MIN/MAX
 # pre-aggregation: one of each kind of refresh, so the smoke run stays a few

@@ -30,6 +30,10 @@ from tests.functional.ivm_project import (
     model_files,
 )
 
+# A minute and more of writer and refreshes: the extended command runs it
+# (scripts/test-extended), the README's test command does not.
+pytestmark = pytest.mark.extended
+
 SOAK_QUERIES = {
     "grouped": QUERIES["grouped"],
     "distinct_pairs": QUERIES["distinct_pairs"],

@@ -24,10 +24,11 @@ plus the `table` time comparison; its committed report
 (integration_tests/warehouse/results/) is the record of the full run.
 `IVM_WAREHOUSE_FULL=1` runs that here.
 
-Like every integration test that refreshes, the slice runs in both
-connection modes (ids ending in [session] and [thrift]): over Thrift dbt
-reaches the suite's Thrift server (tests/conftest.py) while the raw data is
-written through this process's session, which shares that server's catalog.
+The README's test command runs the slice in session mode; the extended
+command (scripts/test-extended) also over Thrift (ids ending in [thrift]),
+where dbt reaches the suite's Thrift server (tests/conftest.py) while the raw
+data is written through this process's session, which shares that server's
+catalog.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import pytest
 from dbt.adapters.factory import reset_adapters
 from driver import LAYERS, DbtProject, run_warehouse
 
-from tests.conftest import TEST_CONNECTIONS, THRIFT, profile_target
+from tests.conftest import THRIFT, modes, profile_target
 
 pytestmark = pytest.mark.spark
 
@@ -51,7 +52,8 @@ MODELS = 37 if FULL else 11
 BATCHES = 3 if FULL else 1
 
 
-@pytest.fixture(scope="module", params=TEST_CONNECTIONS)
+# Session mode in the README's test command; both in the extended one.
+@pytest.fixture(scope="module", params=modes(thrift_slice=False))
 def connection(request) -> str:
     return request.param
 
