@@ -202,6 +202,7 @@ class Refreshes:
         self.guard = ""
         self.versions: dict[TableName, int] = {}
         self.history: list[str] = []
+        self.view = emit.view_query(self.plan, STATE).sql(dialect=SPARK)
 
     # -- sources --------------------------------------------------------------------
 
@@ -223,7 +224,7 @@ class Refreshes:
         self.versions = self._newest()
         self.guard = next(self.refresh_ids)
         self.engine.execute(emit.create_state(self.plan, STATE, self.versions, self.guard))
-        view = self.engine.describe(emit.view_query(self.plan, STATE).sql(dialect=SPARK))
+        view = self.engine.describe(self.view)
         query = self.engine.describe(self.model.sql)
         if view != query:
             # Rows are compared by value (2 == Decimal("2.00")): the types are compared here.
@@ -313,7 +314,7 @@ class Refreshes:
         merged = self._state()
         as_rows = functools.partial(state_rows, self.plan, columns)
         expected_columns, rebuilt = self.engine.query(
-            relations.build_query(self.plan, self.versions).sql(dialect=SPARK)
+            relations.build_query(self.plan, self.versions)
         )
         rebuilt_rows = state_rows(self.plan, expected_columns, rebuilt)
         for what, rows in (
@@ -327,7 +328,7 @@ class Refreshes:
                 )
 
     def check_view(self) -> None:
-        view_columns, view = self.engine.query(emit.view_query(self.plan, STATE).sql(dialect=SPARK))
+        view_columns, view = self.engine.query(self.view)
         query_columns, query = self.engine.query(self.model.sql, pinned=self.versions)
         if [c.lower() for c in view_columns] != [c.lower() for c in query_columns]:
             raise Mismatch(f"the view's columns {view_columns} are not the query's {query_columns}")
