@@ -1,14 +1,16 @@
 """Property: for every model, the compiler's delta rules keep the state equal to a rebuild.
 
 For random small sources and random sequences of commits (inserts, updates,
-deletes; NULLs and duplicate rows; several commits or none between two
-refreshes), every refresh must satisfy (oracle.py)
+deletes; NULLs and duplicate rows; one to four commits between two
+refreshes, some of them touching no row), every refresh must satisfy
+(oracle.py)
 
     state(v) (+) change(v..v') == state(v')   and   view(state(v')) == query(sources at v')
 
 with the compiler's own statements run by DuckDB over a simulated Delta
-change feed (engine.py). No Spark, no JVM: the whole layer runs in seconds,
-and a failing example is shrunk by hypothesis to a few rows and commits.
+change feed (engine.py). No Spark, no JVM: the whole layer takes well under
+a minute, and a failing example is shrunk by hypothesis to a few rows and
+commits (the Mismatch lists the commits and the rows that differ).
 
 CI replays a fixed set of examples (derandomize), so a red run reproduces.
 IVM_RULES_EXAMPLES=<n> runs n examples per model (default 3);
