@@ -546,8 +546,9 @@ class Engine:
             probe.set("with_", exp.With(expressions=ctes))
         plain = {table: 0 for table in self.tables}
         reads: list[Read] = []
+        hooked = self.change_feed_hook is not None
         probe = _read_versions(
-            probe.transform(_at_version_zero, copy=False), set(self.tables), plain, reads
+            probe.transform(_at_version_zero, copy=False), set(self.tables), plain, reads, hooked
         )
         self._materialize(list(dict.fromkeys(reads)))
         (found_type,) = self.connection.sql(probe.sql(dialect=DUCKDB)).types  # planned, not run
@@ -616,7 +617,7 @@ def _read_versions(
     sources: set[TableName],
     plain: Mapping[TableName, int],
     reads: list[Read],
-    hooked: bool = False,
+    hooked: bool,
 ) -> exp.Expression:
     """Every source read (a version, a change window, a plain name) as its DuckDB table.
 

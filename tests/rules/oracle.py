@@ -324,7 +324,10 @@ class Refreshes:
             diff = _difference(rebuilt_rows, rows)
             if diff:
                 raise Mismatch(
-                    self._where(f"{what} differs from the build at {self._shown()}: {diff}")
+                    self._where(
+                        f"{what} differs from the build at {self._shown()}: {diff}\n"
+                        f"columns: {', '.join(columns)}"
+                    )
                 )
 
     def check_view(self) -> None:
@@ -335,7 +338,10 @@ class Refreshes:
         diff = _difference(query, view)
         if diff:
             raise Mismatch(
-                self._where(f"the view differs from the query at {self._shown()}: {diff}")
+                self._where(
+                    f"the view differs from the query at {self._shown()}: {diff}\n"
+                    f"columns: {', '.join(query_columns)}"
+                )
             )
 
     def _shown(self) -> str:
