@@ -188,10 +188,12 @@ _EPOCH = datetime.datetime(2024, 1, 1)
 class DeltaTable:
     """A Delta table with its change data feed on: every version's rows and every commit's changes.
 
-    Version 0 is the empty table CREATE TABLE leaves; each commit adds one
-    version. Like Delta, a DML statement that matches no row still commits a
-    version (with no change rows), and an UPDATE writes a pre- and a
-    postimage for every row it matches, even one whose values stay the same.
+    Version 0 is the empty table CREATE TABLE leaves; each statement commits
+    one version. Like Delta, an UPDATE writes a pre- and a postimage for
+    every row it matches, even one whose values stay the same. A statement
+    that matches no row commits a version without change rows here (Delta
+    may skip such a commit; a window without change rows must be handled
+    either way, as OPTIMIZE leaves one too).
     """
 
     name: TableName
