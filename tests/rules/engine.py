@@ -364,14 +364,14 @@ class Engine:
 
     # -- DuckDB tables for versions and change windows ------------------------------
 
-    def _run(self, statement: exp.Expression, parameters: Sequence[object] = ()) -> None:
-        self.connection.execute(statement.sql(dialect=DUCKDB), parameters)
+    def _run(self, statement: exp.Expression) -> None:
+        self.connection.execute(statement.sql(dialect=DUCKDB))
 
     def _create(self, name: str, columns: Sequence[tuple[str, str]], rows: Sequence[Row]) -> str:
         """A DuckDB table of Spark-typed columns holding `rows` (once per name)."""
         if name in self._materialized:
             return name
-        table = exp.to_table(exp.to_identifier(name, quoted=True))
+        table = exp.Table(this=exp.to_identifier(name, quoted=True))
         definitions = [
             exp.ColumnDef(
                 this=exp.to_identifier(column, quoted=True),
@@ -667,7 +667,7 @@ def _argument_key(argument: exp.Expression, select: exp.Select) -> str:
 
 
 def _renamed(node: exp.Table, name: str, alias: str | None) -> exp.Table:
-    table = exp.to_table(f'"{name}"', dialect=DUCKDB)
+    table = exp.Table(this=exp.to_identifier(name, quoted=True))
     found = node.args.get("alias")
     if found is not None:
         table.set("alias", found.copy())
@@ -739,7 +739,7 @@ def _duckdb_statement(tree: exp.Expression) -> exp.Expression:
 
 
 def _merge_source() -> exp.Table:
-    return exp.to_table(exp.to_identifier(MERGE_SOURCE, quoted=True))
+    return exp.Table(this=exp.to_identifier(MERGE_SOURCE, quoted=True))
 
 
 def _change_window(node: exp.Table) -> tuple[TableName, int, int] | None:
