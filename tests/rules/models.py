@@ -1,0 +1,213 @@
+"""The model queries the rules layer checks, and the sources they read.
+
+Every query the Spark property tests run (tests/functional/ivm_project.py) is
+here too, with `{src}`, `{dim}` and `{tag}` as the Delta tables raw.src,
+raw.dim and raw.tag, plus cases those suites lack (EXTRA_QUERIES: INTERSECT
+ALL, EXCEPT, a 3-way join without a CTE, self-joins, aggregates inside
+expressions, GROUP BY ALL, a top-k of rows, global aggregates over outer and
+anti joins, ...) and WINDOW models over raw.events.
+
+Left out, each for a reason:
+- NODE_QUERIES (CTEs and FROM-subqueries that aggregate): the compiler makes
+  each such relation an ivm model of its own, read through its state table's
+  change feed; emulating that needs a second level of Delta tables fed by
+  MERGEs, which this layer does not simulate yet.
+- Window functions without a PARTITION BY column common to all of them:
+  refresh.py recomputes such a model whole, so it has no delta rule.
+- Constructs the compiler refuses (a LEFT JOIN or EXISTS relating the two
+  sides other than by equality, NOT IN over several columns, ...): the
+  refusal tests cover them (tests/unit/test_refusals.py).
+- Window functions whose value depends on how ties are broken (ROW_NUMBER,
+  LAG, LEAD over a non-unique order): Spark and DuckDB may break ties
+  differently, so the oracle would not be one bag. The window models here
+  order by a unique id wherever one row is picked among others.
+
+To add a case: add its query to EXTRA_QUERIES, naming its sources as
+{src}, {dim}, {tag} or {events}; the property test picks it up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from ivm_compiler import TableName
+from tests.functional.ivm_project import (
+    JOIN_QUERIES,
+    OUTER_JOIN_QUERIES,
+    QUERIES,
+    SEMI_JOIN_QUERIES,
+)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A source column: its Spark type and the few values changes draw from (None is NULL).
+
+    Small domains make duplicates, NULL keys and join partners common. A
+    `serial` column is a unique id: every inserted row gets a fresh one, and
+    updates never change it.
+    """
+
+    name: str
+    data_type: str
+    values: tuple[object, ...]
+    serial: bool = False
+
+
+@dataclass(frozen=True)
+class Source:
+    name: TableName
+    columns: tuple[Column, ...]
+
+    @property
+    def schema(self) -> tuple[tuple[str, str], ...]:
+        return tuple((c.name, c.data_type) for c in self.columns)
+
+
+KEYS = (None, 0, 1, 2, 3)
+GROUPS = (None, "a", "b", "c")
+NAMES = (None, "x", "y")
+VALUES = (None, -2, -1, 0, 1, 2)
+AMOUNTS = (None, Decimal("0.00"), Decimal("1.50"), Decimal("-2.25"))
+IDS = tuple(range(1, 13))
+
+# The functional project's sources (ivm_project.SOURCE_DDL, DIM_DDL, TAG_DDL).
+SRC = Source(
+    TableName(db="raw", name="src"),
+    (
+        Column("k", "int", KEYS),
+        Column("g", "string", GROUPS),
+        Column("v", "int", VALUES),
+        Column("d", "decimal(10,2)", AMOUNTS),
+    ),
+)
+DIM = Source(
+    TableName(db="raw", name="dim"),
+    (Column("k", "int", KEYS), Column("name", "string", NAMES), Column("w", "int", VALUES)),
+)
+TAG = Source(
+    TableName(db="raw", name="tag"),
+    (Column("name", "string", NAMES), Column("label", "string", (None, "X", "X2", "N"))),
+)
+# Rows with a unique id for the window models (test_random_windows.py's source).
+EVENTS = Source(
+    TableName(db="raw", name="events"),
+    (
+        Column("id", "int", IDS, serial=True),
+        Column("k", "int", (None, 0, 1, 2)),
+        Column("g", "string", (None, "a", "b")),
+        Column("ts", "int", (None, 0, 1, 2, 3)),
+        Column("v", "decimal(10,2)", AMOUNTS),
+    ),
+)
+SOURCES = {source.name.name: source for source in (SRC, DIM, TAG, EVENTS)}
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    sql: str
+    sources: tuple[Source, ...]
+
+
+def _model(name: str, query: str) -> Model:
+    """A model over the sources its query names as {src}, {dim}, {tag} or {events}."""
+    used = tuple(s for key, s in SOURCES.items() if f"{{{key}}}" in query)
+    return Model(name, query.format(**{key: str(s.name) for key, s in SOURCES.items()}), used)
+
+
+EXTRA_QUERIES = {
+    # INTERSECT ALL: a row as often as the operand with the fewest copies has it.
+    "set_intersect_all": "select k, g from {src} intersect all select k, name from {dim}",
+    # EXCEPT (distinct): a value of the first operand that no other operand has.
+    "set_except": "select g from {src} where v > 0 except select name from {dim}",
+    # Three inputs joined directly, grouped by the last one's column.
+    "three_way_grouped": (
+        "select t.label, count(*) as n, sum(s.v) as sv, avg(s.d) as ad from {src} s "
+        "join {dim} d on s.k = d.k join {tag} t on d.name = t.name group by t.label"
+    ),
+    # A self-join projection: every pair of rows sharing a key (duplicates square).
+    "self_pairs": "select a.k, a.v, b.g from {src} a join {src} b on a.k = b.k where a.v < 2",
+    # NOT EXISTS without correlation on the outer row's columns beyond the key.
+    "not_exists_grouped": (
+        "select s.g, count(*) as n, min(s.d) as mn from {src} s where not exists "
+        "(select 1 from {dim} d where d.k = s.k) group by s.g"
+    ),
+    # Aggregates inside expressions and over CASE, COUNT(DISTINCT) beside SUM and AVG.
+    "aggregate_expressions": (
+        "select g, sum(case when v > 0 then d else 0 end) as pos, count(distinct k) as nk, "
+        "max(d) - min(d) as spread, avg(v) as av from {src} where k is not null "
+        "group by g having count(*) > 1"
+    ),
+    # A computed group key; GROUP BY ALL; HAVING without GROUP BY.
+    "computed_key": (
+        "select coalesce(g, 'none') as g2, count(*) as n, min(v) as mn from {src} "
+        "group by coalesce(g, 'none')"
+    ),
+    "group_by_all": "select g, k, count(*) as n, sum(d) as sd from {src} group by all",
+    "global_having": "select count(*) as n, sum(v) as sv from {src} having count(*) > 2",
+    # Top-k over rows, ordered by every column (equal rows are one bag either way).
+    "top_rows": "select k, g, v from {src} where v is not null order by v desc, k, g limit 3",
+    # DISTINCT over a join; UNION ALL of two joins.
+    "distinct_join": "select distinct s.g, d.w from {src} s join {dim} d on s.k = d.k",
+    "union_all_joins": (
+        "select s.k, d.name from {src} s join {dim} d on s.k = d.k "
+        "union all select d2.k, t.label from {tag} t join {dim} d2 on t.name = d2.name"
+    ),
+    # A global aggregate over an outer join, and one over an anti join.
+    "left_global": (
+        "select count(*) as n, count(d.name) as nn, max(d.w) as mw, sum(s.v) as sv "
+        "from {src} s left join {dim} d on s.k = d.k"
+    ),
+    "anti_global": (
+        "select count(*) as n, sum(s.d) as sd from {src} s "
+        "where not exists (select 1 from {dim} d where d.k = s.k)"
+    ),
+    # A FULL JOIN grouped by the merged key, with extremes of the padded side.
+    "full_grouped": (
+        "select coalesce(s.k, d.k) as k, count(s.g) as ng, count(d.name) as nn, "
+        "min(d.w) as mw from {src} s full join {dim} d on s.k = d.k group by coalesce(s.k, d.k)"
+    ),
+    # One table three times.
+    "self_three": (
+        "select a.g, count(*) as n from {src} a join {src} b on a.k = b.k "
+        "join {src} c on b.g = c.g group by a.g"
+    ),
+    # Three operands of UNION, one a NULL key; string extremes.
+    "three_unions": (
+        "select k, g from {src} union select k, name from {dim} union select null, label from {tag}"
+    ),
+    "string_extremes": (
+        "select k, min(g) as mn, max(g) as mx, count(distinct g) as n from {src} group by k"
+    ),
+    # Windows: ranks over a WHERE that updates cross (ties share a rank) ...
+    "window_ranked": (
+        "select id, g, v, rank() over (partition by g order by v desc) as r, "
+        "dense_rank() over (partition by g order by v desc) as dr from {events} "
+        "where v is null or v >= 0"
+    ),
+    # ... whole-partition aggregates over partitions that differ (k is common to all) ...
+    "window_totals": (
+        "select id, g, count(*) over (partition by g, k) as n, sum(v) over (partition by k, g) "
+        "as total, avg(v) over (partition by k) as mean, max(ts) over (partition by k) "
+        "as last_ts from {events}"
+    ),
+    # ... and running values in a unique order (id breaks ties on ts).
+    "window_running": (
+        "select id, k, ts, lead(ts) over (partition by k order by ts, id) as next_ts, "
+        "sum(v) over (partition by k order by ts, id rows between unbounded preceding and "
+        "current row) as running from {events}"
+    ),
+}
+
+MODELS: tuple[Model, ...] = tuple(
+    _model(name, query)
+    for name, query in {
+        **QUERIES,
+        **JOIN_QUERIES,
+        **OUTER_JOIN_QUERIES,
+        **SEMI_JOIN_QUERIES,
+        **EXTRA_QUERIES,
+    }.items()
+)

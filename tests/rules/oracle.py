@@ -1,0 +1,368 @@
+"""One model's refresh cycle in DuckDB, and the two identities every refresh must keep.
+
+For a change window v..v' of the model's sources:
+
+    state(v) (+) change(v..v') == state(v')             as bags, and
+    view(state(v')) == the model's query at v'          as bags,
+
+where state(v) is the compiler's build query (emit.create_state) at the
+versions v, change(v..v') the USING side of the compiler's MERGE
+(each view class's change_query, guarded), and (+) applies it as the MERGE does.
+
+(+) is computed twice. `apply_changes` is the rule written down in Python
+over the fetched rows (what emit.merge_changes is documented to do), so a
+mismatch names the rows and columns involved; and the compiler's own MERGE
+statement runs in DuckDB, so the statement that ships is the one checked,
+guard row included. The state after the MERGE must equal apply_changes'
+state, which must equal the build at v'. The next refresh starts from the
+MERGE's state, so errors accumulate as they would in Spark.
+
+A WINDOW model's change is different: the partitions its change rows touch
+(emit.probe_partitions), recomputed at v' (emit.merge_partitions, whose
+MERGE also deletes their rows that are gone); (+) replaces those
+partitions (replace_partitions). Refreshes read join partners within the
+probed key bounds (emit.probe_join_keys), as refresh.py does; join states
+(ivm_join_state) are not used here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ivm_compiler import TableName, ViewClass, ViewPlan, compile_model, emit, names
+from ivm_compiler import state_rows as state_queries
+from ivm_compiler.compile import view_class_rule
+from ivm_compiler.key_bounds import parse_probe
+from ivm_compiler.plan import MergeRule
+from ivm_compiler.reads import VersionRange
+from ivm_compiler.view_classes import window as window_rules
+from tests.rules.engine import (
+    SPARK,
+    Catalog,
+    Change,
+    ChangeFeedHook,
+    DeltaTable,
+    Engine,
+    Insert,
+    Memo,
+    Row,
+)
+from tests.rules.models import Model, Source
+
+STATE = TableName(db="analytics", name="model__ivm_state")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Commits before the first build, then the commits before each refresh (maybe none)."""
+
+    seed: tuple[tuple[TableName, Change], ...]
+    steps: tuple[tuple[tuple[TableName, Change], ...], ...]
+
+
+class Mismatch(AssertionError):
+    """An identity failed; the message says which, after which commits, and the rows that differ."""
+
+
+@functools.cache
+def memo_of(model: Model) -> Memo:
+    """What the engines of one model share (types and translations; no rows)."""
+    return Memo()
+
+
+@functools.cache
+def compiled(model: Model) -> ViewPlan:
+    """The model's plan, compiled once against a catalog of empty sources."""
+    sources = [DeltaTable(s.name, s.schema) for s in model.sources]
+    with contextlib.closing(Engine(sources, memo=memo_of(model))) as engine:
+        return compile_model(model.name, model.sql, Catalog(engine))
+
+
+# -- bags -----------------------------------------------------------------------------
+
+
+def _bag(rows: Sequence[Row]) -> Counter[Row]:
+    # Python compares and hashes int, Decimal and float by value, so 2 and
+    # Decimal('2.00') are one element, as they are one value in SQL.
+    return Counter(rows)
+
+
+def _difference(expected: Sequence[Row], actual: Sequence[Row]) -> str:
+    want, got = _bag(expected), _bag(actual)
+    missing = sorted(map(repr, (want - got).elements()))
+    extra = sorted(map(repr, (got - want).elements()))
+    return f"missing {missing}, unexpected {extra}" if missing or extra else ""
+
+
+def state_rows(plan: ViewPlan, columns: Sequence[str], rows: Sequence[Row]) -> list[Row]:
+    """State rows in state_table_columns order, a sum's NULL read as 0.
+
+    An ADD_NULLABLE column holds NULL where no non-NULL value was added yet:
+    the build's SUM over only NULLs is NULL, a MERGE's is 0 (it adds
+    coalesced values). Both mean the same sum; the view reads neither, as
+    its non-NULL count is 0.
+    """
+    nullable = {c.name for c in plan.state_columns if c.rule is MergeRule.ADD_NULLABLE}
+    wanted = state_queries.state_table_columns(plan)
+    position = {name: i for i, name in enumerate(columns)}
+    return [
+        tuple(
+            (0 if row[position[name]] is None else row[position[name]])
+            if name in nullable
+            else row[position[name]]
+            for name in wanted
+        )
+        for row in rows
+    ]
+
+
+# -- (+) in Python ----------------------------------------------------------------------
+
+
+def apply_changes(plan: ViewPlan, state: list[dict], delta: list[dict]) -> list[dict]:
+    """state (+) delta, as emit.merge_changes's MERGE does it, over rows as dicts.
+
+    A delta row matches the state row with the same merge keys (NULL equals
+    NULL). Matched: KEY columns stay; ADD columns add (SQL's NULL + x is
+    NULL); ADD_NULLABLE columns add with NULL as 0; a RECOMPUTED column
+    takes the delta's value when its pre-aggregation's touched flag is TRUE.
+    A row whose count reaches 0 is deleted, except a global aggregate's group
+    row (slot 0). Unmatched: inserted with the delta's state columns.
+    """
+    keys = plan.merge_keys
+    columns = state_queries.state_table_columns(plan)
+    flags = {p.slot: p.touched_flag for p in plan.preaggregations}
+    result = {tuple(row[k] for k in keys): dict(row) for row in state}
+    if len(result) != len(state):
+        raise Mismatch(f"two state rows share their merge keys {keys}")
+    for change in delta:
+        key = tuple(change[k] for k in keys)
+        stored = result.get(key)
+        if stored is None:
+            result[key] = {name: change[name] for name in columns}
+            continue
+        count = stored[names.COUNT] + change[names.COUNT]
+        keeps_group = plan.view_class is ViewClass.GLOBAL_AGGREGATE and (
+            not plan.preaggregations or change[names.SLOT] == 0
+        )
+        if count == 0 and not keeps_group:
+            del result[key]
+            continue
+        updated = dict(stored)
+        for column in plan.value_columns:
+            old, new = stored[column.name], change[column.name]
+            if column.rule is MergeRule.RECOMPUTED:
+                assert column.preaggregation is not None
+                if change[flags[column.preaggregation]] is True:
+                    updated[column.name] = new
+            elif column.rule is MergeRule.ADD_NULLABLE:
+                updated[column.name] = (old or 0) + (new or 0)
+            else:
+                updated[column.name] = None if old is None or new is None else old + new
+        result[key] = updated
+    return list(result.values())
+
+
+def replace_partitions(
+    plan: ViewPlan,
+    state: list[dict],
+    touched: Sequence[window_rules.PartitionKey],
+    rows: list[dict],
+) -> list[dict]:
+    """A WINDOW state with the touched partitions' rows replaced by their recomputation."""
+    columns = [p.state_column for p in plan.window_partition]
+
+    def partition(row: dict) -> tuple[str | None, ...]:
+        return tuple(None if row[c] is None else str(row[c]) for c in columns)
+
+    keys = set(touched)
+    kept = [row for row in state if partition(row) not in keys]
+    return kept + [
+        {name: row[name] for name in state_queries.state_table_columns(plan)} for row in rows
+    ]
+
+
+# -- the cycle ------------------------------------------------------------------------------
+
+
+class Refreshes:
+    """A model's state in DuckDB, built once and refreshed through the compiler's statements."""
+
+    def __init__(self, model: Model, hook: ChangeFeedHook | None = None) -> None:
+        self.model = model
+        self.plan = compiled(model)
+        self.sources = {s.name: s for s in model.sources}
+        self.tables = {s.name: DeltaTable(s.name, s.schema) for s in model.sources}
+        self.engine = Engine(list(self.tables.values()), hook, memo_of(model))
+        self.engine.ensure_schema(STATE)
+        self.ids = itertools.count(1)
+        self.refresh_ids = (f"r{i}" for i in itertools.count())
+        self.guard = ""
+        self.versions: dict[TableName, int] = {}
+        self.history: list[str] = []
+        self.view = emit.view_query(self.plan, STATE).sql(dialect=SPARK)
+
+    # -- sources --------------------------------------------------------------------
+
+    def commit(self, table: TableName, change: Change) -> None:
+        if isinstance(change, Insert):
+            change = Insert(tuple(self._with_ids(self.sources[table], row) for row in change.rows))
+        version = self.tables[table].commit(change)
+        self.history.append(f"{table}@{version}: {change}")
+
+    def _with_ids(self, source: Source, row: Row) -> Row:
+        return tuple(next(self.ids) if c.serial else v for c, v in zip(source.columns, row))
+
+    def _newest(self) -> dict[TableName, int]:
+        return {name: table.version for name, table in self.tables.items()}
+
+    # -- statements ---------------------------------------------------------------------
+
+    def build(self) -> None:
+        self.versions = self._newest()
+        self.guard = next(self.refresh_ids)
+        self.engine.execute(emit.create_state(self.plan, STATE, self.versions, self.guard))
+        view = self.engine.describe(self.view)
+        query = self.engine.describe(self.model.sql)
+        if view != query:
+            # Rows are compared by value (2 == Decimal("2.00")): the types are compared here.
+            raise Mismatch(
+                f"{self.model.name}: the view's columns {view} are not the query's {query}"
+            )
+        self.check_view()
+
+    def refresh(self) -> None:
+        pinned = self._newest()
+        windows = {t: VersionRange(recorded=self.versions[t], pinned=pinned[t]) for t in pinned}
+        if not any(w.changed for w in windows.values()):
+            return
+        guard = emit.Guard(read=self.guard, write=next(self.refresh_ids))
+        before = self._state()
+        if self.plan.view_class is ViewClass.WINDOW:
+            applied = self._refresh_partitions(windows, pinned, guard, before)
+        else:
+            applied = self._merge_changes(windows, guard, before)
+        self.versions = pinned
+        self._check_state(applied)
+        self.check_view()
+
+    def _merge_changes(
+        self, windows: Mapping[TableName, VersionRange], guard: emit.Guard, before: list[dict]
+    ) -> list[dict]:
+        bounds = {}
+        probe = emit.probe_join_keys(self.plan, windows)
+        if probe is not None:
+            sql, keys = probe
+            _, (row,) = self.engine.query(sql)
+            bounds = parse_probe(keys, row)
+        merge = emit.merge_changes(self.plan, STATE, windows, guard, bounds)
+        delta = self._apply(merge, guard, self.plan.merge_keys)
+        return apply_changes(self.plan, before, delta)
+
+    def _refresh_partitions(
+        self,
+        windows: Mapping[TableName, VersionRange],
+        pinned: Mapping[TableName, int],
+        guard: emit.Guard,
+        before: list[dict],
+    ) -> list[dict]:
+        """A WINDOW model's refresh: probe the touched partitions, recompute them with one MERGE."""
+        if not self.plan.window_partition:
+            raise NotImplementedError("a WINDOW model without a common PARTITION BY is recomputed")
+        _, probed = self.engine.query(emit.probe_partitions(self.plan, windows))
+        touched = window_rules.parse_probe(probed)
+        assert len(touched) <= window_rules.MAX_TOUCHED_PARTITIONS
+        if not touched:
+            return before  # refresh.py commits no data then, and keeps the guard
+        merge = emit.merge_partitions(self.plan, STATE, pinned, touched, guard)
+        rows = self._apply(merge, guard, self.plan.keys)
+        return replace_partitions(self.plan, before, touched, rows)
+
+    def _apply(self, merge: str, guard: emit.Guard, keys: Sequence[str]) -> list[dict]:
+        """Run the MERGE; return its source rows but the guard source row.
+
+        That row must carry guard.read. Delta fails a MERGE in which two source
+        rows match one target row, so the keys the MERGE matches on must be
+        unique among the others.
+        """
+        columns, rows = self.engine.merge(merge)
+        found = [dict(zip(columns, row)) for row in rows]
+        checks = [row for row in found if row[names.GUARD] is not None]
+        if [row[names.GUARD] for row in checks] != [guard.read]:
+            raise Mismatch(f"the guard source rows are {checks}, expected one holding {guard.read}")
+        changes = [row for row in found if row[names.GUARD] is None]
+        repeated = [
+            k for k, n in Counter(tuple(r[k] for k in keys) for r in changes).items() if n > 1
+        ]
+        if repeated:
+            raise Mismatch(self._where(f"the MERGE source repeats the merge keys {repeated}"))
+        self.guard = guard.write
+        return changes
+
+    # -- reading and checking ---------------------------------------------------------------
+
+    def _state(self) -> list[dict]:
+        columns, rows = self.engine.query(
+            f"SELECT * FROM {STATE.sql()} WHERE `{names.GUARD}` IS NULL"
+        )
+        return [dict(zip(columns, row)) for row in rows]
+
+    def _check_state(self, applied: list[dict]) -> None:
+        columns = state_queries.state_table_columns(self.plan)
+        merged = self._state()
+        as_rows = functools.partial(state_rows, self.plan, columns)
+        expected_columns, rebuilt = self.engine.query(
+            view_class_rule(self.plan.view_class).build_query(self.plan, self.versions)
+        )
+        rebuilt_rows = state_rows(self.plan, expected_columns, rebuilt)
+        for what, rows in (
+            ("state (+) change (in Python)", as_rows([[r[c] for c in columns] for r in applied])),
+            ("the compiler's MERGE", as_rows([[r[c] for c in columns] for r in merged])),
+        ):
+            diff = _difference(rebuilt_rows, rows)
+            if diff:
+                raise Mismatch(
+                    self._where(
+                        f"{what} differs from the build at {self._shown()}: {diff}\n"
+                        f"columns: {', '.join(columns)}"
+                    )
+                )
+
+    def check_view(self) -> None:
+        view_columns, view = self.engine.query(self.view)
+        query_columns, query = self.engine.query(self.model.sql, pinned=self.versions)
+        if [c.lower() for c in view_columns] != [c.lower() for c in query_columns]:
+            raise Mismatch(f"the view's columns {view_columns} are not the query's {query_columns}")
+        diff = _difference(query, view)
+        if diff:
+            raise Mismatch(
+                self._where(
+                    f"the view differs from the query at {self._shown()}: {diff}\n"
+                    f"columns: {', '.join(query_columns)}"
+                )
+            )
+
+    def _shown(self) -> str:
+        return ", ".join(f"{t}@{v}" for t, v in self.versions.items())
+
+    def _where(self, message: str) -> str:
+        return f"{self.model.name}: {message}\ncommits:\n  " + "\n  ".join(self.history)
+
+
+def run(model: Model, scenario: Scenario, hook: ChangeFeedHook | None = None) -> Refreshes:
+    """Build the model after the seed commits, then refresh and check after every step."""
+    refreshes = Refreshes(model, hook)
+    with contextlib.closing(refreshes.engine):
+        for table, change in scenario.seed:
+            refreshes.commit(table, change)
+        refreshes.build()
+        for step in scenario.steps:
+            for table, change in step:
+                refreshes.commit(table, change)
+            refreshes.refresh()
+    return refreshes
