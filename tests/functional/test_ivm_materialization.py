@@ -194,6 +194,10 @@ class TestIvmMaterialization(IvmProject):
 
 
 class TestRefusalsAndFallbacks(IvmProject):
+    # In the Thrift slice of the README's test command: refusals and fallback tables through a
+    # server session.
+    thrift_slice = True
+
     @pytest.fixture(scope="class")
     def models(self):
         return {
@@ -270,6 +274,9 @@ models:
 
 
 class TestPersistDocs(IvmProject):
+    # In the Thrift slice of the README's test command: view comments and ALTER VIEW over Thrift.
+    thrift_slice = True
+
     @pytest.fixture(scope="class")
     def models(self):
         return {

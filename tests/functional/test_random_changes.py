@@ -66,6 +66,10 @@ steps = st.lists(st.lists(statements, min_size=0, max_size=3), min_size=1, max_s
 
 
 class TestRandomChangeSequences(IvmProject):
+    # In the Thrift slice of the README's test command: one property class: every view class's
+    # refresh over the wire.
+    thrift_slice = True
+
     @pytest.fixture(scope="class")
     def models(self):
         return model_files()

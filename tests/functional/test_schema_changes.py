@@ -120,6 +120,10 @@ def _message(result) -> str:
 
 
 class TestSourceSchemaChanges(IvmProject):
+    # In the Thrift slice of the README's test command: Delta's history maps come as Hive-rendered
+    # text over Thrift (schema_changes.parse_map_text).
+    thrift_slice = True
+
     @pytest.fixture(scope="class")
     def models(self):
         files = {"sources.yml": _sources_yml()}
