@@ -16,6 +16,13 @@ against the earlier input's new version. Inputs that did not change have
 dR_i = 0, and their terms are left out. A self-join is two inputs that happen
 to read the same table, and the same sum holds.
 
+An input after the changed one that changed too is read at its recorded
+version as the signed bag R_j' - dR_j (reads.table_before), so no term reads
+an old snapshot of a source: a joined row's sign is the product of the signs
+of the rows it joins. Expanded, the sum is the form with new versions only,
+dL x R' + L' x dR - dL x dR for two inputs (inclusion-exclusion over the
+changed inputs), in n terms rather than 2^n - 1.
+
 Outer joins are not linear in their null-supplying input; the compiler
 rewrites them as signed inner-join terms over inputs and key relations
 (rules/outer_joins.py), and the same sum runs over each term's inputs.
@@ -35,6 +42,7 @@ from ivm_compiler.reads import (
     keys_at_version,
     signed_changes,
     table_at_version,
+    table_before,
 )
 from ivm_compiler.sql import TableName, from_tables, ident, set_operation_branches, union_all
 
@@ -130,8 +138,13 @@ def signed_rows(
         for position, changed in enumerate(inputs):
             if not ranges[_input_table(changed)].changed:
                 continue
+            # The aliases whose rows carry a sign: the changed input, and the
+            # later ones read as a signed bag at their recorded version.
+            signed = [changed.alias]
 
-            def read(index: int, relation: Input, position: int = position) -> exp.Expression:
+            def read(
+                index: int, relation: Input, position: int = position, signed: list = signed
+            ) -> exp.Expression:
                 table = _input_table(relation)
                 versions = ranges[table]
                 upstream = plan.upstreams.get(table)
@@ -145,6 +158,10 @@ def signed_rows(
                 kept = (join_reads or {}).get(relation.alias.lower(), {})
                 if version in kept:
                     return kept[version].copy()
+                if version != versions.pinned and table in plan.source_columns:
+                    signed.append(relation.alias)
+                    columns = list(plan.source_columns[table])
+                    return table_before(table, versions, relation.alias, columns, upstream)
                 return table_at_version(table, version, relation.alias, upstream)
 
             term = _reading(select, inputs, read)
@@ -152,13 +169,28 @@ def signed_rows(
                 predicate = key_bounds.bound_predicate(bound, bounds or {})
                 if predicate is not None:
                     term = term.where(predicate)
-            sign: exp.Expression = exp.column(names.SIGN, table=ident(changed.alias), quoted=True)
-            if term_sign < 0:
-                sign = exp.Neg(this=sign)
-            terms.append(term.select(exp.alias_(sign, names.SIGN, quoted=True)))
+            terms.append(
+                term.select(exp.alias_(_term_sign(term_sign, signed), names.SIGN, quoted=True))
+            )
     if not terms:
         raise ValueError("signed_rows needs at least one source with changes in its window")
     return union_all(terms)
+
+
+def _term_sign(term_sign: int, aliases: list[str]) -> exp.Expression:
+    """The sign of a term's row: the product of its signed inputs' signs, negated for a negative term.
+
+    >>> _term_sign(-1, ["a", "b"]).sql("spark")
+    '-(`a`.`__ivm_sign` * `b`.`__ivm_sign`)'
+    """
+    sign: exp.Expression = exp.column(names.SIGN, table=ident(aliases[0]), quoted=True)
+    for alias in aliases[1:]:
+        sign = exp.Mul(
+            this=sign, expression=exp.column(names.SIGN, table=ident(alias), quoted=True)
+        )
+    if term_sign < 0:
+        sign = exp.Neg(this=exp.paren(sign) if len(aliases) > 1 else sign)
+    return sign
 
 
 def bounded_keys(

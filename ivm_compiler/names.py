@@ -46,6 +46,7 @@ CHANGES_CTE = f"{RESERVED_PREFIX}changes"  # the signed change rows of one refre
 SLOT = f"{RESERVED_PREFIX}slot"  # 0 on a group's row, i + 1 on argument i's pre-aggregation rows
 PREAGG_ALIAS = f"{RESERVED_PREFIX}p"
 UPSTREAM_CHANGES_ALIAS = f"{RESERVED_PREFIX}uc"  # an upstream ivm model's state changes
+CHANGED_ROWS_ALIAS = f"{RESERVED_PREFIX}cr"  # a source's change rows, undone (reads.table_before)
 
 
 RANKED_ALIAS = f"{RESERVED_PREFIX}ranked"  # a top-k view's full ranking, before its LIMIT

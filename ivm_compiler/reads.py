@@ -108,6 +108,50 @@ def signed_changes(
     return view.select(exp.alias_(sign_column, names.SIGN, quoted=True)).subquery(ident(alias))
 
 
+def table_before(
+    table: TableName,
+    versions: VersionRange,
+    alias: str,
+    columns: list[str],
+    upstream: UpstreamModel | None = None,
+) -> exp.Subquery:
+    """A source at its recorded version, as a signed bag read from its pinned version and change.
+
+    R_recorded = R_pinned - dR: the rows at the pinned version with sign +1,
+    and the range's change rows with their sign negated (a row inserted in
+    the range cancels, a deleted one comes back). It reads no old snapshot:
+    Delta rebuilds a time-travel snapshot from its log on every reference
+    (0.5-0.7 s measured on this runtime, against 0.2 s at the latest
+    version), while the pinned version is nearly always the latest, which
+    Delta keeps. A join with it multiplies signs (changes.signed_rows).
+    `columns`: the source columns the model reads (plan.source_columns).
+
+    >>> sql = table_before(TableName("raw", "t"), VersionRange(2, 5), "t", ["k"]).sql("spark")
+    >>> "VERSION AS OF 5" in sql and "TABLE_CHANGES('`raw`.`t`', 3, 5)" in sql
+    True
+    """
+    sign = exp.column(names.SIGN, quoted=True)
+    if upstream is None:
+        projected = [exp.column(c, quoted=True) for c in columns]
+        now = exp.select(*projected, exp.alias_(exp.Literal.number(1), names.SIGN, quoted=True))
+        now = now.from_(version_as_of(table, versions.pinned))
+        changed = signed_changes(table, versions, names.CHANGED_ROWS_ALIAS)
+        undone = exp.select(*[p.copy() for p in projected]).from_(changed)
+    else:
+        now = _upstream_reading(upstream, version_as_of(upstream.state, versions.pinned))
+        now = now.select(exp.alias_(exp.Literal.number(1), names.SIGN, quoted=True))
+        changed = signed_changes(table, versions, names.CHANGED_ROWS_ALIAS, upstream)
+        undone = exp.select(
+            *[exp.column(c, quoted=True) for c in _output_names(upstream.view)]
+        ).from_(changed)
+    undone = undone.select(exp.alias_(exp.Neg(this=sign), names.SIGN, quoted=True))
+    return exp.union(now, undone, distinct=False).subquery(ident(alias))
+
+
+def _output_names(view: exp.Select) -> list[str]:
+    return [projection.alias_or_name for projection in view.expressions]
+
+
 def _key_values(relation: KeyRelation, rows: exp.Expression) -> exp.Select:
     """SELECT DISTINCT <keys> FROM rows WHERE <condition> AND no key is NULL."""
     conditions = [

@@ -14,7 +14,7 @@ commits (the Mismatch lists the commits and the rows that differ).
 
 CI replays a fixed set of examples (derandomize), so a red run reproduces.
 IVM_RULES_EXAMPLES=<n> runs n examples per model (default 3);
-IVM_RULES_RANDOM=1 draws new ones each run.
+IVM_RULES_RANDOM=1 draws new ones each run; IVM_RULES_SHRINK=0 skips shrinking.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 from decimal import Decimal
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from ivm_compiler import reads
@@ -40,6 +40,10 @@ RULES_SETTINGS = settings(
     deadline=None,
     # A model's first example compiles it and translates its statements.
     suppress_health_check=[HealthCheck.too_slow],
+    # IVM_RULES_SHRINK=0: report the first failing example as drawn, in seconds
+    # rather than the minutes shrinking can take (for checking that a
+    # deliberately broken rule fails).
+    phases=[p for p in Phase if os.environ.get("IVM_RULES_SHRINK") != "0" or p != Phase.shrink],
 )
 
 

@@ -299,7 +299,12 @@ def _term_reads(sql: str) -> list[str]:
             if isinstance(node, exp.Subquery):
                 feed = node.find(exp.Anonymous)
                 window = ", ".join(e.sql("spark") for e in feed.expressions[1:])
-                reads.append(f"{node.alias}: changes {window}")
+                if isinstance(node.this, exp.Union):  # reads.table_before
+                    pinned = next(t for t in node.find_all(exp.Table) if t.args.get("version"))
+                    version = pinned.args["version"].expression.sql("spark")
+                    reads.append(f"{node.alias}: version {version} less changes {window}")
+                else:
+                    reads.append(f"{node.alias}: changes {window}")
             else:
                 reads.append(
                     f"{node.alias}: version {node.args['version'].expression.sql('spark')}"
@@ -312,9 +317,10 @@ def test_self_join_changes_telescope_over_both_occurrences() -> None:
     plan, _ = compile_with(SELF_JOIN_SQL, SELF_JOIN_DESCRIBE)
     changes = signed_rows(plan, {ORDERS_TABLE: Window(recorded=4, pinned=6)})
     # dR x R + R' x dR: the first occurrence's change against the second as
-    # recorded, then the second's change against the first as pinned.
+    # recorded (read as version 6 less the changes, no old snapshot), then the
+    # second's change against the first as pinned.
     assert _term_reads(changes.sql("spark")) == [
-        "a: changes 5, 6; b: version 4",
+        "a: changes 5, 6; b: version 6 less changes 5, 6",
         "a: version 6; b: changes 5, 6",
     ]
 

@@ -21,6 +21,7 @@ from sqlglot import exp
 from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
 from ivm_compiler import changes as relations
 from ivm_compiler.names import CHANGES_CTE, COUNT, GUARD, SIGN, SLOT, is_reserved
+from ivm_compiler.plan import KeyRelation
 from ivm_compiler.sql import DIALECT
 from tests.unit import golden
 
@@ -237,10 +238,16 @@ def test_changes_are_signed_by_change_type(case: golden.Case) -> None:
             "IF(_change_type IN ('insert', 'update_postimage'), 1, -1)"
         )
     if not plan.join_terms:
-        # Every source occurrence changed in its window, so each is read once as a change feed.
-        assert sorted(f.expressions[0].this for f in feeds) == sorted(
-            ref.table.sql() for ref in plan.sources
+        # Every source occurrence changed in its window: each is read as a change
+        # feed in its own term, and again, undone, in the terms of inputs before it
+        # (reads.table_before), so occurrence i's feed is read i + 1 times per operand.
+        expected = sorted(
+            ref.table.sql()
+            for branch in relations.branches(plan)
+            for index, ref in enumerate(relations.branch_sources(branch))
+            for _ in range(index + 1)
         )
+        assert sorted(f.expressions[0].this for f in feeds) == expected
     else:
         # Outer joins: each changed input in every term it occurs in (and a key
         # relation's change reads its input's feed too), but only the sources' feeds.
@@ -269,7 +276,13 @@ def _read_as(term: exp.Select) -> dict[str, str]:
     for node in [term.args["from_"].this, *[j.this for j in term.args.get("joins") or []]]:
         if isinstance(node, exp.Subquery):
             feed = node.find(exp.Anonymous)
-            if feed is not None and feed.name.lower() == "table_changes":
+            if isinstance(node.this, exp.Union) and feed is not None:
+                # reads.table_before: the pinned version less the range's changes.
+                table = next(t for t in node.find_all(exp.Table) if t.args.get("version"))
+                reads[node.alias] = (
+                    f"version {table.args['version'].expression.sql(DIALECT)} less changes"
+                )
+            elif feed is not None and feed.name.lower() == "table_changes":
                 reads[node.alias] = "changes"
             else:
                 table = next(t for t in node.find_all(exp.Table) if t.args.get("version"))
@@ -283,6 +296,10 @@ def _read_as(term: exp.Select) -> dict[str, str]:
 def test_changes_telescope_over_the_joined_sources(case: golden.Case) -> None:
     """Change term i of a linear term reads its input i's changes, earlier ones pinned, later as recorded.
 
+    A later source is read as recorded without time travel: its pinned version
+    less the range's changes, its rows' signs multiplied into the term's
+    (reads.table_before); a later key relation at its recorded version.
+
     A query without a set operation or outer join is one linear term; a set
     operation's change is the sum of its operands' terms, in operand order; an
     outer join's, the sum of its signed inner-join terms' (a negative term
@@ -294,17 +311,30 @@ def test_changes_telescope_over_the_joined_sources(case: golden.Case) -> None:
     for term_sign, _, inputs in relations.linear_terms(plan):
         for position, changed in enumerate(inputs):
             term = next(terms)
-            assert _read_as(term) == {
-                ref.alias: "changes"
-                if index == position
-                else f"version {golden.LAST_CHANGE if index < position else golden.FIRST_CHANGE - 1}"
-                for index, ref in enumerate(inputs)
-            }
-            # The term's row carries the sign of the change row it was made from.
+
+            def read(index: int, ref, position: int = position) -> str:
+                if index == position:
+                    return "changes"
+                if index < position:
+                    return f"version {golden.LAST_CHANGE}"
+                if isinstance(ref, KeyRelation):
+                    return f"version {golden.FIRST_CHANGE - 1}"
+                return f"version {golden.LAST_CHANGE} less changes"
+
+            assert _read_as(term) == {ref.alias: read(i, ref) for i, ref in enumerate(inputs)}
+            # The term's row carries the product of the signs of the change row it
+            # was made from and of the undone rows it joins.
             sign = term.expressions[-1]
             assert sign.alias == SIGN
-            expected = f"`{changed.alias}`.`{SIGN}`"
-            assert sign.this.sql(DIALECT) == (expected if term_sign > 0 else f"-{expected}")
+            signed = [changed.alias] + [
+                ref.alias
+                for index, ref in enumerate(inputs)
+                if index > position and not isinstance(ref, KeyRelation)
+            ]
+            product = " * ".join(f"`{alias}`.`{SIGN}`" for alias in signed)
+            if term_sign < 0:
+                product = f"-({product})" if len(signed) > 1 else f"-{product}"
+            assert sign.this.sql(DIALECT) == product
     assert next(terms, None) is None, "more change terms than inputs of the linear terms"
 
 
