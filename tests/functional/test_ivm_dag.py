@@ -167,3 +167,39 @@ class TestIvmDag(IvmProject):
                 spark.sql(statement.format(**sources))
             run_dbt(["run"])
             self._check_every_level(project, spark)
+
+    def test_a_state_keeps_a_change_feed_only_while_ivm_models_read_it(
+        self, project, spark, sources
+    ):
+        schema = project.test_schema
+
+        def change_feed(model: str) -> bool:
+            detail = spark.sql(f"DESCRIBE DETAIL {schema}.{model}__ivm_state").collect()[0]
+            return detail["properties"].get("delta.enableChangeDataFeed") == "true"
+
+        # Read by ivm models: kept. A leaf: no MERGE writes its rows twice.
+        assert change_feed("l1_rows") and change_feed("l2_joined")
+        assert not change_feed("l3_by_name")
+        # A model added over the leaf turns the leaf's feed on when it first reads it,
+        # then reads the leaf's changes from there on.
+        added = Path(project.project_root) / "models" / "l4_over_leaf.sql"
+        added.write_text(
+            "{{ config(materialized='ivm') }}\n"
+            "select name, n from {{ ref('l3_by_name') }} where n > 0"
+        )
+        try:
+            _, log = run_dbt_and_capture(["run"])
+            assert f"turning on the change data feed of {schema}.l3_by_name__ivm_state" in log
+            assert change_feed("l3_by_name")
+            spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'c', 3, 1.00)")
+            _, log = run_dbt_and_capture(["run"])
+            assert "model.test.l4_over_leaf: IVM incremental" in log
+            difference = bag_difference(
+                spark,
+                f"SELECT * FROM {schema}.l4_over_leaf",
+                f"SELECT name, n FROM {schema}.l3_by_name WHERE n > 0",
+            )
+            assert difference.equal, difference
+            self._check_every_level(project, spark)
+        finally:
+            added.unlink()

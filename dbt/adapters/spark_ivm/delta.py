@@ -124,6 +124,14 @@ def describe_history(table: TableName, limit: int | None = None) -> str:
     return f"DESCRIBE HISTORY {table.sql()}" + (f" LIMIT {int(limit)}" if limit else "")
 
 
+def turn_on_change_feed(table: TableName) -> str:
+    """ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)."""
+    return (
+        f"ALTER TABLE {table.sql()} SET TBLPROPERTIES "
+        f"({exp.Literal.string('delta.enableChangeDataFeed').sql(dialect=DIALECT)} = 'true')"
+    )
+
+
 def show_views_like(schema: str, pattern: str) -> str:
     """SHOW VIEWS of a schema whose names match a pattern (`*` any characters, `|` or)."""
     return (

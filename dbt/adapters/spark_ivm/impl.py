@@ -111,7 +111,9 @@ class SparkIvmAdapter(SparkAdapter):
         validate_model_config(model_id, config)
         validate_relation_name(model_id, "schema", relation.schema)
         validate_relation_name(model_id, "alias", relation.identifier)
-        settings = RefreshSettings.from_config(config, full_refresh, _view_docs(docs))
+        settings = RefreshSettings.from_config(
+            config, full_refresh, _view_docs(docs), change_feed=_read_by_ivm_models(graph, model_id)
+        )
         group_run = self._group_run(graph, selected, invocation_id)
         publisher = Publisher(
             runner=_AdapterRunner(self),
@@ -364,6 +366,20 @@ class _AdapterRunner:
 
     def execute(self, sql: str) -> None:
         self._adapter.execute(sql, fetch=False)
+
+
+def _read_by_ivm_models(graph: dict[str, Any] | None, model_id: str) -> bool:
+    """Whether an ivm model of the project refs this one (its state then keeps a change feed).
+
+    Without dbt's graph, assume one does.
+    """
+    if graph is None:
+        return True
+    return any(
+        (node.get("config") or {}).get("materialized") == "ivm"
+        and model_id in (node.get("depends_on") or {}).get("nodes", [])
+        for node in (graph.get("nodes") or {}).values()
+    )
 
 
 def _view_docs(docs: dict[str, Any] | None) -> ViewDocs | None:

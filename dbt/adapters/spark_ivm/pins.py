@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from dbt.adapters.spark_ivm import delta, schema_changes
 from dbt.adapters.spark_ivm.decision import WHOLESALE_MATERIALIZATIONS
-from dbt.adapters.spark_ivm.publish import Publisher, Runner
+from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from ivm_compiler import InvalidSource, TableName, nodes
 from ivm_compiler.errors import first_line
 from ivm_compiler.plan import UpstreamModel
@@ -31,6 +31,7 @@ class Pins:
     """The sources one refresh (with its plan nodes) pinned, by lower-case name."""
 
     runner: Runner
+    log: Log
     model: str
     # The model's view: its plan nodes' pins are named after it.
     target: TableName
@@ -137,15 +138,27 @@ class Pins:
         self, table: TableName, upstream: UpstreamModel | None, use_published: bool
     ) -> delta.SourceSnapshot:
         described = upstream.state if upstream else table
-        snapshot = self.describe(described, needs_change_feed=self.wholesale(table) is None)
+        snapshot = self.describe(
+            described,
+            needs_change_feed=self.wholesale(table) is None,
+            # A state keeps a change feed only while ivm models read it
+            # (emit.CHANGE_FEED_PROPERTY): the first to read it turns it on.
+            turn_on_change_feed=upstream is not None,
+        )
         version = snapshot.version
         if upstream is not None and use_published and upstream.published_version is not None:
             # What the upstream's readers see; a newer state of it is not committed yet.
             version = upstream.published_version
         return replace(snapshot, table=table, version=version)
 
-    def describe(self, table: TableName, needs_change_feed: bool) -> delta.SourceSnapshot:
-        """A Delta table's snapshot now, refusing what cannot feed changes."""
+    def describe(
+        self, table: TableName, needs_change_feed: bool, turn_on_change_feed: bool = False
+    ) -> delta.SourceSnapshot:
+        """A Delta table's snapshot now, refusing what cannot feed changes.
+
+        `turn_on_change_feed`: an upstream ivm model's state without a change
+        feed gets one (its changes from the next commit on can then be read).
+        """
         try:
             columns, rows = self.runner.query(delta.describe_detail(table))
         except Exception as error:
@@ -169,6 +182,13 @@ class Pins:
         if isinstance(properties, str):  # agate hands maps over as JSON text
             properties = json.loads(properties)
         feed = str(properties.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+        if needs_change_feed and not feed and turn_on_change_feed:
+            self.log.info(
+                f"{self.model}: turning on the change data feed of {table}, which it reads "
+                "as an upstream ivm model"
+            )
+            self.runner.execute(delta.turn_on_change_feed(table))
+            feed = True
         if needs_change_feed and not feed:
             raise InvalidSource(
                 self.model,

@@ -129,6 +129,7 @@ class Refresh:
     def __post_init__(self) -> None:
         self.pins = Pins(
             runner=self.runner,
+            log=self.log,
             model=self.model,
             target=self.target,
             upstream_materializations=self.upstream_materializations,
@@ -339,7 +340,8 @@ class Refresh:
         # A view still shows the state's old version (time travel reads it with
         # its old columns) until the new one is published: no drop needed even
         # when the model's columns change.
-        self.writes(plan, pinned).build(plan, {t: s.version for t, s in pinned.items()})
+        versions = {t: s.version for t, s in pinned.items()}
+        self.writes(plan, pinned).build(plan, versions, self.settings.change_feed)
         self.join_states(pinned).build(plan, pinned)
         result.previous_versions = {}
         state_version = self.history.latest_version()

@@ -72,13 +72,20 @@ class RefreshSettings:
     # rebuild that would change them; the other values rebuild (an ivm model
     # always has its query's columns).
     on_schema_change: str = "ignore"
+    # Whether ivm models read the state's changes (models that ref this one, or
+    # the model a plan node belongs to): only then does it keep a change feed.
+    change_feed: bool = True
     # persist_docs: the view carries the model's descriptions; it is then
     # recreated on every run, so edited descriptions show up without a rebuild.
     docs: ViewDocs | None = None
 
     @classmethod
     def from_config(
-        cls, config: Mapping[str, Any], full_refresh: bool = False, docs: ViewDocs | None = None
+        cls,
+        config: Mapping[str, Any],
+        full_refresh: bool = False,
+        docs: ViewDocs | None = None,
+        change_feed: bool = True,
     ) -> RefreshSettings:
         """The settings of a model's config (as dbt hands it to the materialization)."""
         fallback = config.get("ivm_fallback")
@@ -92,5 +99,6 @@ class RefreshSettings:
             else JoinStateSetting(join_state),
             window_order_unique=bool(config.get("ivm_window_order_unique")),
             on_schema_change=config.get("on_schema_change") or "ignore",
+            change_feed=change_feed,
             docs=docs,
         )

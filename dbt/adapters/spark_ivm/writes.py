@@ -72,11 +72,13 @@ class StateWrites:
             finally:
                 self.runner.execute(delta.reset_commit_metadata())
 
-    def build(self, plan: ViewPlan, versions: Mapping[TableName, int]) -> None:
+    def build(
+        self, plan: ViewPlan, versions: Mapping[TableName, int], change_feed: bool = True
+    ) -> None:
         """The state computed from the sources at `versions` (CREATE OR REPLACE TABLE ... AS)."""
         refresh_id = uuid.uuid4().hex
         self.commit(
-            emit.create_state(plan, self.state, versions, refresh_id),
+            emit.create_state(plan, self.state, versions, refresh_id, change_feed),
             self.metadata(refresh_id, None),
         )
 
