@@ -43,6 +43,8 @@ def is_reserved(name: str) -> bool:
 
 ROWS_ALIAS = f"{RESERVED_PREFIX}rows"  # the model's FROM/JOIN/WHERE rows, flattened
 CHANGES_CTE = f"{RESERVED_PREFIX}changes"  # the signed change rows of one refresh
+# The temporary view a refresh caches its signed change rows in (emit.stage_changes).
+STAGED_PREFIX = f"{RESERVED_PREFIX}staged_"
 SLOT = f"{RESERVED_PREFIX}slot"  # 0 on a group's row, i + 1 on argument i's pre-aggregation rows
 PREAGG_ALIAS = f"{RESERVED_PREFIX}p"
 UPSTREAM_CHANGES_ALIAS = f"{RESERVED_PREFIX}uc"  # an upstream ivm model's state changes

@@ -721,8 +721,17 @@ def _duckdb_statement(tree: exp.Expression) -> exp.Expression:
 
     A MERGE's `SET t.c = ...` loses its target alias (DuckDB refuses a
     qualified column there); CREATE TABLE loses USING DELTA and
-    TBLPROPERTIES, which change no row.
+    TBLPROPERTIES, which change no row. Spark's CACHE TABLE x AS q (a cached
+    temporary view, emit.stage_changes) is a temporary table, its UNCACHE
+    nothing, and the DROP VIEW of it a DROP TABLE.
     """
+    if isinstance(tree, exp.Cache):
+        return exp.Create(this=tree.this, kind="TABLE", replace=True, expression=tree.expression)
+    if isinstance(tree, exp.Uncache):
+        return exp.select(exp.Literal.number(1))
+    if isinstance(tree, exp.Drop) and tree.args.get("kind") == "VIEW":
+        tree.set("kind", "TABLE")
+        return tree
 
     def replace(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.EQ) and isinstance(node.parent, exp.Update):

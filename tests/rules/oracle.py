@@ -260,8 +260,15 @@ class Refreshes:
             sql, keys = probe
             _, (row,) = self.engine.query(sql)
             bounds = parse_probe(keys, row)
-        merge = emit.merge_changes(self.plan, STATE, windows, guard, bounds)
+        # As writes.StateWrites.apply_change runs it: the signed rows staged
+        # first where the change query reads them more than once.
+        staged = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(self.plan) else None
+        if staged is not None:
+            self.engine.execute(emit.stage_changes(self.plan, windows, staged, bounds))
+        merge = emit.merge_changes(self.plan, STATE, windows, guard, bounds, staged=staged)
         delta = self._apply(merge, guard, self.plan.merge_keys)
+        for statement in emit.drop_staged(staged) if staged is not None else ():
+            self.engine.execute(statement)
         return apply_changes(self.plan, before, delta)
 
     def _refresh_partitions(

@@ -219,12 +219,11 @@ class Refresh:
             # refresh here, before anything is written.
             self.join_states(pinned).chosen(plan, building=False)
         target_type = self._target_type()
-        facts = self._facts(plan, pinned, target_type)
-        shown_version = (
-            published_version(self.runner, self.target, self.state)
-            if target_type == "view"
-            else None
-        )
+        # The view's properties say the state version it shows and carry the
+        # model's refresh history: one statement for both.
+        view_properties = properties(self.runner, self.target) if target_type == "view" else {}
+        facts = self._facts(plan, pinned, view_properties)
+        shown_version = self._shown_version(target_type, view_properties)
         found = decision.decide(plan, pinned, facts, self.settings)
         if found.action is Action.REBUILD and not self.settings.full_refresh:
             found = self._with_model_columns(plan, found, target_type)
@@ -261,11 +260,23 @@ class Refresh:
             return None
         return target_type
 
+    def _shown_version(
+        self, target_type: str | None, view_properties: dict[str, str]
+    ) -> int | None:
+        """The state version the model's view shows (None: no view, or one not pinned)."""
+        if target_type != "view":
+            return None
+        shown = view_properties.get(emit.STATE_VERSION_PROPERTY)
+        if shown is not None:
+            return int(shown)
+        # A view published before the property existed: its text says it.
+        return published_version(self.runner, self.target, self.state)
+
     def _facts(
         self,
         plan: ViewPlan,
         pinned: dict[TableName, delta.SourceSnapshot],
-        target_type: str | None,
+        view_properties: dict[str, str],
     ) -> decision.Facts:
         """What the decision weighs, read from the state's history, the sources and the view."""
         state_exists = self.relations.exists(self.state) is not None
@@ -274,14 +285,7 @@ class Refresh:
         if recorded is not None:
             for table, after in schema_changes.sources_to_check(plan, pinned, recorded).items():
                 commits[table] = self.pins.schema_commits_after(table, after, pinned[table])
-        history: list[strategy.RefreshRecord] = []
-        pending = recorded is not None and any(
-            r.changed for r in decision.version_ranges(pinned, recorded).values()
-        )
-        if target_type == "view" and pending:
-            # Only a change is weighed by ivm_strategy: auto.
-            text = properties(self.runner, self.target).get(strategy.HISTORY_PROPERTY)
-            history = strategy.parse_history(text)
+        history = strategy.parse_history(view_properties.get(strategy.HISTORY_PROPERTY))
         return decision.Facts(
             state=self.state,
             state_exists=state_exists,
@@ -455,11 +459,6 @@ class Refresh:
     ) -> None:
         """Show the state at `state_version` through the view, now or with the model's group."""
         docs = self.settings.docs
-        if shown_version == state_version and docs is not None and not history:
-            # The view is created again for its docs: keep the history it carries.
-            history = strategy.parse_history(
-                properties(self.runner, self.target).get(strategy.HISTORY_PROPERTY)
-            )
         kept = self._history_after(result, pinned, history, found)
         published = emit.Published(
             state_version=state_version,

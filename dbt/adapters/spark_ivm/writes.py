@@ -20,7 +20,7 @@ from typing import Any
 
 from dbt.adapters.spark_ivm import delta, join_states
 from dbt.adapters.spark_ivm.publish import Log, Runner
-from ivm_compiler import TableName, ViewPlan, emit, key_bounds
+from ivm_compiler import TableName, ViewPlan, emit, key_bounds, names
 from ivm_compiler.errors import first_line
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.view_classes import window as windows_rules
@@ -100,10 +100,17 @@ class StateWrites:
             if delta.is_concurrent_refresh(error):
                 raise ConcurrentRefresh(self.model, self.state, error) from error
             raise
-        written = self._merge(
-            emit.merge_changes(plan, self.state, ranges, guard, bounds, join_reads),
-            self.metadata(refresh_id, None),
-        )
+        staged = f"{names.STAGED_PREFIX}{refresh_id}" if emit.stages_changes(plan) else None
+        try:
+            if staged is not None:
+                self.runner.execute(emit.stage_changes(plan, ranges, staged, bounds, join_reads))
+            written = self._merge(
+                emit.merge_changes(plan, self.state, ranges, guard, bounds, join_reads, staged),
+                self.metadata(refresh_id, None),
+            )
+        finally:
+            for statement in emit.drop_staged(staged) if staged is not None else ():
+                self.runner.execute(statement)
         kept_states.drop_unkept(plan, kept)
         return written
 
