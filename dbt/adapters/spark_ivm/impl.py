@@ -37,6 +37,7 @@ from dbt.adapters.spark_ivm.housekeeping import (
     model_schemas,
     report,
 )
+from dbt.adapters.spark_ivm.pins import InvocationPins
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, Relations
 from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
@@ -57,6 +58,9 @@ logger = AdapterLogger("SparkIvm")
 # between invocations in one process, so this lives at module level).
 _GROUP_RUNS: dict[str, GroupRun] = {}
 _GROUP_RUNS_LOCK = threading.Lock()
+# The sources pinned in the running invocation, shared by its models (pins.py).
+_INVOCATION_PINS: dict[str, InvocationPins] = {}
+_INVOCATION_PINS_LOCK = threading.Lock()
 # The strict reads of the running invocation: one commit per group (strict.py).
 _STRICT_READS: dict[str, StrictReads] = {}
 _STRICT_READS_LOCK = threading.Lock()
@@ -124,7 +128,9 @@ class SparkIvmAdapter(SparkAdapter):
             progress=group_run.progress(model_id) if group_run else None,
             relation_exists=lambda table: self._relation_type(relation, table),
         )
-        refresh = self._refresh_of(relation, sql, model_id, upstream, settings, publisher)
+        refresh = self._refresh_of(
+            relation, sql, model_id, upstream, settings, publisher, _invocation_pins(invocation_id)
+        )
         if group_run is not None and not group_run.repaired:
             with group_run.lock:
                 if not group_run.repaired:
@@ -288,6 +294,7 @@ class SparkIvmAdapter(SparkAdapter):
         upstream: dict[str, str] | None,
         settings: RefreshSettings | None = None,
         publisher: Publisher | None = None,
+        invocation_pins: InvocationPins | None = None,
     ) -> Refresh:
         state = self.ivm_state_relation(relation)
         return Refresh(
@@ -309,6 +316,7 @@ class SparkIvmAdapter(SparkAdapter):
                 for name, materialized in (upstream or {}).items()
             },
             publisher=publisher,
+            invocation_pins=invocation_pins,
         )
 
     @available
@@ -366,6 +374,19 @@ class _AdapterRunner:
 
     def execute(self, sql: str) -> None:
         self._adapter.execute(sql, fetch=False)
+
+
+def _invocation_pins(invocation_id: str | None) -> InvocationPins | None:
+    """The invocation's shared source pins (None outside a dbt invocation)."""
+    if invocation_id is None:
+        return None
+    with _INVOCATION_PINS_LOCK:
+        pins = _INVOCATION_PINS.get(invocation_id)
+        if pins is None:
+            # One dbt invocation at a time per process; keep only the newest.
+            _INVOCATION_PINS.clear()
+            pins = _INVOCATION_PINS[invocation_id] = InvocationPins(invocation_id)
+        return pins
 
 
 def _read_by_ivm_models(graph: dict[str, Any] | None, model_id: str) -> bool:

@@ -11,6 +11,7 @@ pin per input; a plan node shares its model's pins.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -24,6 +25,32 @@ from ivm_compiler.plan import UpstreamModel
 # Commits of a source read when it is pinned: a window longer than this
 # (refreshes far apart) has an unknown size, and `auto` then applies it.
 RECENT_COMMITS = 20
+
+
+@dataclass
+class InvocationPins:
+    """The sources pinned in one dbt invocation, shared by every model it refreshes.
+
+    Only sources (relations that are no dbt model): dbt models may be
+    rewritten during the invocation, before the models reading them run.
+    Reading a source at the version an earlier model of the invocation pinned
+    is as exact as pinning it again; it saves a DESCRIBE DETAIL and a
+    DESCRIBE HISTORY per source per model (0.25 s measured on this runtime),
+    and every model of one `dbt build` then reads a source at one version.
+    """
+
+    invocation_id: str
+    _pins: dict[str, delta.SourceSnapshot] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, key: str) -> delta.SourceSnapshot | None:
+        with self._lock:
+            return self._pins.get(key)
+
+    def keep(self, key: str, snapshot: delta.SourceSnapshot) -> delta.SourceSnapshot:
+        """Keep `snapshot` unless another model pinned the source meanwhile; the one kept."""
+        with self._lock:
+            return self._pins.setdefault(key, snapshot)
 
 
 @dataclass
@@ -41,6 +68,8 @@ class Pins:
     publisher: Publisher | None = None
     # A plan node pins through its model, so both read every source at one version.
     parent: Pins | None = None
+    # The invocation's pins of sources, shared by its models (None: pin anew).
+    invocation: InvocationPins | None = None
     _pins: dict[str, delta.SourceSnapshot] = field(default_factory=dict, init=False)
 
     def wholesale(self, table: TableName) -> str | None:
@@ -128,15 +157,29 @@ class Pins:
             schema, _, name = key.rpartition(".")
             table = TableName(db=schema or None, name=name)
             try:
-                pins[key] = self.describe(
-                    table, needs_change_feed=materialized not in WHOLESALE_MATERIALIZATIONS
-                )
+                if materialized == "source":
+                    pins[key] = self._source(table)
+                else:
+                    pins[key] = self.describe(
+                        table, needs_change_feed=materialized not in WHOLESALE_MATERIALIZATIONS
+                    )
             except InvalidSource:
                 continue
+
+    def _source(self, table: TableName) -> delta.SourceSnapshot:
+        """A source's snapshot: the invocation's, or a new one it keeps for its other models."""
+        key = str(table).lower()
+        kept = self.invocation.get(key) if self.invocation else None
+        if kept is not None:
+            return replace(kept, table=table)
+        snapshot = self.describe(table, needs_change_feed=True)
+        return self.invocation.keep(key, snapshot) if self.invocation else snapshot
 
     def _pin_now(
         self, table: TableName, upstream: UpstreamModel | None, use_published: bool
     ) -> delta.SourceSnapshot:
+        if upstream is None and str(table).lower() not in self.upstream_materializations:
+            return self._source(table)
         described = upstream.state if upstream else table
         snapshot = self.describe(
             described,

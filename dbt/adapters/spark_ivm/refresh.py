@@ -25,7 +25,7 @@ from typing import Any
 from dbt.adapters.spark_ivm import decision, delta, join_states, schema_changes, strategy
 from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, Decision
 from dbt.adapters.spark_ivm.groups import Staged
-from dbt.adapters.spark_ivm.pins import Pins
+from dbt.adapters.spark_ivm.pins import InvocationPins, Pins
 from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from dbt.adapters.spark_ivm.settings import Action, Fallback, RefreshSettings
 from dbt.adapters.spark_ivm.state_history import StateHistory, table_name_of
@@ -123,6 +123,8 @@ class Refresh:
     publisher: Publisher | None = None
     # A plan node's refresh pins its sources through the model's refresh.
     parent: Refresh | None = None
+    # The sources pinned by the invocation's earlier models (pins.InvocationPins).
+    invocation_pins: InvocationPins | None = None
     _started: float = field(default_factory=time.monotonic, init=False, repr=False)
     _split: nodes.Split | None = field(default=None, init=False, repr=False)
 
@@ -135,6 +137,7 @@ class Refresh:
             upstream_materializations=self.upstream_materializations,
             publisher=self.publisher,
             parent=self.parent.pins if self.parent else None,
+            invocation=self.invocation_pins,
         )
         self.history = StateHistory(self.runner, self.state)
 
