@@ -12,6 +12,7 @@ import pytest
 
 from dbt.adapters.spark_ivm import delta, strategy
 from dbt.adapters.spark_ivm.decision import (
+    FALLBACK_TABLE,
     FIRST_BUILD,
     NO_COMMON_PARTITION,
     NO_SOURCE_COMMITS,
@@ -72,6 +73,7 @@ def written(version: int, rows: int | None, preserves: bool = False) -> delta.Co
 
 
 INCREMENTAL_ONLY = RefreshSettings(strategy=Strategy.INCREMENTAL)
+SETTINGS = RefreshSettings()
 
 
 def test_no_state_is_a_first_build(plan):
@@ -161,6 +163,12 @@ def test_a_replaced_table_model_rebuilds_and_an_unchanged_one_does_not(plan):
     assert "is a dbt 'table' model, replaced as a whole" in replaced.reason
     same = decide(plan, pin(5), facts(plan, wholesale={ORDERS_TABLE: "table"}), RefreshSettings())
     assert same.action is Action.NO_CHANGE
+
+
+def test_a_rebuilt_fallback_table_rebuilds_its_reader(plan):
+    found = decide(plan, pin(7), facts(plan, wholesale={ORDERS_TABLE: FALLBACK_TABLE}), SETTINGS)
+    assert found.action is Action.REBUILD
+    assert "is an ivm model built as a table by ivm_fallback" in found.reason
 
 
 def test_no_commit_since_the_record_is_no_change(plan):

@@ -28,6 +28,9 @@ NO_COMMON_PARTITION = (
 # dependent ivm model rebuilds after each of their runs, as recomputation is
 # what reading their change feed (if any) would cost anyway.
 WHOLESALE_MATERIALIZATIONS = ("table", "seed")
+# An ivm model the compiler refuses, built as a table by ivm_fallback: also
+# replaced as a whole by every run (Facts.wholesale names it so).
+FALLBACK_TABLE = "ivm_fallback"
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,11 @@ def _source_replaced(
         replaced = previous.get("table_id") != snapshot.table_id or int(previous["version"]) != int(
             snapshot.version
         )
+        if materialized == FALLBACK_TABLE and replaced:
+            return (
+                f"{table} is an ivm model built as a table by ivm_fallback (its query cannot "
+                "be maintained), replaced as a whole by every run, so it is read again in full"
+            )
         if materialized and replaced:
             return (
                 f"{table} is a dbt '{materialized}' model, replaced as a whole by every run, "

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from dbt.adapters.spark_ivm import delta, schema_changes
-from dbt.adapters.spark_ivm.decision import WHOLESALE_MATERIALIZATIONS
+from dbt.adapters.spark_ivm.decision import FALLBACK_TABLE, WHOLESALE_MATERIALIZATIONS
 from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from ivm_compiler import InvalidSource, TableName, nodes
 from ivm_compiler.errors import first_line
@@ -70,12 +70,23 @@ class Pins:
     parent: Pins | None = None
     # The invocation's pins of sources, shared by its models (None: pin anew).
     invocation: InvocationPins | None = None
+    # A relation's type ('table', 'view') if it exists.
+    relation_type: Callable[[TableName], str | None] = lambda table: None
     _pins: dict[str, delta.SourceSnapshot] = field(default_factory=dict, init=False)
 
     def wholesale(self, table: TableName) -> str | None:
-        """'table' or 'seed' when the source is a dbt model that every run replaces entirely."""
+        """How a source that every run replaces entirely is built; None for any other.
+
+        'table' or 'seed', or FALLBACK_TABLE for an ivm model built as a
+        table by ivm_fallback (its relation is a table, not a view): read in
+        full after each of its builds, never through a change feed it lacks.
+        """
         materialized = self.upstream_materializations.get(str(table).lower())
-        return materialized if materialized in WHOLESALE_MATERIALIZATIONS else None
+        if materialized in WHOLESALE_MATERIALIZATIONS:
+            return materialized
+        if materialized == "ivm" and self.relation_type(table) not in (None, "view"):
+            return FALLBACK_TABLE
+        return None
 
     def pin(self, table: TableName, upstream: UpstreamModel | None = None) -> delta.SourceSnapshot:
         """The version of `table` this refresh reads: one per consistency group and run.

@@ -138,6 +138,7 @@ class Refresh:
             publisher=self.publisher,
             parent=self.parent.pins if self.parent else None,
             invocation=self.invocation_pins,
+            relation_type=self.relations.exists,
         )
         self.history = StateHistory(self.runner, self.state)
 
