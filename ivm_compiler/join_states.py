@@ -206,8 +206,8 @@ def target_bound(
     """For the upkeep MERGE's ON: the target's rows within the change's join-key range.
 
     The join state is written in order of its first join key, and the probe
-    (key_bounds.py) knows the smallest and largest key of the source's change
-    rows, so Delta skips the join state's files outside them. The guard row
+    (key_bounds.py) knows the ranges of the source's change keys, so Delta
+    skips the join state's files outside them. The guard row
     (NULL key) must still match. None when the key was not probed.
     """
     if not join_input.join_keys:
@@ -222,14 +222,12 @@ def target_bound(
             expression=exp.null(),
         )
     )
-    low, high = found
-    if low is None or high is None:
+    if not found:
         return guard_row  # every change row has a NULL key: the state keeps none of them
-    data_type = dict(join_input.columns)[key]
-    within = exp.Between(
-        this=exp.column(key, table=ident(target_alias), quoted=True),
-        low=key_bounds.cast_literal(low, data_type),
-        high=key_bounds.cast_literal(high, data_type),
+    within = key_bounds.ranges_predicate(
+        exp.column(key, table=ident(target_alias), quoted=True),
+        found,
+        dict(join_input.columns)[key],
     )
     return exp.Paren(this=exp.or_(within, guard_row))
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from sqlglot import exp
 
@@ -56,9 +57,28 @@ class PartnerBound:
     partner_column: str
 
 
-# (table, lower-cased column) -> (lowest, highest) change key as text; (None,
-# None) when every change row's key is NULL.
-Bounds = Mapping[tuple[TableName, str], tuple[str | None, str | None]]
+# A changed key column's values as sorted, disjoint (lowest, highest) ranges
+# of text; () when every change row's key is NULL.
+KeyRanges = tuple[tuple[str, str], ...]
+# (table, lower-cased column) -> the change's key ranges.
+Bounds = Mapping[tuple[TableName, str], KeyRanges]
+
+# The probe splits a key's [lowest, highest] at its widest gaps into at most
+# this many ranges. One range skips nothing when a change's keys lie at both
+# ends of a source (new rows at the top, deletions at the bottom: the TPC-H
+# RF batches read every lineitem file through one range); a few dozen
+# BETWEENs cost Delta's file skipping nothing noticeable.
+MAX_RANGES = 16
+
+
+def _gap(data_type: str, low: exp.Expression, high: exp.Expression) -> exp.Expression | None:
+    """How far apart two keys of a type are, for splitting ranges at gaps; None: not measured."""
+    text = data_type.lower()
+    if text == "date":
+        return exp.DateDiff(this=high, expression=low)
+    if text in ("tinyint", "smallint", "int", "integer", "bigint") or text.startswith("decimal"):
+        return exp.Sub(this=high, expression=low)
+    return None
 
 
 def _bounded_type(data_type: str) -> bool:
@@ -143,57 +163,103 @@ def cast_literal(text: str, data_type: str) -> exp.Expression:
     return exp.cast(exp.Literal.string(text), exp.DataType.build(data_type, dialect="spark"))
 
 
+def ranges_predicate(column: exp.Expression, ranges: KeyRanges, data_type: str) -> exp.Expression:
+    """`column` within one of `ranges`: BETWEENs joined by OR; FALSE for no range.
+
+    >>> print(ranges_predicate(exp.column("k"), (("1", "4"), ("9", "9")), "int").sql("spark"))
+    (k BETWEEN CAST('1' AS INT) AND CAST('4' AS INT) OR k BETWEEN CAST('9' AS INT) AND CAST('9' AS INT))
+    """
+    if not ranges:
+        return exp.false()
+    within = [
+        exp.Between(
+            this=column.copy(),
+            low=cast_literal(low, data_type),
+            high=cast_literal(high, data_type),
+        )
+        for low, high in ranges
+    ]
+    return within[0] if len(within) == 1 else exp.paren(exp.or_(*within))
+
+
 def bound_predicate(bound: PartnerBound, bounds: Bounds) -> exp.Expression | None:
-    """`partner.column BETWEEN lo AND hi`, FALSE for a change of NULL keys only, None if unprobed."""
+    """The partner column within the change's key ranges (FALSE for NULL keys only); None if unprobed."""
     found = bounds.get((bound.key.table, bound.key.column.lower()))
     if found is None:
         return None
-    low, high = found
-    if low is None or high is None:
-        return exp.false()
     column = exp.column(
         bound.partner_column, table=exp.to_identifier(bound.partner_alias, True), quoted=True
     )
-    return exp.Between(
-        this=column,
-        low=cast_literal(low, bound.key.data_type),
-        high=cast_literal(high, bound.key.data_type),
-    )
+    return ranges_predicate(column, found, bound.key.data_type)
 
 
 def probe_query(
     changes: Mapping[TableName, tuple[exp.Subquery, Sequence[KeyColumn]]],
-) -> exp.Select:
-    """One row: per changed table and key column, its lowest and highest change key as text.
+) -> exp.Query:
+    """Rows (key index, part, low, high) from which parse_probe makes each key's ranges.
 
     `changes` maps each changed table to its signed change rows (aliased
-    subquery) and the key columns to bound. Columns are named
-    `__ivm_lo_<n>`/`__ivm_hi_<n>` in the order of `probe_columns`.
+    subquery) and the key columns to bound, indexed in `probe_columns` order.
+    Per key: one 'all' row with its lowest and highest change key, and for
+    a type whose keys have a distance, up to MAX_RANGES - 1 'gap' rows: the
+    widest gaps between consecutive distinct keys (the keys either side).
     """
-    selects = []
-    index = 0
-    for rows, keys in changes.values():
-        columns = []
-        for key in keys:
-            value = exp.column(key.column, table=exp.to_identifier(rows.alias, True), quoted=True)
-            for end, bound in (("lo", exp.Min), ("hi", exp.Max)):
-                columns.append(
-                    exp.alias_(
-                        exp.cast(bound(this=value.copy()), exp.DataType.build("string")),
-                        f"{names.RESERVED_PREFIX}{end}_{index}",
-                        quoted=True,
-                    )
-                )
-            index += 1
-        selects.append(
-            exp.select(*columns)
-            .from_(rows.copy())
-            .subquery(exp.to_identifier(f"b{len(selects)}", True))
+    parts: list[exp.Select] = []
+    for index, (rows, key) in enumerate(
+        (rows, key) for rows, keys in changes.values() for key in keys
+    ):
+        value = exp.column(key.column, table=exp.to_identifier(rows.alias, True), quoted=True)
+        parts.append(
+            _probe_row(index, "all", exp.Min(this=value.copy()), exp.Max(this=value.copy())).from_(
+                rows.copy()
+            )
         )
-    query = exp.select(exp.Star()).from_(selects[0])
-    for extra in selects[1:]:
-        query = query.join(extra, join_type="CROSS")
+        gaps = _widest_gaps(rows, value, key.data_type)
+        if gaps is not None:
+            parts.append(
+                _probe_row(index, "gap", exp.column("k"), exp.column("nxt")).from_(
+                    gaps.subquery(exp.to_identifier(f"g{index}", True))
+                )
+            )
+    query: exp.Query = parts[0]
+    for part in parts[1:]:
+        query = exp.union(query, part, distinct=False)
     return query
+
+
+def _probe_row(index: int, part: str, low: exp.Expression, high: exp.Expression) -> exp.Select:
+    text = exp.DataType.build("string")
+    return exp.select(
+        exp.alias_(exp.Literal.number(index), f"{names.RESERVED_PREFIX}key", quoted=True),
+        exp.alias_(exp.Literal.string(part), f"{names.RESERVED_PREFIX}part", quoted=True),
+        exp.alias_(exp.cast(low, text), f"{names.RESERVED_PREFIX}lo", quoted=True),
+        exp.alias_(exp.cast(high, text), f"{names.RESERVED_PREFIX}hi", quoted=True),
+    )
+
+
+def _widest_gaps(rows: exp.Subquery, value: exp.Column, data_type: str) -> exp.Select | None:
+    """(k, nxt) of the MAX_RANGES - 1 widest gaps between consecutive distinct keys, or None."""
+    gap = _gap(data_type, exp.column("k"), exp.column("nxt"))
+    if gap is None:
+        return None
+    distinct = (
+        exp.select(exp.alias_(value.copy(), "k"))
+        .distinct()
+        .from_(rows.copy())
+        .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.null())))
+    )
+    following = exp.Window(
+        this=exp.Anonymous(this="LEAD", expressions=[exp.column("k")]),
+        order=exp.Order(expressions=[exp.Ordered(this=exp.column("k"))]),
+    )
+    paired = exp.select(exp.column("k"), exp.alias_(following, "nxt")).from_(distinct.subquery("d"))
+    return (
+        exp.select(exp.column("k"), exp.column("nxt"))
+        .from_(paired.subquery("p"))
+        .where(exp.Not(this=exp.Is(this=exp.column("nxt"), expression=exp.null())))
+        .order_by(exp.Ordered(this=gap, desc=True))
+        .limit(MAX_RANGES - 1)
+    )
 
 
 def probe_columns(
@@ -202,15 +268,41 @@ def probe_columns(
     return [key for _, keys in changes.values() for key in keys]
 
 
-def parse_probe(
-    keys: Sequence[KeyColumn], row: Sequence[object]
-) -> dict[tuple[TableName, str], tuple[str | None, str | None]]:
-    """The probe's one row as Bounds (its columns in `keys` order, lowest then highest)."""
-    bounds: dict[tuple[TableName, str], tuple[str | None, str | None]] = {}
-    for index, key in enumerate(keys):
-        low, high = row[2 * index], row[2 * index + 1]
-        bounds[(key.table, key.column.lower())] = (
-            None if low is None else str(low),
-            None if high is None else str(high),
-        )
+def parse_probe(keys: Sequence[KeyColumn], rows: Sequence[Sequence[object]]) -> Bounds:
+    """The probe's rows as Bounds: each key's [lowest, highest] split at its widest gaps.
+
+    >>> key = KeyColumn(TableName("raw", "t"), "k", "int")
+    >>> list(parse_probe([key], [(0, "all", "1", "99"), (0, "gap", "4", "90")]).values())
+    [(('1', '4'), ('90', '99'))]
+    >>> list(parse_probe([key], [(0, "all", None, None)]).values())
+    [()]
+    """
+    ends: dict[int, tuple[str, str] | None] = {}
+    gaps: dict[int, list[tuple[str, str]]] = {}
+    for index, part, low, high in rows:
+        position = int(str(index))
+        if part == "all":
+            ends[position] = None if low is None or high is None else (str(low), str(high))
+        else:
+            gaps.setdefault(position, []).append((str(low), str(high)))
+    bounds: dict[tuple[TableName, str], KeyRanges] = {}
+    for position, key in enumerate(keys):
+        found = ends.get(position)
+        if found is None:
+            bounds[(key.table, key.column.lower())] = ()
+            continue
+        start, end = found
+        ranges = []
+        for before, after in sorted(gaps.get(position, []), key=lambda g: _order(g[0], key)):
+            ranges.append((start, before))
+            start = after
+        ranges.append((start, end))
+        bounds[(key.table, key.column.lower())] = tuple(ranges)
     return bounds
+
+
+def _order(text: str, key: KeyColumn) -> object:
+    """A probed key's sort value: numbers as numbers, dates as their ISO text."""
+    if _gap(key.data_type, exp.column("a"), exp.column("b")) is None or key.data_type == "date":
+        return text
+    return Decimal(text)

@@ -258,8 +258,8 @@ class Refreshes:
         probe = emit.probe_join_keys(self.plan, windows)
         if probe is not None:
             sql, keys = probe
-            _, (row,) = self.engine.query(sql)
-            bounds = parse_probe(keys, row)
+            _, rows = self.engine.query(sql)
+            bounds = parse_probe(keys, rows)
         # As writes.StateWrites.apply_change runs it: the signed rows staged
         # first where the change query reads them more than once.
         staged = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(self.plan) else None

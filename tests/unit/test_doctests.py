@@ -13,18 +13,13 @@ from types import ModuleType
 
 import pytest
 
+import dbt.adapters.spark_ivm as adapter
 import ivm_compiler
 
 MODULES = sorted(
-    {
-        "ivm_compiler",
-        "tests.unit.golden",
-        "tests.unit.test_windows_golden",
-        "dbt.adapters.spark_ivm.groups",
-        "dbt.adapters.spark_ivm.schema_changes",
-        "dbt.adapters.spark_ivm.delta",
-    }
+    {"ivm_compiler", "tests.unit.golden", "tests.unit.test_windows_golden"}
     | {info.name for info in pkgutil.walk_packages(ivm_compiler.__path__, prefix="ivm_compiler.")}
+    | {info.name for info in pkgutil.walk_packages(adapter.__path__, prefix=f"{adapter.__name__}.")}
 )
 
 

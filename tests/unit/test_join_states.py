@@ -121,7 +121,7 @@ def test_the_upkeep_merge_reads_the_join_state_within_the_change_key_range() -> 
     relation = orders.relation(MODEL_VIEW)
     guard = emit.Guard(read="g1", write="g2")
     bounded = emit.merge_join_state(
-        orders, relation, Window(3, 5), guard, {(ORDERS_TABLE, "customer"): ("ann", "bob")}
+        orders, relation, Window(3, 5), guard, {(ORDERS_TABLE, "customer"): (("ann", "bob"),)}
     )
     assert (
         "AND (`__ivm_t`.`customer` BETWEEN CAST('ann' AS STRING) AND CAST('bob' AS STRING) "
@@ -129,7 +129,7 @@ def test_the_upkeep_merge_reads_the_join_state_within_the_change_key_range() -> 
     ) in bounded
     # Only NULL keys changed: the join state keeps none of them; the guard row still matches.
     nulls = emit.merge_join_state(
-        orders, relation, Window(3, 5), guard, {(ORDERS_TABLE, "customer"): (None, None)}
+        orders, relation, Window(3, 5), guard, {(ORDERS_TABLE, "customer"): ()}
     )
     assert "BETWEEN" not in nulls and "AND NOT `__ivm_t`.`__ivm_guard` IS NULL WHEN" in nulls
 

@@ -40,12 +40,43 @@ def test_the_probe_asks_each_changed_inputs_join_column_once():
     ]
     assert sql.count("TABLE_CHANGES(") == 2
     assert "MIN(`__ivm_changes`.`customer`)" in sql and "MAX(`__ivm_changes`.`name`)" in sql
+    # Strings have no distance between keys: their bounds are one range, no gaps asked.
+    assert "LEAD(" not in sql
+
+
+def test_the_probe_splits_a_numeric_key_at_its_widest_gaps():
+    plan, _ = compile_with(
+        "SELECT o.id, c.name FROM shop.orders AS o JOIN shop.customers AS c ON o.id = c.id",
+        [("id", "int"), ("name", "string")],
+    )
+    sql, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
+    assert [k.column for k in keys] == ["id", "id"]
+    assert sql.count("LEAD(k) OVER (ORDER BY k NULLS LAST)") == 2
+    assert sql.count(f"ORDER BY nxt - k DESC LIMIT {key_bounds.MAX_RANGES - 1}") == 2
+    # New keys at the top, deletions at the bottom: two ranges, not one over everything.
+    bounds = key_bounds.parse_probe(
+        keys,
+        [
+            (0, "all", "1", "9000"),
+            (0, "gap", "12", "8990"),
+            (0, "gap", "5", "7"),
+            (1, "all", None, None),
+        ],
+    )
+    assert bounds[(ORDERS_TABLE, "id")] == (("1", "5"), ("7", "12"), ("8990", "9000"))
+    assert bounds[(CUSTOMERS_TABLE, "id")] == ()
+    filters = _term_filters(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark"))
+    assert filters[0] == (
+        "(`c`.`id` BETWEEN CAST('1' AS INT) AND CAST('5' AS INT) "
+        "OR `c`.`id` BETWEEN CAST('7' AS INT) AND CAST('12' AS INT) "
+        "OR `c`.`id` BETWEEN CAST('8990' AS INT) AND CAST('9000' AS INT))"
+    )
 
 
 def test_each_term_reads_its_partner_within_the_changed_inputs_bounds():
     plan, _ = compile_with(JOIN_SQL, JOIN_DESCRIBE, JOIN_PROBE)
     _, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
-    bounds = key_bounds.parse_probe(keys, ["ann", "bob", None, None])
+    bounds = key_bounds.parse_probe(keys, [(0, "all", "ann", "bob"), (1, "all", None, None)])
     filters = _term_filters(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark"))
     assert filters == [
         # orders changed: customers read for names in ['ann', 'bob'] only

@@ -74,8 +74,8 @@ def version_ranges(
 
     >>> snapshot = delta.SourceSnapshot(TableName("raw", "t"), "id", 7)
     >>> state = delta.RecordedState(3, "f", {"raw.t": {"version": 5, "table_id": "id"}})
-    >>> version_ranges({snapshot.table: snapshot}, state)
-    {TableName(db='raw', name='t'): VersionRange(recorded=5, pinned=7)}
+    >>> list(version_ranges({snapshot.table: snapshot}, state).values())
+    [VersionRange(recorded=5, pinned=7)]
     """
     return {
         table: VersionRange(

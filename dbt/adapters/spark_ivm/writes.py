@@ -123,10 +123,13 @@ class StateWrites:
             return {}
         sql, keys = probe
         _, rows = self.runner.query(sql)
-        bounds = key_bounds.parse_probe(keys, rows[0])
+        bounds = key_bounds.parse_probe(keys, rows)
         self.log.debug(
             f"{self.model}: join partners read within "
-            + ", ".join(f"{t}.{c} in [{lo}, {hi}]" for (t, c), (lo, hi) in bounds.items())
+            + "; ".join(
+                f"{t}.{c} in " + (" or ".join(f"[{lo}, {hi}]" for lo, hi in ranges) or "nothing")
+                for (t, c), ranges in bounds.items()
+            )
         )
         return bounds
 
