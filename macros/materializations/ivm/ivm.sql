@@ -36,8 +36,9 @@
   {%- if result.builds_table -%}
     {#- The query cannot be maintained and the model asked to be recomputed instead. -#}
     {%- set target_relation = this.incorporate(type='table') -%}
+    {%- set previous_table = load_cached_relation(this) -%}
     {% call statement('main') -%}
-      {{ create_table_as(False, target_relation, sql) }}
+      {{ ivm_fallback_table_as(target_relation, previous_table, sql) }}
     {%- endcall %}
   {%- else -%}
     {{ store_raw_result(name='main', message=result.message, code=result.code, rows_affected=result.rows_affected) }}
