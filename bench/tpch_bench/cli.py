@@ -168,7 +168,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         spark_conf=tuple(_key_value(text) for text in args.spark_conf),
         dbt_log_level_file=args.dbt_log_level_file,
         group_overhead_pairs=args.group_overhead_pairs,
-        join_state=args.join_state,
+        join_state=str(args.join_state),
         strategy=args.strategy,
     )
 

@@ -333,3 +333,19 @@ def test_plots_of_the_committed_results_go_where_the_docs_site_serves_them(tmp_p
     results = _overhead_results([])
     text = report.markdown(results, [Path("../../docs/assets/bench/t-refresh-vs-scale.png")])
     assert "![t-refresh-vs-scale](../../docs/assets/bench/t-refresh-vs-scale.png)" in text
+
+
+def test_the_comparison_puts_each_run_s_own_ratio_side_by_side(tmp_path):
+    from tpch_bench import compare
+
+    runs = sorted((Path(__file__).parents[2] / "bench" / "results" / "issue20").glob("sf1-*.json"))
+    assert compare.main([*map(str, runs), "--out", str(tmp_path), "--label", "c"]) == 0
+    text = (tmp_path / "c.md").read_text()
+    assert (tmp_path / "c-ratios.png").stat().st_size > 0
+    for path in runs:
+        run = compare.Run.load(path)
+        assert f"`{run.name}`" in text
+        q1 = run.summaries[((1.0, "rf", 0.1), "q01_pricing_summary")]
+        # The ratio is the run's own rebuild over its own refresh.
+        assert f"{q1.ivm_seconds:.2f} | {q1.table_seconds:.2f} | {q1.speedup:.1f}x" in text
+    assert text.count("| q01_pricing_summary |") == 1
