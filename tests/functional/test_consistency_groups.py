@@ -262,8 +262,23 @@ class TestGroupAllOrNothing(GroupProject):
         spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 5, 2.00), (2, 'b', 7, 1.00)")
         # joined's MERGE fails; the others refresh, but nothing may be published.
         with failing_statements(lambda sql, _: sql.startswith("MERGE") and "joined" in sql):
-            run_dbt(["run"], expect_pass=False)
+            results = run_dbt(["run"], expect_pass=False)
         assert self.shown_versions(spark, schema) == before
+        # Each member that refreshed says in its own result that its view did
+        # not move: waiting for the group, or withheld after joined failed.
+        held = {
+            r.node.name: (r.adapter_response or {}).get("_message") or str(r.message)
+            for r in results
+            if r.node.name in MEMBERS and r.status == "success"
+        }
+        assert set(held) == set(MEMBERS) - {"joined"}, held
+        for model, message in held.items():
+            assert "consistency group" in message and (
+                "withheld" in message or "not yet shown" in message
+            ), (model, message)
+        assert any("withheld" in m and "joined failed" in m for m in held.values()) or all(
+            "not yet shown" in m for m in held.values()
+        ), held
         assert len(self.commits(spark, schema)) == commits_before
         self.assert_invariant(spark, schema)
         # strict_check's inputs refreshed, but it reads the last committed state.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from dbt.adapters.spark_ivm.groups import (
     GroupRun,
     Staged,
@@ -115,3 +117,42 @@ def test_a_group_is_complete_when_every_member_staged_or_withdrew() -> None:
     assert progress.complete
     progress.failed = "model.p.revenue"
     assert not progress.complete
+
+
+def _staged(model_id: str) -> Staged:
+    return Staged(
+        model_id=model_id,
+        relation=TableName("marts", model_id),
+        state=TableName("marts", model_id + "__ivm_state"),
+        state_version=2,
+        view_sql="",
+        action="incremental",
+        seconds=0.0,
+        source_versions={},
+    )
+
+
+def test_a_member_whose_view_did_not_move_says_why_in_its_result() -> None:
+    from dbt.adapters.spark_ivm.publish import Publisher
+
+    graph = _graph()
+    run = GroupRun("inv", consistency_groups(members_from_graph(graph, list(graph["nodes"]))))
+
+    def publisher(model_id: str) -> Publisher:
+        # No statement may run: nothing is committed while the group waits or has failed.
+        return Publisher(
+            runner=None,  # type: ignore[arg-type]
+            log=logging.getLogger("test"),
+            model=model_id,
+            commit_log=TableName("marts", "ivm_group_commits"),
+            group_run=run,
+            progress=run.progress(model_id),
+        )
+
+    waiting = publisher("model.p.revenue").publish(_staged("model.p.revenue"))
+    assert waiting is not None and waiting.startswith("not yet shown: consistency group")
+    assert "when 2 more member(s) have refreshed" in waiting
+    publisher("model.p.by_segment").fail(RuntimeError("boom"))
+    withheld = publisher("model.p.segment_totals").publish(_staged("model.p.segment_totals"))
+    assert withheld is not None and withheld.startswith("withheld: consistency group")
+    assert "as model.p.by_segment failed" in withheld

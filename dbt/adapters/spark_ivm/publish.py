@@ -189,15 +189,37 @@ class Publisher:
     def grouped(self) -> bool:
         return self.progress is not None and len(self.progress.group.members) > 1
 
-    def publish(self, staged: Staged) -> None:
+    def publish(self, staged: Staged) -> str | None:
+        """Show the member's state now, or with its group; None, or why the view did not move.
+
+        The answer goes into the model's dbt result, so a run's summary names
+        every view that still shows an earlier state.
+        """
         if not self.grouped:
             for statement in () if staged.published else staged.publish_sql:
                 self.runner.execute(statement)
-            return
+            return None
         assert self.group_run is not None and self.progress is not None
         with self.group_run.lock:
             self.progress.staged[staged.model_id] = staged
             self._commit_if_complete()
+            return None if staged.published else self._withheld(self.progress)
+
+    @staticmethod
+    def _withheld(progress: GroupProgress) -> str | None:
+        """Why a staged member's view does not show its new state yet (None: it does)."""
+        group = progress.group.name
+        if progress.failed is not None:
+            return (
+                f"withheld: consistency group {group!r} publishes nothing in this run, as "
+                f"{progress.failed} failed; the view shows the group's last commit"
+            )
+        if progress.committed:
+            return None
+        return (
+            f"not yet shown: consistency group {group!r} publishes it when "
+            f"{len(progress.waiting)} more member(s) have refreshed"
+        )
 
     def withdraw(self) -> None:
         """The member is not maintained (fallback): the group no longer waits for it."""

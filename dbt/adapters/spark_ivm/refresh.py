@@ -53,6 +53,9 @@ class RefreshResult:
     rows_updated: int = 0
     rows_deleted: int = 0
     seconds: float = 0.0
+    # Why the view does not show the new state after this refresh (a
+    # consistency group that waits or failed), else None.
+    publication: str | None = None
 
     @property
     def rows_affected(self) -> int:
@@ -75,6 +78,10 @@ class RefreshResult:
 
     @property
     def message(self) -> str:
+        return self._what + (f"; {self.publication}" if self.publication else "")
+
+    @property
+    def _what(self) -> str:
         versions = ", ".join(
             f"{name}@{self.previous_versions[name]}->{version}"
             if name in self.previous_versions
@@ -497,7 +504,7 @@ class Refresh:
             for statement in () if shown else staged.publish_sql:
                 self.runner.execute(statement)
             return
-        self.publisher.publish(staged)
+        result.publication = self.publisher.publish(staged)
 
     def _history_after(
         self,
