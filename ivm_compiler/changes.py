@@ -60,7 +60,7 @@ def branch_sources(branch: exp.Select) -> list[SourceRef]:
 
 # Join states that stand in for partner reads (join_states.py): by the input's
 # lower-case alias, the join state's read per source version it can serve.
-JoinReads = Mapping[str, Mapping[int, exp.Expression]]
+JoinReads = Mapping[str, Mapping[int, exp.Expr]]
 
 
 # What one relation of a FROM clause stands for: a source, or an outer join's key relation.
@@ -72,7 +72,7 @@ def _input_table(relation: Input) -> TableName:
 
 
 def _reading(
-    select: exp.Select, inputs: list[Input], read: Callable[[int, Input], exp.Expression]
+    select: exp.Select, inputs: list[Input], read: Callable[[int, Input], exp.Expr]
 ) -> exp.Select:
     """A SELECT with its index-th FROM relation replaced by read(index, inputs[index])."""
     rows = select.copy()
@@ -109,7 +109,10 @@ def rows_at(plan: ViewPlan, versions: Mapping[TableName, int]) -> exp.Query:
                 branch,
                 list(branch_sources(branch)),
                 lambda _, ref: table_at_version(
-                    ref.table, versions[ref.table], ref.alias, plan.upstreams.get(ref.table)
+                    _input_table(ref),
+                    versions[_input_table(ref)],
+                    ref.alias,
+                    plan.upstreams.get(_input_table(ref)),
                 ),
             )
             for branch in branches(plan)
@@ -144,7 +147,7 @@ def signed_rows(
 
             def read(
                 index: int, relation: Input, position: int = position, signed: list = signed
-            ) -> exp.Expression:
+            ) -> exp.Expr:
                 table = _input_table(relation)
                 versions = ranges[table]
                 upstream = plan.upstreams.get(table)
@@ -177,13 +180,13 @@ def signed_rows(
     return union_all(terms)
 
 
-def _term_sign(term_sign: int, aliases: list[str]) -> exp.Expression:
+def _term_sign(term_sign: int, aliases: list[str]) -> exp.Expr:
     """The sign of a term's row: the product of its signed inputs' signs, negated for a negative term.
 
     >>> _term_sign(-1, ["a", "b"]).sql("spark")
     '-(`a`.`__ivm_sign` * `b`.`__ivm_sign`)'
     """
-    sign: exp.Expression = exp.column(names.SIGN, table=ident(aliases[0]), quoted=True)
+    sign: exp.Expr = exp.column(names.SIGN, table=ident(aliases[0]), quoted=True)
     for alias in aliases[1:]:
         sign = exp.Mul(
             this=sign, expression=exp.column(names.SIGN, table=ident(alias), quoted=True)

@@ -94,6 +94,7 @@ def compile_model(
     if written is None:
         return plan
     written_tree = parse_statement(model, written)
+    assert isinstance(written_tree, exp.Query)  # the SQL the plan was compiled from
     tables = {*source_tables(plan.query), *source_tables(written_tree)}
     return dataclasses.replace(
         plan,
@@ -199,7 +200,7 @@ def _inline_relations(model: str, qualified: exp.Query) -> exp.Query:
 
 
 def qualify_model(
-    model: str, tree: exp.Expression, schemas: dict[TableName, list[tuple[str, str]]]
+    model: str, tree: exp.Expr, schemas: dict[TableName, list[tuple[str, str]]]
 ) -> exp.Query:
     """Every column qualified by its relation and every `*` expanded, or NotMaintainable."""
     nested: dict = {}
@@ -240,7 +241,7 @@ def _refuse_reserved_source_columns(
             )
 
 
-def _unpinned(view: exp.Expression) -> exp.Expression:
+def _unpinned(view: exp.Expr) -> exp.Expr:
     """A view definition without the state version it reads: that moves with every publication."""
     view = view.copy()
     for table in view.find_all(exp.Table):
@@ -251,7 +252,7 @@ def _unpinned(view: exp.Expression) -> exp.Expression:
 def _fingerprint(
     view_class: ViewClass,
     sources: list[TableName],
-    qualified: exp.Select,
+    qualified: exp.Query,
     described: list[tuple[str, str]],
     upstreams: Mapping[TableName, UpstreamModel],
 ) -> str:

@@ -44,7 +44,7 @@ STATE_TABLE_PROPERTIES: dict[str, str] = {
 }
 
 
-def _sql(expression: exp.Expression) -> str:
+def _sql(expression: exp.Expr) -> str:
     return expression.sql(dialect=DIALECT)
 
 
@@ -71,7 +71,7 @@ def _guard_column(table: str | None = None) -> exp.Column:
     return exp.column(names.GUARD, table=ident(table) if table else None, quoted=True)
 
 
-def _is_guard_row(table: str | None, guard_row: bool = True) -> exp.Expression:
+def _is_guard_row(table: str | None, guard_row: bool = True) -> exp.Expr:
     null = exp.Is(this=_guard_column(table), expression=exp.null())
     return exp.not_(null) if guard_row else null
 
@@ -137,7 +137,7 @@ def _source_column(name: str) -> exp.Column:
     return exp.column(name, table=ident(names.CHANGE_ALIAS), quoted=True)
 
 
-def _same_guard() -> exp.Expression:
+def _same_guard() -> exp.Expr:
     """In ON: model rows (guard NULL) match model rows, the guard source row the guard row."""
     return exp.NullSafeEQ(
         this=_guard_column(names.TARGET_ALIAS), expression=_guard_column(names.CHANGE_ALIAS)
@@ -184,7 +184,7 @@ def _insert_row(columns: Sequence[str]) -> exp.When:
 def _build_query(
     plan: ViewPlan,
     versions: Mapping[TableName, int],
-    rows_filter: exp.Expression | None = None,
+    rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
     return view_class_rule(plan.view_class).build_query(plan, versions, rows_filter)
 
@@ -251,7 +251,7 @@ def merge_changes(
         source = _reading_staged(source, staged)
     # The guard row (NULL keys) matches the guard source row only, never a
     # change row of a NULL group.
-    on: exp.Expression = exp.and_(
+    on: exp.Expr = exp.and_(
         *[
             exp.NullSafeEQ(this=_target_column(k), expression=_source_column(k))
             for k in plan.merge_keys
@@ -334,12 +334,13 @@ def _reading_staged(query: exp.Query, staged: str) -> exp.Query:
     return query
 
 
-def _updates(plan: ViewPlan) -> list[exp.Expression]:
+def _updates(plan: ViewPlan) -> list[exp.Expr]:
     """A matched state row's new values: stored + change, or recomputed (MergeRule)."""
     touched_flags = {p.slot: p.touched_flag for p in plan.preaggregations}
-    updates: list[exp.Expression] = []
+    updates: list[exp.Expr] = []
     for column in plan.value_columns:
-        stored, change = _target_column(column.name), _source_column(column.name)
+        stored: exp.Expr = _target_column(column.name)
+        change: exp.Expr = _source_column(column.name)
         if column.rule is MergeRule.RECOMPUTED:
             assert column.preaggregation is not None
             # Recomputed from the pre-aggregation when its values changed; kept otherwise.
@@ -543,7 +544,7 @@ def create_view(
         ]
     )
     described = {name.lower(): text for name, text in docs.columns.items() if text}
-    name: exp.Expression = target.to_table()
+    name: exp.Expr = target.to_table()
     if described:
         # Spark takes column comments only in the view's column list, which must
         # then name every column, in order.
@@ -601,7 +602,7 @@ def _published_properties(plan: ViewPlan, published: Published) -> dict[str, str
     }
 
 
-def _commented_column(name: str, comment: str | None) -> exp.Expression:
+def _commented_column(name: str, comment: str | None) -> exp.Expr:
     if comment is None:
         return ident(name)
     return exp.ColumnDef(

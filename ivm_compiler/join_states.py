@@ -68,7 +68,7 @@ class JoinInput:
     columns: tuple[tuple[str, str], ...]
     # The model's conditions on this input alone, and its join keys being non-NULL
     # (columns qualified by `alias`), or None.
-    condition: exp.Expression | None
+    condition: exp.Expr | None
     # The input's columns equi-joined to another input: the state's sort order.
     join_keys: tuple[str, ...]
     # Whether the model has a condition of its own on this input (beyond non-NULL keys).
@@ -95,7 +95,7 @@ def _supported(data_type: str) -> bool:
     return not data_type.lower().startswith(UNSUPPORTED_TYPE_PREFIXES)
 
 
-def _only_on(condition: exp.Expression, alias: str) -> bool:
+def _only_on(condition: exp.Expr, alias: str) -> bool:
     """A condition that reads columns of `alias` only, and nothing that is not a plain value."""
     columns = list(condition.find_all(exp.Column))
     if not columns or any(c.table != alias for c in columns):
@@ -161,7 +161,7 @@ def _column(join_input: JoinInput, name: str) -> exp.Column:
     return exp.column(name, table=ident(join_input.alias), quoted=True)
 
 
-def _grouped(join_input: JoinInput, rows: exp.Expression, count: exp.Expression) -> exp.Select:
+def _grouped(join_input: JoinInput, rows: exp.Expr, count: exp.Expr) -> exp.Select:
     """SELECT <columns>, <count> AS __ivm_count FROM rows WHERE <condition> GROUP BY <columns>."""
     columns = [_column(join_input, name) for name, _ in join_input.columns]
     select = (
@@ -202,7 +202,7 @@ def create(join_input: JoinInput, relation: TableName, version: int, guard: str)
 
 def target_bound(
     join_input: JoinInput, bounds: key_bounds.Bounds, target_alias: str
-) -> exp.Expression | None:
+) -> exp.Expr | None:
     """For the upkeep MERGE's ON: the target's rows within the change's join-key range.
 
     The join state is written in order of its first join key, and the probe

@@ -71,7 +71,7 @@ Bounds = Mapping[tuple[TableName, str], KeyRanges]
 MAX_RANGES = 16
 
 
-def _gap(data_type: str, low: exp.Expression, high: exp.Expression) -> exp.Expression | None:
+def _gap(data_type: str, low: exp.Expr, high: exp.Expr) -> exp.Expr | None:
     """How far apart two keys of a type are, for splitting ranges at gaps; None: not measured."""
     text = data_type.lower()
     if text == "date":
@@ -96,7 +96,7 @@ def inner_joins_only(select: exp.Select) -> bool:
     return True
 
 
-def join_conditions(select: exp.Select) -> list[exp.Expression]:
+def join_conditions(select: exp.Select) -> list[exp.Expr]:
     """The conjuncts of a SELECT's WHERE and of its JOINs' ON conditions, nested ANDs split."""
     where = select.args.get("where")
     conditions = conjuncts(where.this if where else None, nested=True)
@@ -105,7 +105,7 @@ def join_conditions(select: exp.Select) -> list[exp.Expression]:
     return conditions
 
 
-def column_equalities(conditions: Sequence[exp.Expression]) -> list[tuple[exp.Column, exp.Column]]:
+def column_equalities(conditions: Sequence[exp.Expr]) -> list[tuple[exp.Column, exp.Column]]:
     """Each `a.x = b.y` between two qualified columns, once from each side: (mine, theirs)."""
     found = []
     for condition in conditions:
@@ -154,7 +154,7 @@ def partner_bounds(
     return found
 
 
-def cast_literal(text: str, data_type: str) -> exp.Expression:
+def cast_literal(text: str, data_type: str) -> exp.Expr:
     """A probed key (as text) cast back to its column's type.
 
     >>> cast_literal("2024-01-02", "date").sql(dialect="spark")
@@ -163,7 +163,7 @@ def cast_literal(text: str, data_type: str) -> exp.Expression:
     return exp.cast(exp.Literal.string(text), exp.DataType.build(data_type, dialect="spark"))
 
 
-def ranges_predicate(column: exp.Expression, ranges: KeyRanges, data_type: str) -> exp.Expression:
+def ranges_predicate(column: exp.Expr, ranges: KeyRanges, data_type: str) -> exp.Expr:
     """`column` within one of `ranges`: BETWEENs joined by OR; FALSE for no range.
 
     >>> print(ranges_predicate(exp.column("k"), (("1", "4"), ("9", "9")), "int").sql("spark"))
@@ -182,7 +182,7 @@ def ranges_predicate(column: exp.Expression, ranges: KeyRanges, data_type: str) 
     return within[0] if len(within) == 1 else exp.paren(exp.or_(*within))
 
 
-def bound_predicate(bound: PartnerBound, bounds: Bounds) -> exp.Expression | None:
+def bound_predicate(bound: PartnerBound, bounds: Bounds) -> exp.Expr | None:
     """The partner column within the change's key ranges (FALSE for NULL keys only); None if unprobed."""
     found = bounds.get((bound.key.table, bound.key.column.lower()))
     if found is None:
@@ -227,7 +227,7 @@ def probe_query(
     return query
 
 
-def _probe_row(index: int, part: str, low: exp.Expression, high: exp.Expression) -> exp.Select:
+def _probe_row(index: int, part: str, low: exp.Expr, high: exp.Expr) -> exp.Select:
     text = exp.DataType.build("string")
     return exp.select(
         exp.alias_(exp.Literal.number(index), f"{names.RESERVED_PREFIX}key", quoted=True),
@@ -301,7 +301,7 @@ def parse_probe(keys: Sequence[KeyColumn], rows: Sequence[Sequence[object]]) -> 
     return bounds
 
 
-def _order(text: str, key: KeyColumn) -> object:
+def _order(text: str, key: KeyColumn) -> str | Decimal:
     """A probed key's sort value: numbers as numbers, dates as their ISO text."""
     if _gap(key.data_type, exp.column("a"), exp.column("b")) is None or key.data_type == "date":
         return text

@@ -18,7 +18,7 @@ from ivm_compiler.sql import TableName
 
 
 def columns_read(
-    qualified: exp.Expression, schemas: Mapping[TableName, list[tuple[str, str]]]
+    qualified: exp.Expr, schemas: Mapping[TableName, list[tuple[str, str]]]
 ) -> dict[TableName, dict[str, str]]:
     """Source -> {column: Spark type} for every source column the qualified query names.
 

@@ -126,7 +126,7 @@ def _check_part(model: str, sql: str) -> None:
         parse_model(model, sql)
 
 
-def _operands_as_subqueries(tree: exp.Expression) -> exp.Expression:
+def _operands_as_subqueries(tree: exp.Expr) -> exp.Expr:
     """A set operation's operands that its counting rule cannot take, as derived tables.
 
     An operand that aggregates, removes duplicates, or is itself another set
@@ -160,7 +160,7 @@ def _operands_as_subqueries(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def _has_relations_to_split(tree: exp.Expression) -> bool:
+def _has_relations_to_split(tree: exp.Expr) -> bool:
     """A CTE or a derived table in FROM/JOIN anywhere in the query."""
     if any(True for _ in tree.find_all(exp.CTE)):
         return True
@@ -169,10 +169,10 @@ def _has_relations_to_split(tree: exp.Expression) -> bool:
     )
 
 
-def _reading_nodes(query: exp.Expression, relations: Mapping[str, TableName]) -> exp.Expression:
+def _reading_nodes(query: exp.Expr, relations: Mapping[str, TableName]) -> exp.Expr:
     """The query with every reference to a node's CTE name replaced by the node's relation."""
 
-    def replace(node: exp.Expression) -> exp.Expression:
+    def replace(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.Table) or node.db or node.name.lower() not in relations:
             return node
         table = relations[node.name.lower()].to_table()

@@ -48,7 +48,7 @@ NON_DETERMINISTIC_FUNCTIONS = frozenset(
         "try_reflect",
     }
 )
-NON_DETERMINISTIC_NODES: tuple[type[exp.Expression], ...] = (
+NON_DETERMINISTIC_NODES: tuple[type[exp.Expr], ...] = (
     exp.Rand,
     exp.Randn,
     exp.Uuid,
@@ -59,7 +59,7 @@ NON_DETERMINISTIC_NODES: tuple[type[exp.Expression], ...] = (
 )
 
 # Table-generating functions: one input row becomes several output rows.
-GENERATOR_NODES: tuple[type[exp.Expression], ...] = (
+GENERATOR_NODES: tuple[type[exp.Expr], ...] = (
     exp.Explode,
     exp.Inline,
     exp.Stack,
@@ -110,7 +110,7 @@ ANONYMOUS_AGGREGATES = frozenset(
 )
 
 # Aggregates the compiler maintains; the rest are refused by name.
-SUPPORTED_AGGREGATES: tuple[type[exp.Expression], ...] = (
+SUPPORTED_AGGREGATES: tuple[type[exp.Expr], ...] = (
     exp.Count,
     exp.Sum,
     exp.Avg,
@@ -128,7 +128,7 @@ def parse_model(model: str, sql: str) -> exp.Query:
     return tree
 
 
-def parse_statement(model: str, sql: str) -> exp.Expression:
+def parse_statement(model: str, sql: str) -> exp.Expr:
     """Parse the model's SQL into its one statement, whatever it contains."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
@@ -145,7 +145,7 @@ def parse_statement(model: str, sql: str) -> exp.Expression:
     return statements[0]
 
 
-def check_supported(model: str, tree: exp.Expression) -> None:
+def check_supported(model: str, tree: exp.Expr) -> None:
     """Raise NotMaintainable naming the first construct outside the supported view classes."""
     tree = without_top_k(tree)
     branches = set_operation_branches(tree)
@@ -157,6 +157,8 @@ def check_supported(model: str, tree: exp.Expression) -> None:
         )
 
     for branch in branches:
+        # A SELECT, or a parenthesised operand (a Subquery): the tree is one of those above.
+        assert isinstance(branch, exp.Query)
         allowed = semi_joins.check(model, branch, in_set_operation=len(branches) > 1)
         windows = [w for p in branch.expressions for w in p.find_all(exp.Window)]
         if len(branches) == 1 and windows:
@@ -189,7 +191,7 @@ def check_supported(model: str, tree: exp.Expression) -> None:
             )
 
 
-def _is_relation(node: exp.Expression) -> bool:
+def _is_relation(node: exp.Expr) -> bool:
     """A query used as a relation: a CTE's body or a derived table in FROM/JOIN."""
     if isinstance(node, exp.Subquery):
         return isinstance(node.parent, (exp.From, exp.Join))
@@ -200,14 +202,14 @@ def _is_relation(node: exp.Expression) -> bool:
     return False
 
 
-def _check_node(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
+def _check_node(model: str, root: exp.Query, node: exp.Expr, allowed: set[int]) -> None:
     """Refuse the node if it is a construct without a delta rule: NODE_CHECKS, in order."""
     for check in NODE_CHECKS:
         check(model, root, node, allowed)
 
 
 def _refuse_inner_set_operation(
-    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+    model: str, root: exp.Query, node: exp.Expr, allowed: set[int]
 ) -> None:
     if isinstance(node, exp.SetOperation):
         raise NotMaintainable(
@@ -217,9 +219,7 @@ def _refuse_inner_set_operation(
         )
 
 
-def _refuse_scalar_subquery(
-    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
-) -> None:
+def _refuse_scalar_subquery(model: str, root: exp.Query, node: exp.Expr, allowed: set[int]) -> None:
     if (
         node is not root
         and isinstance(node, (exp.Select, exp.Subquery))
@@ -234,18 +234,18 @@ def _refuse_scalar_subquery(
         )
 
 
-def _refuse_join(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
+def _refuse_join(model: str, root: exp.Query, node: exp.Expr, allowed: set[int]) -> None:
     if isinstance(node, exp.Join):
         _check_join(model, node)
 
 
-def _refuse_pivot(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
+def _refuse_pivot(model: str, root: exp.Query, node: exp.Expr, allowed: set[int]) -> None:
     if isinstance(node, exp.Pivot):
         raise NotMaintainable(model, "UNPIVOT" if node.args.get("unpivot") else "PIVOT")
 
 
 def _refuse_misplaced_window(
-    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+    model: str, root: exp.Query, node: exp.Expr, allowed: set[int]
 ) -> None:
     if isinstance(node, exp.Window) and id(node) not in allowed:
         raise NotMaintainable(
@@ -257,7 +257,7 @@ def _refuse_misplaced_window(
         )
 
 
-def _refuse_qualify(model: str, root: exp.Select, node: exp.Expression, allowed: set[int]) -> None:
+def _refuse_qualify(model: str, root: exp.Query, node: exp.Expr, allowed: set[int]) -> None:
     if isinstance(node, exp.Qualify):
         # Spark 4.0.1's own parser rejects QUALIFY as well.
         raise NotMaintainable(
@@ -268,9 +268,7 @@ def _refuse_qualify(model: str, root: exp.Select, node: exp.Expression, allowed:
         )
 
 
-def _refuse_row_order(
-    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
-) -> None:
+def _refuse_row_order(model: str, root: exp.Query, node: exp.Expr, allowed: set[int]) -> None:
     """LIMIT/OFFSET, DISTRIBUTE/SORT/CLUSTER BY, and ORDER BY of the model's SELECT."""
     if isinstance(node, (exp.Limit, exp.Offset)):
         raise NotMaintainable(model, "LIMIT/OFFSET")
@@ -294,9 +292,7 @@ def _refuse_row_order(
         )
 
 
-def _refuse_row_generation(
-    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
-) -> None:
+def _refuse_row_generation(model: str, root: exp.Query, node: exp.Expr, allowed: set[int]) -> None:
     """DISTINCT ON, LATERAL VIEW, generators, TABLESAMPLE and GROUP BY CUBE/ROLLUP/GROUPING SETS."""
     if isinstance(node, exp.Distinct) and node.args.get("on"):
         raise NotMaintainable(model, "DISTINCT ON")
@@ -317,7 +313,7 @@ def _refuse_row_generation(
 
 
 def _refuse_aggregate_filter(
-    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+    model: str, root: exp.Query, node: exp.Expr, allowed: set[int]
 ) -> None:
     if isinstance(node, exp.Filter):
         raise NotMaintainable(
@@ -328,7 +324,7 @@ def _refuse_aggregate_filter(
 
 
 def _refuse_non_deterministic(
-    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
+    model: str, root: exp.Query, node: exp.Expr, allowed: set[int]
 ) -> None:
     if isinstance(node, NON_DETERMINISTIC_NODES) or (
         isinstance(node, exp.Func) and _function_name(node) in NON_DETERMINISTIC_FUNCTIONS
@@ -342,9 +338,7 @@ def _refuse_non_deterministic(
         )
 
 
-def _refuse_aggregate(
-    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
-) -> None:
+def _refuse_aggregate(model: str, root: exp.Query, node: exp.Expr, allowed: set[int]) -> None:
     """Aggregates other than those maintained (a window's function is its rule's to check)."""
     if isinstance(node, exp.AggFunc) and not _applied_by_window(node, allowed):
         _check_aggregate(model, node)
@@ -356,9 +350,7 @@ def _refuse_aggregate(
         )
 
 
-def _refuse_reserved_name(
-    model: str, root: exp.Select, node: exp.Expression, allowed: set[int]
-) -> None:
+def _refuse_reserved_name(model: str, root: exp.Query, node: exp.Expr, allowed: set[int]) -> None:
     if isinstance(node, (exp.Alias, exp.Column)) and is_reserved(node.alias_or_name):
         raise NotMaintainable(
             model,
@@ -370,7 +362,7 @@ def _refuse_reserved_name(
 # The refusals _check_node runs on every node of the model's query, in order: the
 # first that applies names the construct. `allowed` holds the ids of the subqueries
 # and window functions that rules maintain (semi joins, window functions).
-NodeCheck = Callable[[str, exp.Select, exp.Expression, set[int]], None]
+NodeCheck = Callable[[str, exp.Query, exp.Expr, set[int]], None]
 NODE_CHECKS: tuple[NodeCheck, ...] = (
     _refuse_inner_set_operation,
     _refuse_scalar_subquery,
@@ -387,7 +379,7 @@ NODE_CHECKS: tuple[NodeCheck, ...] = (
 )
 
 
-def _applied_by_window(node: exp.Expression, allowed: set[int]) -> bool:
+def _applied_by_window(node: exp.Expr, allowed: set[int]) -> bool:
     """The function of an allowed window (sqlglot parses RANK() and friends as aggregates).
 
     view_classes/window.py checks which functions a window may apply.
@@ -466,12 +458,12 @@ def _check_aggregate(model: str, node: exp.AggFunc) -> None:
         raise NotMaintainable(model, "a nested aggregate")
 
 
-def _written(node: exp.Expression) -> str:
+def _written(node: exp.Expr) -> str:
     """The function's name as Spark SQL spells it (sqlglot's node names can differ)."""
     return node.sql(dialect=DIALECT).split("(", 1)[0].strip().upper()
 
 
-def _function_name(node: exp.Expression) -> str:
+def _function_name(node: exp.Expr) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.this).lower()
     if isinstance(node, exp.Func):

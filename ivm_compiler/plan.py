@@ -94,9 +94,9 @@ class KeyRelation:
     # The input the keys are taken from (its table and the alias its columns use).
     source: SourceRef
     # One expression per key column, over source.alias; named names.join_key(i).
-    keys: tuple[exp.Expression, ...]
+    keys: tuple[exp.Expr, ...]
     # The ON conjuncts over that input alone (rows failing them have no partner).
-    condition: exp.Expression | None
+    condition: exp.Expr | None
 
 
 @dataclass(frozen=True)
@@ -139,9 +139,9 @@ class StateColumn:
     name: str
     rule: MergeRule
     # The column computed from source rows at one version (first build, full refresh).
-    build: exp.Expression
+    build: exp.Expr
     # The column computed from signed change rows (each carries names.SIGN = +1/-1).
-    change: exp.Expression
+    change: exp.Expr
     # RECOMPUTED columns only: the pre-aggregation that recomputes it.
     preaggregation: int | None = None
 
@@ -165,7 +165,7 @@ class OutputColumn:
     name: str
     data_type: str
     # Computed from the state table's columns.
-    expression: exp.Expression
+    expression: exp.Expr
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class ViewPlan:
     upstreams: Mapping[TableName, UpstreamModel]
     outputs: tuple[OutputColumn, ...]
     # HAVING, rewritten over state columns; groups that fail it stay in the state.
-    having: exp.Expression | None
+    having: exp.Expr | None
     # Changes whenever the maintained state would mean something else: a model
     # whose fingerprint differs from its state's is rebuilt, never patched.
     fingerprint: str

@@ -44,10 +44,10 @@ class VersionRange:
         return self.pinned > self.recorded
 
 
-def _upstream_reading(upstream: UpstreamModel, state_rows: exp.Expression) -> exp.Select:
+def _upstream_reading(upstream: UpstreamModel, state_rows: exp.Expr) -> exp.Select:
     """The upstream model's view definition with its state table replaced by `state_rows`."""
 
-    def replace(node: exp.Expression) -> exp.Expression:
+    def replace(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Table) and TableName.of(node) == upstream.state:
             return state_rows.copy()
         return node
@@ -62,7 +62,7 @@ def table_at_version(
     version: int,
     alias: str,
     upstream: UpstreamModel | None = None,
-) -> exp.Expression:
+) -> exp.Expr:
     """A source as of a pinned version, under the alias the model's query uses.
 
     For an upstream ivm model the version is its state table's, read through
@@ -152,9 +152,9 @@ def _output_names(view: exp.Select) -> list[str]:
     return [projection.alias_or_name for projection in view.expressions]
 
 
-def _key_values(relation: KeyRelation, rows: exp.Expression) -> exp.Select:
+def _key_values(relation: KeyRelation, rows: exp.Expr) -> exp.Select:
     """SELECT DISTINCT <keys> FROM rows WHERE <condition> AND no key is NULL."""
-    conditions = [
+    conditions: list[exp.Expr] = [
         exp.Not(this=exp.Is(this=key.copy(), expression=exp.Null())) for key in relation.keys
     ]
     if relation.condition is not None:
@@ -238,7 +238,7 @@ def model_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> str:
     """The model's own query, as written, with every source read at its pinned version."""
     ctes = {cte.alias_or_name.lower() for cte in plan.query.find_all(exp.CTE)}
 
-    def replace(node: exp.Expression) -> exp.Expression:
+    def replace(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.Table) or (not node.db and node.name.lower() in ctes):
             return node
         table = TableName.of(node)

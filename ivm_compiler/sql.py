@@ -47,8 +47,11 @@ class TableName:
                 object.__setattr__(self, part, value.lower())
 
     @classmethod
-    def of(cls, table: exp.Table) -> TableName:
-        return cls(db=table.db or None, name=table.name, catalog=table.catalog or None)
+    def of(cls, table: exp.Expr) -> TableName:
+        """The name of a FROM relation (a table; `from_tables` types its answer more widely)."""
+        return cls(
+            db=table.text("db") or None, name=table.name, catalog=table.text("catalog") or None
+        )
 
     def parts(self) -> list[str]:
         return [part for part in (self.catalog, self.db, self.name) if part]
@@ -80,7 +83,7 @@ def ident(name: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
 
 
-def aliased(relation: exp.Expression, alias: str) -> exp.Expression:
+def aliased(relation: exp.Expr, alias: str) -> exp.Expr:
     """The relation (changed in place) under a quoted alias.
 
     >>> aliased(TableName("shop", "orders").to_table(), "o").sql(dialect=DIALECT)
@@ -142,8 +145,8 @@ def create_delta_table(
 
 
 def conjunction(
-    conditions: list[exp.Expression] | tuple[exp.Expression, ...],
-) -> exp.Expression | None:
+    conditions: list[exp.Expr] | tuple[exp.Expr, ...],
+) -> exp.Expr | None:
     """Copies of the conditions AND-ed together; None for no condition.
 
     >>> conjunction([exp.column("a"), exp.column("b")]).sql(dialect=DIALECT)
@@ -157,7 +160,7 @@ def conjunction(
 # -- reading trees --------------------------------------------------------------
 
 
-def from_tables(select: exp.Select) -> list[exp.Expression]:
+def from_tables(select: exp.Select) -> list[exp.Expr]:
     """The relations of a SELECT's FROM and its JOINs, in query order.
 
     >>> import sqlglot
@@ -181,7 +184,7 @@ def set_operation_kind(node: exp.SetOperation) -> str:
     return kind if node.args.get("distinct") else f"{kind} ALL"
 
 
-def set_operation_branches(tree: exp.Expression) -> list[exp.Expression]:
+def set_operation_branches(tree: exp.Expr) -> list[exp.Expr]:
     """The operands of a chain of one set operation (a UNION b UNION c), left to right.
 
     A chain that mixes operations, or a parenthesised operand, is one operand.
@@ -203,7 +206,7 @@ def set_operation_branches(tree: exp.Expression) -> list[exp.Expression]:
     return branches
 
 
-def conjuncts(condition: exp.Expression | None, nested: bool = False) -> list[exp.Expression]:
+def conjuncts(condition: exp.Expr | None, nested: bool = False) -> list[exp.Expr]:
     """The AND-ed conditions of `condition`, without their parentheses.
 
     The top-level conjuncts only (sqlglot's flatten): a parenthesised AND
@@ -234,8 +237,8 @@ def conjuncts(condition: exp.Expression | None, nested: bool = False) -> list[ex
 
 
 def equality_sides(
-    conjunct: exp.Expression, one_side: set[str], other_side: str
-) -> tuple[exp.Expression, exp.Expression] | None:
+    conjunct: exp.Expr, one_side: set[str], other_side: str
+) -> tuple[exp.Expr, exp.Expr] | None:
     """(one side's expression, the other's) of an equality between the two sides, else None.
 
     `one_side` are the aliases of one side (several inputs joined so far, or

@@ -37,7 +37,7 @@ def change_columns(plan: ViewPlan) -> list[str]:
     return state_table_columns(plan) + [p.touched_flag for p in plan.preaggregations]
 
 
-def in_state_order(plan: ViewPlan, values: Mapping[str, exp.Expression]) -> list[exp.Expression]:
+def in_state_order(plan: ViewPlan, values: Mapping[str, exp.Expr]) -> list[exp.Expr]:
     """One SELECT list in the state table's column order; unnamed columns are NULL."""
     return [
         exp.alias_(values.get(name, exp.null()), name, quoted=True)
@@ -45,7 +45,7 @@ def in_state_order(plan: ViewPlan, values: Mapping[str, exp.Expression]) -> list
     ]
 
 
-def in_change_order(plan: ViewPlan, values: Mapping[str, exp.Expression]) -> list[exp.Expression]:
+def in_change_order(plan: ViewPlan, values: Mapping[str, exp.Expr]) -> list[exp.Expr]:
     """One SELECT list in the change query's column order; unnamed columns are NULL."""
     return [
         exp.alias_(values.get(name, exp.null()), name, quoted=True) for name in change_columns(plan)
@@ -73,7 +73,7 @@ def group_select(plan: ViewPlan, rows: str, from_changes: bool) -> exp.Select:
     return select
 
 
-def nonzero(columns: list[exp.Expression]) -> exp.Expression:
+def nonzero(columns: list[exp.Expr]) -> exp.Expr:
     """Some column is neither 0 nor NULL: the group's change is not empty.
 
     >>> nonzero([exp.column("a"), exp.column("b")]).sql(dialect="spark")
@@ -91,7 +91,7 @@ def nonzero(columns: list[exp.Expression]) -> exp.Expression:
 
 
 def rows_to_build(
-    plan: ViewPlan, versions: Mapping[TableName, int], rows_filter: exp.Expression | None
+    plan: ViewPlan, versions: Mapping[TableName, int], rows_filter: exp.Expr | None
 ) -> exp.Query:
     """The flattened rows at pinned versions, with `rows_filter` added to their WHERE."""
     rows = rows_at(plan, versions)
@@ -104,7 +104,7 @@ def rows_to_build(
 def build_query(
     plan: ViewPlan,
     versions: Mapping[TableName, int],
-    rows_filter: exp.Expression | None = None,
+    rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
     """The whole state computed from the sources at pinned versions (first build, full refresh).
 

@@ -1,4 +1,4 @@
-"""The code stays ruff-clean (lint and format), like the codebases STYLE.md holds up."""
+"""The code stays ruff-clean (lint and format) and mypy-clean, like the codebases STYLE.md holds up."""
 
 from __future__ import annotations
 
@@ -24,5 +24,14 @@ def _ruff() -> str:
 def test_ruff(command: list[str]) -> None:
     completed = subprocess.run(
         [_ruff(), *command, *CHECKED], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_mypy() -> None:
+    # The packages come from pyproject.toml ([tool.mypy] packages); the
+    # closed sets (settings.py's enums) are what it checks hardest.
+    completed = subprocess.run(
+        [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr

@@ -31,7 +31,7 @@ class ArgumentState:
 
     index: int
     # The argument over the model's sources; the state reads its flattened column.
-    argument: exp.Expression
+    argument: exp.Expr
     needs_sum: bool = False
     needs_count: bool = False
     # Aggregates kept through a pre-aggregation: any of "MIN", "MAX", "COUNT".
@@ -75,7 +75,7 @@ class ArgumentState:
         return columns
 
 
-def arguments_of(model: str, expressions: list[exp.Expression]) -> dict[str, ArgumentState]:
+def arguments_of(model: str, expressions: list[exp.Expr]) -> dict[str, ArgumentState]:
     """One ArgumentState per distinct aggregate argument, in query order, with what it needs.
 
     >>> import sqlglot
@@ -107,7 +107,7 @@ def arguments_of(model: str, expressions: list[exp.Expression]) -> dict[str, Arg
     return found
 
 
-def argument_of(model: str, call: exp.Expression) -> exp.Expression:
+def argument_of(model: str, call: exp.Expr) -> exp.Expr:
     """x of COUNT(x), SUM(x), AVG(x), MIN(x), MAX(x) and COUNT(DISTINCT x)."""
     if not isinstance(call.this, exp.Distinct):
         return call.this
@@ -124,7 +124,7 @@ def state_column(name: str) -> exp.Column:
     return exp.column(name, quoted=True)
 
 
-def _null_unless_rows(non_null_count: str, value: exp.Expression) -> exp.Expression:
+def _null_unless_rows(non_null_count: str, value: exp.Expr) -> exp.Expr:
     return exp.Case(
         ifs=[
             exp.If(
@@ -136,21 +136,21 @@ def _null_unless_rows(non_null_count: str, value: exp.Expression) -> exp.Express
     )
 
 
-def finalize_count_star() -> exp.Expression:
+def finalize_count_star() -> exp.Expr:
     return state_column(names.COUNT)
 
 
-def finalize_count(argument_index: int) -> exp.Expression:
+def finalize_count(argument_index: int) -> exp.Expr:
     return state_column(names.non_null_count_of(argument_index))
 
 
-def finalize_sum(argument_index: int) -> exp.Expression:
+def finalize_sum(argument_index: int) -> exp.Expr:
     return _null_unless_rows(
         names.non_null_count_of(argument_index), state_column(names.sum_of(argument_index))
     )
 
 
-def finalize_avg(argument_index: int, avg_type: exp.DataType) -> exp.Expression:
+def finalize_avg(argument_index: int, avg_type: exp.DataType) -> exp.Expr:
     """AVG as Spark's Average evaluates it, from the stored sum and non-NULL count.
 
     >>> finalize_avg(0, exp.DataType.build("DOUBLE")).sql(dialect="spark")
@@ -159,7 +159,7 @@ def finalize_avg(argument_index: int, avg_type: exp.DataType) -> exp.Expression:
     total = state_column(names.sum_of(argument_index))
     rows = state_column(names.non_null_count_of(argument_index))
     if avg_type.is_type(*exp.DataType.REAL_TYPES) and avg_type.this == exp.DataType.Type.DECIMAL:
-        quotient: exp.Expression = exp.cast(
+        quotient: exp.Expr = exp.cast(
             exp.Div(this=total, expression=exp.cast(rows, LONG_DECIMAL)), avg_type
         )
     else:

@@ -69,7 +69,7 @@ def count() -> exp.Column:
     return exp.column(names.COUNT, quoted=True)
 
 
-def populated() -> exp.Expression:
+def populated() -> exp.Expr:
     """The state rows that stand for at least one row of the query.
 
     >>> populated().sql(dialect="spark")
@@ -78,7 +78,7 @@ def populated() -> exp.Expression:
     return exp.GT(this=count(), expression=exp.Literal.number(0))
 
 
-def repeated(select: exp.Select, copies: exp.Expression) -> exp.Select:
+def repeated(select: exp.Select, copies: exp.Expr) -> exp.Select:
     """The select (changed in place) with each row repeated `copies` times.
 
     >>> repeated(exp.select("a").from_("s"), count()).sql(dialect="spark")

@@ -57,7 +57,7 @@ def columns(argument: ArgumentState, slot: int) -> tuple[list[StateColumn], PreA
             continue
         name = state_name(kind, argument.index)
         if kind == "COUNT":
-            build: exp.Expression = exp.Count(
+            build: exp.Expr = exp.Count(
                 this=exp.Distinct(expressions=[argument.flat]), big_int=True
             )
         else:
@@ -84,7 +84,7 @@ def columns(argument: ArgumentState, slot: int) -> tuple[list[StateColumn], PreA
     return state_columns, preaggregation
 
 
-def over_surviving_values(kind: str, value: exp.Expression) -> exp.Expression:
+def over_surviving_values(kind: str, value: exp.Expr) -> exp.Expr:
     """The aggregate over a group's distinct values that still have rows after the change.
 
     `value` is NULL for values whose count fell to zero, so they are ignored.
@@ -100,7 +100,7 @@ def over_surviving_values(kind: str, value: exp.Expression) -> exp.Expression:
 def build_query(
     plan: ViewPlan,
     versions: Mapping[TableName, int],
-    rows_filter: exp.Expression | None = None,
+    rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
     """The group rows (slot 0) and every pre-aggregation's (group, value, count) rows."""
     rows = rows_to_build(plan, versions, rows_filter)
@@ -122,7 +122,7 @@ def build_query(
 
 def _preaggregation_rows(plan: ViewPlan, pre: PreAggregation) -> exp.Select:
     value = exp.column(pre.argument, quoted=True)
-    pre_values: dict[str, exp.Expression] = {k: exp.column(k, quoted=True) for k in plan.keys}
+    pre_values: dict[str, exp.Expr] = {k: exp.column(k, quoted=True) for k in plan.keys}
     pre_values[names.COUNT] = exp.Count(this=exp.Star(), big_int=True)
     pre_values[names.SLOT] = exp.Literal.number(pre.slot)
     pre_values[pre.value_column] = value.copy()
@@ -159,7 +159,7 @@ def change_query(
             [exp.column(c.name, table=ident(main), quoted=True) for c in additive_columns(plan)]
         )
     ]
-    group_values: dict[str, exp.Expression] = {
+    group_values: dict[str, exp.Expr] = {
         c.name: exp.column(c.name, table=ident(main), quoted=True)
         for c in plan.state_columns
         if c.rule is not MergeRule.RECOMPUTED
@@ -196,7 +196,7 @@ def _keys(plan: ViewPlan, table: str | None = None) -> list[exp.Column]:
     return [exp.column(k, table=ident(table) if table else None, quoted=True) for k in plan.keys]
 
 
-def _same_group(plan: ViewPlan, left: str, right: str) -> exp.Expression:
+def _same_group(plan: ViewPlan, left: str, right: str) -> exp.Expr:
     if not plan.keys:
         return exp.true()
     return exp.and_(
@@ -291,11 +291,11 @@ def _recomputed(plan: ViewPlan, pre: PreAggregation, new_counts: exp.Select) -> 
     )
 
 
-def _recomputed_values(pre: PreAggregation, recomputed_cte: str) -> dict[str, exp.Expression]:
+def _recomputed_values(pre: PreAggregation, recomputed_cte: str) -> dict[str, exp.Expr]:
     """The group row's RECOMPUTED columns, read from the recomputation."""
-    values: dict[str, exp.Expression] = {}
+    values: dict[str, exp.Expr] = {}
     for name, kind in pre.recomputed:
-        value: exp.Expression = exp.column(name, table=ident(recomputed_cte), quoted=True)
+        value: exp.Expr = exp.column(name, table=ident(recomputed_cte), quoted=True)
         if kind == "COUNT":
             # A new group none of whose values is non-NULL has 0 distinct values.
             value = exp.Coalesce(this=value, expressions=[exp.Literal.number(0)])
@@ -305,7 +305,7 @@ def _recomputed_values(pre: PreAggregation, recomputed_cte: str) -> dict[str, ex
 
 def _value_change_rows(plan: ViewPlan, pre: PreAggregation, changes_cte: str) -> exp.Select:
     """The pre-aggregation's change rows: (group, slot, value, count change)."""
-    pre_values: dict[str, exp.Expression] = {k: exp.column(k, quoted=True) for k in plan.keys}
+    pre_values: dict[str, exp.Expr] = {k: exp.column(k, quoted=True) for k in plan.keys}
     pre_values[names.COUNT] = exp.column(names.COUNT, quoted=True)
     pre_values[names.SLOT] = exp.Literal.number(pre.slot)
     pre_values[pre.value_column] = exp.column(pre.value_column, quoted=True)

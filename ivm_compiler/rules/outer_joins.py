@@ -58,9 +58,9 @@ def has_outer_join(select: exp.Select) -> bool:
 class _OnCondition:
     """An outer join's ON, split: key equalities, and conditions on one side alone."""
 
-    keys: tuple[tuple[exp.Expression, exp.Expression], ...]  # (left side, right side)
-    left_only: tuple[exp.Expression, ...]
-    right_only: tuple[exp.Expression, ...]
+    keys: tuple[tuple[exp.Expr, exp.Expr], ...]  # (left side, right side)
+    left_only: tuple[exp.Expr, ...]
+    right_only: tuple[exp.Expr, ...]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class _Partial:
     """A term under construction: its sign, FROM, inner JOINs so far and padded aliases."""
 
     sign: int
-    first: exp.Expression
+    first: exp.Expr
     joins: tuple[exp.Join, ...] = ()
     padded: frozenset[str] = frozenset()
     key_relations: tuple[KeyRelation, ...] = ()
@@ -165,8 +165,8 @@ def _outer_terms(
 
 def key_join(
     keys: KeyRelation,
-    preserved_keys: list[exp.Expression],
-    preserved_only: tuple[exp.Expression, ...],
+    preserved_keys: list[exp.Expr],
+    preserved_only: tuple[exp.Expr, ...],
 ) -> exp.Join:
     """JOIN <key relation> ON each preserved-side key = its key column AND the side's own conditions.
 
@@ -232,13 +232,15 @@ def _term_rows(
     select.set("from_", exp.From(this=partial.first.copy()))
     select.set("joins", [join.copy() for join in partial.joins] or None)
 
-    def pad(node: exp.Expression) -> exp.Expression:
+    def pad(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column) and node.table in partial.padded:
             data_type = column_types[node.table][node.name.lower()]
             return exp.Cast(this=exp.Null(), to=exp.DataType.build(data_type, dialect=DIALECT))
         return node
 
-    select = select.transform(pad)
+    padded = select.transform(pad)
+    assert isinstance(padded, exp.Select)  # pad replaces columns only, never the root
+    select = padded
     for join in select.args.get("joins") or []:
         on = join.args.get("on")
         conjuncts = on.flatten() if isinstance(on, exp.And) else [on] if on else []
@@ -251,7 +253,7 @@ def _term_rows(
     return select
 
 
-def _is_null(node: exp.Expression) -> bool:
+def _is_null(node: exp.Expr) -> bool:
     return isinstance(node, exp.Null) or (
         isinstance(node, exp.Cast) and isinstance(node.this, exp.Null)
     )

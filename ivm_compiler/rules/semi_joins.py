@@ -72,12 +72,12 @@ class SubqueryPredicate:
     """A top-level conjunct of a WHERE clause that tests a subquery: EXISTS, NOT EXISTS, IN, NOT IN."""
 
     # The conjunct itself (NOT included), to remove it from the WHERE clause.
-    conjunct: exp.Expression
+    conjunct: exp.Expr
     # "EXISTS", "NOT EXISTS", "IN" or "NOT IN".
     kind: str
     subquery: exp.Select
     # IN and NOT IN only: the tested outer expressions, one per subquery column.
-    tested: tuple[exp.Expression, ...] = ()
+    tested: tuple[exp.Expr, ...] = ()
 
     @property
     def negated(self) -> bool:
@@ -89,13 +89,13 @@ class SubqueryPredicate:
         return ("a " if self.negated else "an ") + self.kind
 
 
-def where_conjuncts(select: exp.Select) -> list[exp.Expression]:
+def where_conjuncts(select: exp.Expr) -> list[exp.Expr]:
     """The top-level AND-ed conditions of a SELECT's WHERE clause (parentheses removed)."""
     where = select.args.get("where")
     return conjuncts(where.this) if where is not None else []
 
 
-def subquery_predicate(conjunct: exp.Expression) -> SubqueryPredicate | None:
+def subquery_predicate(conjunct: exp.Expr) -> SubqueryPredicate | None:
     """The conjunct as an EXISTS/IN test of a single SELECT, or None."""
     negated = isinstance(conjunct, exp.Not)
     test = conjunct.this.unnest() if negated else conjunct
@@ -113,14 +113,14 @@ def subquery_predicate(conjunct: exp.Expression) -> SubqueryPredicate | None:
     return SubqueryPredicate(conjunct, f"{prefix}IN", select, tested)
 
 
-def subquery_predicates(select: exp.Select) -> list[SubqueryPredicate]:
+def subquery_predicates(select: exp.Query) -> list[SubqueryPredicate]:
     return [p for c in where_conjuncts(select) if (p := subquery_predicate(c)) is not None]
 
 
 # -- refusing what they cannot stand for ------------------------------------------
 
 
-def check(model: str, root: exp.Select, in_set_operation: bool) -> set[int]:
+def check(model: str, root: exp.Query, in_set_operation: bool) -> set[int]:
     """Check the root's EXISTS/IN conjuncts; return the ids of the subquery nodes they allow.
 
     parse.py asks, before qualification. Every other subquery in an expression
@@ -219,14 +219,14 @@ class SemiJoin:
     table: exp.Table
     # (outer expression, subquery expression) pairs that must be equal: the
     # correlation, then IN's compared columns.
-    keys: tuple[tuple[exp.Expression, exp.Expression], ...]
+    keys: tuple[tuple[exp.Expr, exp.Expr], ...]
     # Conditions on the outer row alone, and on the subquery's row alone.
-    outer_only: tuple[exp.Expression, ...]
-    inner_only: tuple[exp.Expression, ...]
+    outer_only: tuple[exp.Expr, ...]
+    inner_only: tuple[exp.Expr, ...]
     # A row passes while it has no partner (NOT EXISTS, NOT IN, LEFT ANTI JOIN).
     anti: bool
     # NOT IN only: (x, y), compared with NULL-aware rules.
-    null_aware: tuple[exp.Expression, exp.Expression] | None = None
+    null_aware: tuple[exp.Expr, exp.Expr] | None = None
 
     @property
     def alias(self) -> str:
@@ -243,7 +243,7 @@ def has_semi_join(select: exp.Select) -> bool:
     )
 
 
-def joins_as_exists(model: str, tree: exp.Query) -> exp.Query:
+def joins_as_exists(model: str, tree: exp.Expr) -> exp.Expr:
     """The query with each LEFT SEMI/ANTI JOIN written as EXISTS/NOT EXISTS in WHERE.
 
     `a LEFT SEMI JOIN b ON c` keeps the rows of `a` for which some row of `b`
@@ -257,7 +257,7 @@ def joins_as_exists(model: str, tree: exp.Query) -> exp.Query:
         return tree
     select = tree.copy()
     kept: list[exp.Join] = []
-    tests: list[exp.Expression] = []
+    tests: list[exp.Expr] = []
     for join in select.args.get("joins") or []:
         if not is_semi_or_anti(join):
             if tests and outer_joins.outer_side(join) in ("RIGHT", "FULL"):
@@ -288,7 +288,7 @@ def joins_as_exists(model: str, tree: exp.Query) -> exp.Query:
             subquery = subquery.where(join.args["on"].copy())
         # Refusals name the join as the model writes it (sqlglot copies meta).
         subquery.meta["written"] = written
-        exists: exp.Expression = exp.Exists(this=subquery)
+        exists: exp.Expr = exp.Exists(this=subquery)
         tests.append(exp.Not(this=exists) if kind == "ANTI" else exists)
     select.set("joins", kept or None)
     where = select.args.get("where")
@@ -323,7 +323,7 @@ def extract(model: str, select: exp.Select) -> tuple[exp.Select, tuple[SemiJoin,
             table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
         taken.add(alias.lower())
         inner = [c.copy() for c in where_conjuncts(subquery)]
-        compared = []
+        compared: list[exp.Expr] = []
         for outer, projection in zip(predicate.tested, subquery.expressions):
             value = projection.this if isinstance(projection, exp.Alias) else projection
             if not exp.column_table_names(value) <= {alias}:
@@ -356,7 +356,7 @@ def _semi_join(
     model: str,
     written: str,
     table: exp.Table,
-    conditions: list[exp.Expression],
+    conditions: list[exp.Expr],
     outer_aliases: set[str],
     anti: bool,
 ) -> SemiJoin:
@@ -399,7 +399,9 @@ def as_joins(rows: exp.Select, semi_joins: tuple[SemiJoin, ...]) -> exp.Select:
     select = rows.copy()
     joins = list(select.args.get("joins") or [])
     for semi in semi_joins:
-        conditions = [exp.EQ(this=o.copy(), expression=i.copy()) for o, i in semi.keys]
+        conditions: list[exp.Expr] = [
+            exp.EQ(this=o.copy(), expression=i.copy()) for o, i in semi.keys
+        ]
         conditions += [c.copy() for c in (*semi.outer_only, *semi.inner_only)]
         if semi.null_aware is not None:
             # x NOT IN (... y ...) drops the row when some y compares true or NULL
@@ -432,13 +434,13 @@ class _Term:
     select: exp.Select
     key_relations: tuple[KeyRelation, ...] = ()
 
-    def joined(self, relation: KeyRelation, outer_keys: list[exp.Expression], semi: SemiJoin):
+    def joined(self, relation: KeyRelation, outer_keys: list[exp.Expr], semi: SemiJoin):
         select = self.select.copy()
         joins = select.args.get("joins") or []
         select.set("joins", [*joins, outer_joins.key_join(relation, outer_keys, semi.outer_only)])
         return replace(self, select=select, key_relations=(*self.key_relations, relation))
 
-    def filtered(self, condition: exp.Expression) -> _Term:
+    def filtered(self, condition: exp.Expr) -> _Term:
         return replace(self, select=self.select.copy().where(condition))
 
     def negated(self) -> _Term:
@@ -481,8 +483,8 @@ def _terms(term: _Term, semi: SemiJoin, index: int) -> list[_Term]:
     source = SourceRef(alias=semi.alias, table=TableName.of(semi.table))
 
     def keys(
-        role: str, pairs: list[tuple[exp.Expression, exp.Expression]], *where: exp.Expression
-    ) -> tuple[KeyRelation, list[exp.Expression]]:
+        role: str, pairs: list[tuple[exp.Expr, exp.Expr]], *where: exp.Expr
+    ) -> tuple[KeyRelation, list[exp.Expr]]:
         """The key relation of `pairs` (outer, subquery) and the outer keys that join it."""
         # Without keys the subquery is one group: the key TRUE on both sides,
         # so the relation has one row while the subquery has any.
@@ -520,7 +522,7 @@ def _terms(term: _Term, semi: SemiJoin, index: int) -> list[_Term]:
     ]
 
 
-def _never_null(value: exp.Expression, conditions: tuple[exp.Expression, ...]) -> bool:
+def _never_null(value: exp.Expr, conditions: tuple[exp.Expr, ...]) -> bool:
     """One of the conditions is `value IS NOT NULL`."""
     not_null = exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
     return any(condition == not_null for condition in conditions)

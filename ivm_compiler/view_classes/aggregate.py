@@ -108,7 +108,7 @@ def plan(model: QualifiedModel) -> ViewPlan:
     )
 
 
-def _group_keys(group: exp.Group | None, projections: list[exp.Expression]) -> list[exp.Expression]:
+def _group_keys(group: exp.Group | None, projections: list[exp.Expr]) -> list[exp.Expr]:
     if group is None:
         return []
     if group.args.get("all"):
@@ -138,8 +138,8 @@ def _state_columns(
 
 def _probe_types(
     model: QualifiedModel,
-    keys: list[exp.Expression],
-    expressions: list[exp.Expression],
+    keys: list[exp.Expr],
+    expressions: list[exp.Expr],
     arguments: dict[str, aggregates.ArgumentState],
 ) -> dict[str, exp.DataType]:
     """Ask Spark the types that decide what can be maintained; return AVG's result types.
@@ -165,12 +165,12 @@ def _probe_types(
 
 def _type_probe(
     qualified: exp.Select,
-    keys: list[exp.Expression],
+    keys: list[exp.Expr],
     arguments: dict[str, aggregates.ArgumentState],
     averaged: set[str],
 ) -> exp.Select | None:
     """SELECT key_i, sum_i, avg_i, value_i FROM <the model's sources> GROUP BY keys; None: nothing to ask."""
-    probe_columns: list[exp.Expression] = [
+    probe_columns: list[exp.Expr] = [
         exp.alias_(key.copy(), f"key_{i}") for i, key in enumerate(keys)
     ]
     probe_columns += [
@@ -201,7 +201,7 @@ def _type_probe(
 
 def _refuse_probed_types(
     model: str,
-    keys: list[exp.Expression],
+    keys: list[exp.Expr],
     arguments: dict[str, aggregates.ArgumentState],
     types: Mapping[str, str],
 ) -> None:
@@ -269,15 +269,15 @@ def _refuse_inexact_decimal_sum(
 
 def _finalizer(
     model: str,
-    keys: list[exp.Expression],
+    keys: list[exp.Expr],
     key_columns: list[StateColumn],
     arguments: dict[str, aggregates.ArgumentState],
     avg_types: dict[str, exp.DataType],
-) -> Callable[[exp.Expression], exp.Expression]:
+) -> Callable[[exp.Expr], exp.Expr]:
     """Rewrite an output (or HAVING) expression of an aggregate query over state columns."""
     key_names = {key.sql(dialect=DIALECT): column.name for key, column in zip(keys, key_columns)}
 
-    def replace(node: exp.Expression) -> exp.Expression:
+    def replace(node: exp.Expr) -> exp.Expr:
         key_name = key_names.get(node.sql(dialect=DIALECT))
         if key_name is not None:
             return aggregates.state_column(key_name)
@@ -299,7 +299,7 @@ def _finalizer(
             return aggregates.finalize_avg(index, avg_types[key])
         return node
 
-    def rewrite(expression: exp.Expression) -> exp.Expression:
+    def rewrite(expression: exp.Expr) -> exp.Expr:
         final = expression.copy().transform(replace)
         for column in final.find_all(exp.Column):
             if not names.is_reserved(column.name):
@@ -319,7 +319,7 @@ def _finalizer(
 def build_query(
     plan: ViewPlan,
     versions: Mapping[TableName, int],
-    rows_filter: exp.Expression | None = None,
+    rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
     """The group rows, and with MIN/MAX/COUNT(DISTINCT) the pre-aggregation rows (extremes.py)."""
     if plan.preaggregations:
@@ -340,7 +340,7 @@ def change_query(
     return state_rows.change_query(plan, ranges, state, bounds, join_reads)
 
 
-def leaves_state(plan: ViewPlan, emptied: exp.Expression) -> exp.Expression | None:
+def leaves_state(plan: ViewPlan, emptied: exp.Expr) -> exp.Expr | None:
     """A group leaves the state with its last row; the global aggregate's one group row never.
 
     Its pre-aggregation rows (slot > 0) do leave when their count reaches zero.

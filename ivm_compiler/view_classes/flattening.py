@@ -29,7 +29,7 @@ INCOMPARABLE_TYPES = ("map", "variant")
 
 def typed_projections(
     model: str, qualified: exp.Select, described: list[tuple[str, str]]
-) -> list[exp.Expression]:
+) -> list[exp.Expr]:
     """The SELECT list without aliases, one per column Spark describes, each of a usable type."""
     projections = [p.this if isinstance(p, exp.Alias) else p for p in qualified.expressions]
     if len(described) != len(projections):
@@ -43,13 +43,13 @@ def typed_projections(
     return projections
 
 
-def distinct_expressions(expressions: list[exp.Expression]) -> list[exp.Expression]:
+def distinct_expressions(expressions: list[exp.Expr]) -> list[exp.Expr]:
     """The expressions without repeats (the same SQL), in order.
 
     >>> [e.sql() for e in distinct_expressions([exp.column("a"), exp.column("b"), exp.column("a")])]
     ['a', 'b']
     """
-    seen: dict[str, exp.Expression] = {}
+    seen: dict[str, exp.Expr] = {}
     for expression in expressions:
         seen.setdefault(expression.sql(dialect=DIALECT), expression)
     return list(seen.values())
@@ -120,7 +120,7 @@ def with_clauses(target: exp.Select, source: exp.Select, clauses: tuple[str, ...
 
 def flattened_rows(
     qualified: exp.Select,
-    keys: list[exp.Expression],
+    keys: list[exp.Expr],
     arguments: dict[str, aggregates.ArgumentState],
 ) -> exp.Select:
     """SELECT <row keys and aggregate arguments, named> FROM <the model's sources> WHERE <filter>."""
@@ -157,7 +157,7 @@ def rows_with_semi_joins(
     model: QualifiedModel,
     unfiltered: exp.Select,
     semis: tuple[semi_joins.SemiJoin, ...],
-    keys: list[exp.Expression],
+    keys: list[exp.Expr],
     arguments: dict[str, aggregates.ArgumentState],
 ) -> Rows:
     """The flattened rows of `unfiltered` (the query without its semi joins), semi joins appended.

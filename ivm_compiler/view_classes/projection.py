@@ -85,7 +85,7 @@ def plan(model: QualifiedModel) -> ViewPlan:
 def build_query(
     plan: ViewPlan,
     versions: Mapping[TableName, int],
-    rows_filter: exp.Expression | None = None,
+    rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
     """COUNT(*) per distinct row (state_rows.py)."""
     return state_rows.build_query(plan, versions, rows_filter)
@@ -102,7 +102,7 @@ def change_query(
     return state_rows.change_query(plan, ranges, state, bounds, join_reads)
 
 
-def leaves_state(plan: ViewPlan, emptied: exp.Expression) -> exp.Expression | None:
+def leaves_state(plan: ViewPlan, emptied: exp.Expr) -> exp.Expr | None:
     """A row leaves the state when its count reaches zero."""
     return emptied
 

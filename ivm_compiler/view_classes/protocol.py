@@ -89,7 +89,7 @@ class ViewClassRule(Protocol):
         self,
         plan: ViewPlan,
         versions: Mapping[TableName, int],
-        rows_filter: exp.Expression | None = None,
+        rows_filter: exp.Expr | None = None,
     ) -> exp.Query: ...
 
     def change_query(
@@ -101,6 +101,6 @@ class ViewClassRule(Protocol):
         join_reads: JoinReads | None = None,
     ) -> exp.Query: ...
 
-    def leaves_state(self, plan: ViewPlan, emptied: exp.Expression) -> exp.Expression | None: ...
+    def leaves_state(self, plan: ViewPlan, emptied: exp.Expr) -> exp.Expr | None: ...
 
     def view(self, plan: ViewPlan, rows: exp.Select) -> exp.Select: ...

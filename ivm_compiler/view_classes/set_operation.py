@@ -161,7 +161,7 @@ def _flattened_operand(operand: exp.Select, index: int | None) -> exp.Select:
 def build_query(
     plan: ViewPlan,
     versions: Mapping[TableName, int],
-    rows_filter: exp.Expression | None = None,
+    rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
     """COUNT(*) over all operands and, per operand, over its rows (state_rows.py)."""
     return state_rows.build_query(plan, versions, rows_filter)
@@ -178,7 +178,7 @@ def change_query(
     return state_rows.change_query(plan, ranges, state, bounds, join_reads)
 
 
-def leaves_state(plan: ViewPlan, emptied: exp.Expression) -> exp.Expression | None:
+def leaves_state(plan: ViewPlan, emptied: exp.Expr) -> exp.Expr | None:
     """A row leaves the state when no operand produces it any more."""
     return emptied
 
@@ -201,20 +201,20 @@ def _operand_counts(plan: ViewPlan) -> list[exp.Column]:
     ]
 
 
-def _copies(plan: ViewPlan) -> exp.Expression | None:
+def _copies(plan: ViewPlan) -> exp.Expr | None:
     """How many times the view repeats a state row; None when it shows it at most once."""
     if plan.set_operation == "INTERSECT ALL":
         return exp.Least(this=_operand_counts(plan)[0], expressions=_operand_counts(plan)[1:])
     if plan.set_operation == "EXCEPT ALL":
         first, *rest = _operand_counts(plan)
-        removed: exp.Expression = rest[0]
+        removed: exp.Expr = rest[0]
         for count in rest[1:]:
             removed = exp.Add(this=removed, expression=count)
         return exp.Sub(this=first, expression=exp.Paren(this=removed))
     return None
 
 
-def _kept(plan: ViewPlan) -> exp.Expression:
+def _kept(plan: ViewPlan) -> exp.Expr:
     """INTERSECT: a row every operand produces; EXCEPT: one the first produces and no other."""
     first, *rest = _operand_counts(plan)
     present = [exp.GT(this=c, expression=exp.Literal.number(0)) for c in (first, *rest)]

@@ -104,7 +104,7 @@ def windows_of(select: exp.Select) -> list[exp.Window]:
     return [w for p in select.expressions for w in p.find_all(exp.Window)]
 
 
-def function_of(window: exp.Window) -> exp.Expression:
+def function_of(window: exp.Window) -> exp.Expr:
     """The function a window applies, with IGNORE/RESPECT NULLS taken off."""
     function = window.this
     while isinstance(function, (exp.IgnoreNulls, exp.RespectNulls)):
@@ -112,16 +112,18 @@ def function_of(window: exp.Window) -> exp.Expression:
     return function
 
 
-def check_shape(model: str, select: exp.Select, merged: bool = True) -> None:
+def check_shape(model: str, select: exp.Query, merged: bool = True) -> None:
     """One SELECT over one table with an optional WHERE: what partition recomputation covers.
 
     parse.py asks before CTEs and FROM-subqueries are merged (merged=False),
     so that a refresh refuses before it builds any plan node; a derived table
     in FROM is then still allowed, and plan() asks again after merging.
     """
-    relations = from_tables(select)
+    # A parenthesised query has no FROM of its own: refused as a join is.
+    relations = from_tables(select) if isinstance(select, exp.Select) else []
     if (
-        len(relations) != 1
+        not isinstance(select, exp.Select)
+        or len(relations) != 1
         or select.args.get("joins")
         or (merged and not isinstance(relations[0], exp.Table))
     ):
@@ -313,7 +315,7 @@ def partition_state_columns(
 def build_query(
     plan: ViewPlan,
     versions: Mapping[TableName, int],
-    rows_filter: exp.Expression | None = None,
+    rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
     """The projection's state of the rows; `rows_filter` keeps the touched partitions' rows."""
     return state_rows.build_query(plan, versions, rows_filter)
@@ -330,7 +332,7 @@ def change_query(
     raise ValueError("a WINDOW model's change is applied by merge_partitions")
 
 
-def leaves_state(plan: ViewPlan, emptied: exp.Expression) -> exp.Expression | None:
+def leaves_state(plan: ViewPlan, emptied: exp.Expr) -> exp.Expr | None:
     """A row leaves the state when its count reaches zero (merge_partitions deletes them)."""
     return emptied
 
@@ -344,7 +346,7 @@ def view(plan: ViewPlan, rows: exp.Select) -> exp.Select:
 
 
 def probe_query(
-    rows: exp.Select, changes: exp.Expression, partition: Sequence[PartitionColumn]
+    rows: exp.Select, changes: exp.Expr, partition: Sequence[PartitionColumn]
 ) -> exp.Select:
     """The distinct partition keys of the change rows that pass the model's WHERE.
 
@@ -380,7 +382,7 @@ def parse_probe(rows: Sequence[Sequence[object]]) -> list[PartitionKey]:
     return [tuple(json.loads(str(row[0]))) for row in rows]
 
 
-def literal(value: str, data_type: str) -> exp.Expression:
+def literal(value: str, data_type: str) -> exp.Expr:
     """A partition value (as text) as a literal of its column's type.
 
     >>> literal("1.50", "decimal(10,2)").sql(dialect="spark")
@@ -397,10 +399,10 @@ def literal(value: str, data_type: str) -> exp.Expression:
 
 
 def partition_predicate(
-    columns: Sequence[exp.Expression],
+    columns: Sequence[exp.Expr],
     types: Sequence[str],
     keys: Sequence[PartitionKey],
-) -> exp.Expression:
+) -> exp.Expr:
     """The rows whose partition columns hold one of `keys`; NULL matches NULL (Spark's NULL partition).
 
     >>> c = [exp.column("k")]
@@ -415,7 +417,7 @@ def partition_predicate(
     if len(columns) == 1:
         column, data_type = columns[0], types[0]
         values = sorted({key[0] for key in keys if key[0] is not None})
-        parts: list[exp.Expression] = []
+        parts: list[exp.Expr] = []
         if values:
             parts.append(
                 exp.In(this=column.copy(), expressions=[literal(v, data_type) for v in values])

@@ -44,7 +44,7 @@ class SparkIvmCredentials(SparkCredentials):
     # each) take several times its session-mode time. Declared a float here
     # (dbt-spark's is an integer) so that the sleep can be shorter than a
     # statement: a status poll is one cheap Thrift call.
-    poll_interval: float = 0.1
+    poll_interval: float = 0.1  # type: ignore[assignment]  # dbt-spark's int: fractions of a second here
     # Thrift only: keep a thread's server session open from one node to the
     # next instead of closing it after every node (dbt's default). Opening a
     # server session builds a new Spark session state on the server, whose

@@ -177,7 +177,8 @@ def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
         def count(*names: str, metrics: dict[str, Any] = metrics) -> int | None:
             """The sum of the named metrics; None if the commit lacks one of them."""
             values = [metrics.get(name) for name in names]
-            return None if any(v is None for v in values) else sum(int(v) for v in values)
+            present = [int(v) for v in values if v is not None]
+            return sum(present) if len(present) == len(values) else None
 
         changed: int | None = None
         if operation in DATA_PRESERVING_OPERATIONS:

@@ -16,7 +16,7 @@ from typing import Any
 
 from dbt.adapters.base import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
-from dbt.adapters.contracts.relation import RelationConfig
+from dbt.adapters.contracts.relation import RelationConfig, RelationType
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.impl import SparkAdapter
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
@@ -79,7 +79,8 @@ class SparkIvmAdapter(SparkAdapter):
     def get_adapter_run_info(cls, config: RelationConfig) -> AdapterTrackingRelationInfo:
         # The base derives the module from the class name (dbt.adapters.sparkivm);
         # report dbt-spark's tracking info under our own name and version.
-        return AdapterTrackingRelationInfo(
+        # (dbt-common's frozen dataclass declares __hash__ abstract; it is generated.)
+        return AdapterTrackingRelationInfo(  # type: ignore[abstract]
             adapter_name="spark_ivm",
             base_adapter_version=import_module("dbt.adapters.__about__").version,
             adapter_version=__version__.version,
@@ -171,7 +172,7 @@ class SparkIvmAdapter(SparkAdapter):
     def ivm_repair_groups(self) -> str:
         """Finish group commits whose views did not all move (run-operation ivm_repair_groups)."""
         log = self._commit_log()
-        anchor = self.Relation.create(schema=log.db, identifier=log.name, type="table")
+        anchor = self.Relation.create(schema=log.db, identifier=log.name, type=RelationType.Table)
         publisher = Publisher(
             runner=_AdapterRunner(self),
             log=logger,
@@ -347,8 +348,12 @@ class SparkIvmAdapter(SparkAdapter):
 
     def _relation_type(self, anchor: BaseRelation, table: TableName) -> str | None:
         relation = _relation_at(anchor, table, "table")
+        # Spark relations have no database: dbt-spark's get_relation takes None
+        # there (and reads schema and identifier as given), though its signature says str.
         found = self.get_relation(
-            database=None, schema=relation.schema, identifier=relation.identifier
+            database=None,  # type: ignore[arg-type]
+            schema=relation.schema,  # type: ignore[arg-type]
+            identifier=relation.identifier,  # type: ignore[arg-type]
         )
         if found is None:
             return None

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.publish import Log
 from dbt.adapters.spark_ivm.settings import JoinStateSetting
 from ivm_compiler import TableName, emit, key_bounds
 from ivm_compiler import join_states as compiler
@@ -68,12 +69,6 @@ class Runner(Protocol):
     def execute(self, sql: str) -> None: ...
 
     def query(self, sql: str) -> tuple[list[str], Sequence[Sequence[Any]]]: ...
-
-
-class Log(Protocol):
-    def info(self, msg: str) -> None: ...
-
-    def debug(self, msg: str) -> None: ...
 
 
 @dataclass(frozen=True)

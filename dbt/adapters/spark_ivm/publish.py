@@ -64,6 +64,10 @@ class Runner(Protocol):
 
 
 class Log(Protocol):
+    """Where a refresh says what it does: dbt's adapter logger, or logging's in unit tests."""
+
+    def debug(self, message: str) -> None: ...
+
     def info(self, message: str) -> None: ...
 
     def warning(self, message: str) -> None: ...
@@ -82,12 +86,12 @@ def create_commit_log(table: TableName) -> str:
     return with_table(_COMMIT_LOG_DDL, table)
 
 
-def _string(value: str | None) -> exp.Expression:
+def _string(value: str | None) -> exp.Expr:
     return exp.Null() if value is None else exp.Literal.string(value)
 
 
-def _member_struct(staged: Staged) -> exp.Expression:
-    fields: list[tuple[str, exp.Expression]] = [
+def _member_struct(staged: Staged) -> exp.Expr:
+    fields: list[tuple[str, exp.Expr]] = [
         ("model", _string(staged.model_id)),
         ("relation", _string(str(staged.relation))),
         ("state", _string(str(staged.state))),

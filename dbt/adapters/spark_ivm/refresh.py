@@ -134,6 +134,9 @@ class Refresh:
     invocation_pins: InvocationPins | None = None
     _started: float = field(default_factory=time.monotonic, init=False, repr=False)
     _split: nodes.Split | None = field(default=None, init=False, repr=False)
+    # Made in __post_init__ from the fields above.
+    pins: Pins = field(init=False, repr=False)
+    history: StateHistory = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.pins = Pins(
@@ -263,7 +266,7 @@ class Refresh:
     def _target_type(self) -> str | None:
         """The model's relation type; a relation of another kind (a 'table') is dropped first."""
         target_type = self.relations.exists(self.target)
-        if target_type not in (None, "view"):
+        if target_type is not None and target_type != "view":
             self.log.info(
                 f"{self.model}: replacing the {target_type} {self.target} with the ivm view"
             )

@@ -184,7 +184,7 @@ def read_columns_changed(
     compile; under `SELECT *` it changes the model's own columns, which the
     fingerprint and on_schema_change handle.)
     """
-    changes = []
+    changes: list[ColumnChange] = []
     for table, snapshot in pinned.items():
         entry = recorded.sources.get(str(table)) or {}
         read = entry.get("columns")

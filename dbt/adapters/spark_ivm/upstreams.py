@@ -30,7 +30,7 @@ def properties(runner: Runner, relation: TableName) -> dict[str, str]:
     return {str(row[0]): str(row[1]) for row in rows}
 
 
-def version_read(view: exp.Expression, state: TableName) -> int | None:
+def version_read(view: exp.Expr, state: TableName) -> int | None:
     """The VERSION AS OF at which a view reads `state`, if it pins one."""
     for node in view.find_all(exp.Table):
         if TableName.of(node) == state and node.args.get("version") is not None:
