@@ -60,6 +60,14 @@ class ThriftSql:
         finally:
             cursor.close()
 
+    def query(self, statement: str, /) -> list[tuple]:
+        cursor = self._connection.cursor()
+        try:
+            cursor.execute(statement)
+            return [tuple(row) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
     def close(self) -> None:
         self._connection.close()
 

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dbt.adapters.spark_ivm.runtime import session_configs
@@ -44,11 +44,18 @@ def spark_submit() -> Path:
 
 
 def server_command(
-    runtime_dir: str | os.PathLike[str], port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
+    runtime_dir: str | os.PathLike[str],
+    port: int = DEFAULT_PORT,
+    host: str = DEFAULT_HOST,
+    extra_configs: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """The spark-submit command line of a Thrift server over the runtime in `runtime_dir`."""
+    """The spark-submit command line of a Thrift server over the runtime in `runtime_dir`.
+
+    `extra_configs` go over the runtime's (cluster.py: the master and executors).
+    """
     configs = session_configs(runtime_dir)
     configs["spark.app.name"] = "dbt-spark-ivm thrift server"
+    configs.update(extra_configs or {})
     root = Path(runtime_dir).resolve()
     hive_confs = {
         "hive.server2.thrift.bind.host": host,
@@ -73,42 +80,45 @@ def start(
     port: int = DEFAULT_PORT,
     host: str = DEFAULT_HOST,
     timeout: float = START_TIMEOUT_SECONDS,
+    extra_configs: Mapping[str, str] | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
 ) -> subprocess.Popen:
     """Start the server in the background and return once it accepts connections.
 
     Its output goes to thrift-server.log and its process id to thrift-server.pid
-    in `runtime_dir`. Raises RuntimeError (with the log's end) if it exits or
-    does not listen within `timeout` seconds.
+    in `state_dir` (default: `runtime_dir`). Raises RuntimeError (with the log's
+    end) if it exits or does not listen within `timeout` seconds.
     """
     root = Path(runtime_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    if _accepts(host, port):
+    files = Path(state_dir).resolve() if state_dir is not None else root
+    if accepts(host, port):
         raise RuntimeError(f"{host}:{port} is already in use; pick another --port")
-    log_path = root / LOG_FILE
+    log_path = files / LOG_FILE
     with log_path.open("ab") as log:
         # A session of its own: the server outlives this command and the
         # terminal's Ctrl-C, and --stop ends its whole process group.
         process = subprocess.Popen(
-            server_command(root, port, host),
+            server_command(root, port, host, extra_configs),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=root,
             start_new_session=True,
         )
-    (root / PID_FILE).write_text(f"{process.pid}\n")
+    (files / PID_FILE).write_text(f"{process.pid}\n")
     deadline = time.monotonic() + timeout
-    while not _accepts(host, port):
+    while not accepts(host, port):
         if process.poll() is not None:
             raise RuntimeError(
                 f"the Thrift server exited with code {process.returncode}; "
-                f"end of {log_path}:\n{_tail(log_path)}"
+                f"end of {log_path}:\n{tail(log_path)}"
             )
         if time.monotonic() > deadline:
-            _terminate(process.pid)
+            terminate(process.pid)
             raise RuntimeError(
                 f"the Thrift server did not listen on {host}:{port} within {timeout:.0f}s "
-                f"and was stopped; end of {log_path}:\n{_tail(log_path)}"
+                f"and was stopped; end of {log_path}:\n{tail(log_path)}"
             )
         time.sleep(0.5)
     return process
@@ -120,12 +130,12 @@ def stop(runtime_dir: str | os.PathLike[str], timeout: float = 60.0) -> int | No
     if not pid_path.is_file():
         return None
     pid = int(pid_path.read_text().strip())
-    _terminate(pid, timeout)
+    terminate(pid, timeout)
     pid_path.unlink(missing_ok=True)
     return pid
 
 
-def _terminate(pid: int, timeout: float = 60.0) -> None:
+def terminate(pid: int, timeout: float = 60.0) -> None:
     """SIGTERM the server's process group (spark-submit execs java: the JVM stops
     the server in its shutdown hook), then SIGKILL what is left after `timeout`."""
     try:
@@ -138,16 +148,16 @@ def _terminate(pid: int, timeout: float = 60.0) -> None:
             os.killpg(pid, 0)
         except ProcessLookupError:
             return
-        _reap(pid)
+        reap(pid)
         time.sleep(0.2)
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    _reap(pid)
+    reap(pid)
 
 
-def _reap(pid: int) -> None:
+def reap(pid: int) -> None:
     """Collect the exit status when the server is this process's child (a test's)."""
     try:
         os.waitpid(pid, os.WNOHANG)
@@ -155,7 +165,7 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _accepts(host: str, port: int) -> bool:
+def accepts(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1):
             return True
@@ -163,7 +173,7 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:

@@ -1,0 +1,122 @@
+"""A real multi-JVM Spark cluster: a standalone master, two workers and the Thrift server as driver.
+
+cluster.py starts each part as a JVM of its own from the installed pyspark,
+so every statement dbt sends runs its tasks in executors inside the workers'
+JVMs: Delta's classes reach them through `spark.jars`, and every delta
+statement, change feed read and guard is serialized to another JVM.
+
+The README's test command runs the cluster's start, a Delta change feed over
+it and its stop, and the worked example through dbt over it (build, a batch,
+an incremental refresh, every `ivm_matches_query` passing), with the master's
+own account of where the tasks ran. The loss of a worker during a refresh is
+in the extended command (marker `extended`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+
+import pytest
+from dbt.adapters.factory import reset_adapters
+
+from dbt.adapters.spark_ivm import cluster, server
+from tests.functional.test_server_mode import (
+    ThriftSql,
+    _build,
+    _codes,
+    _example,
+    _failed_tests,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((server.DEFAULT_HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def spec() -> cluster.ClusterSpec:
+    # Free ports: a cluster a developer keeps up on the defaults is left alone.
+    return cluster.ClusterSpec(
+        master_port=_free_port(), master_ui_port=_free_port(), thrift_port=_free_port()
+    )
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory, spec):
+    """The cluster, up for the module's tests; down (every part stopped) afterwards."""
+    runtime = tmp_path_factory.mktemp("cluster")
+    started = cluster.up(runtime, spec)
+    try:
+        yield runtime, started
+    finally:
+        cluster.down(runtime)
+        assert cluster.parts(runtime) == []
+
+
+def test_every_part_is_a_jvm_of_its_own_and_the_driver_runs_on_the_workers(running, spec):
+    runtime, started = running
+    assert sorted(p.name for p in started) == ["master", "thrift-server", "worker-1", "worker-2"]
+    assert len({p.pid for p in started}) == 4
+    # What `status` reads (the pid files under the runtime) is what was started.
+    assert cluster.parts(runtime) == started
+    assert os.getpid() not in {p.pid for p in started}
+    state = cluster.master_state(spec)
+    assert cluster.alive_workers(spec) == 2
+    # The Thrift server registered as the cluster's one application, holding a
+    # core on each worker: its executors are the workers' JVMs.
+    (app,) = state["activeapps"]
+    assert app["name"] == "dbt-spark-ivm thrift server"
+    assert app["cores"] == 2
+
+
+def test_a_delta_change_feed_is_read_over_the_cluster(running, spec):
+    sql = ThriftSql(spec.thrift_port)
+    try:
+        sql.sql(
+            "CREATE TABLE cluster_check (k INT) USING DELTA "
+            "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        )
+        sql.sql("INSERT INTO cluster_check SELECT id FROM range(1000)")
+        sql.sql("DELETE FROM cluster_check WHERE k % 10 = 0")
+        rows = sql.query(
+            "SELECT _change_type, count(*) FROM table_changes('cluster_check', 1) GROUP BY 1"
+        )
+    finally:
+        sql.close()
+    assert sorted(rows) == [("delete", 100), ("insert", 1000)]
+    # The executors wrote the files: every worker ran tasks of the application.
+    (app,) = cluster.master_state(spec)["activeapps"]
+    assert app["state"] == "RUNNING"
+
+
+@pytest.fixture(scope="module")
+def example_over_cluster(running, spec):
+    """The example's `server` target pointed at the cluster's Thrift server."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPARK_IVM_THRIFT_HOST", server.DEFAULT_HOST)
+        patch.setenv("SPARK_IVM_THRIFT_PORT", str(spec.thrift_port))
+        sql = ThriftSql(spec.thrift_port)
+        try:
+            _example().create_sources(sql, random.Random(7))
+            yield sql
+        finally:
+            sql.close()
+            reset_adapters()
+
+
+def test_the_worked_example_refreshes_incrementally_over_the_cluster(
+    example_over_cluster, tmp_path
+):
+    first = _build(tmp_path)
+    assert set(_codes(first).values()) == {"BUILD"}, _codes(first)
+    assert not _failed_tests(first)
+    _example().apply_batch(example_over_cluster, random.Random(8))
+    second = _build(tmp_path)
+    assert set(_codes(second).values()) == {"INCREMENTAL"}, _codes(second)
+    assert not _failed_tests(second)
