@@ -6,8 +6,9 @@ once. Every layer that needs Spark uses the same runtime directory.
 
 Modes: every integration test class under tests/functional runs in session
 mode, and the classes of the Thrift slice (`thrift_slice = True`) also over
-Thrift, their tests' ids ending in `[session]` and `[thrift]` (the extended
-command runs every class in both; see TEST_CONNECTIONS). In `thrift` the class's
+Thrift, their tests' ids ending in `[session]` and `[thrift]`; a class with
+`thrift_slice = THRIFT` runs over Thrift only (the extended command runs every
+class in both; see TEST_CONNECTIONS). In `thrift` the class's
 dbt profile is `method: thrift`: dbt talks to a Spark Thrift Server started
 inside this process's JVM over the same SparkContext, so the server's sessions
 share the catalog and the warehouse with the `spark` fixture (the tests' source
@@ -39,7 +40,9 @@ THRIFT = "thrift"
 CONNECTIONS = (SESSION, THRIFT)
 # The modes the integration tests run in. Unset (the README's test command):
 # every class in session mode, and the classes of the Thrift slice
-# (`thrift_slice = True`) in both. IVM_TEST_CONNECTION=session,thrift (the
+# (`thrift_slice = True`) in both, or over Thrift only (`thrift_slice = THRIFT`,
+# for a slow class whose session run repeats what other classes' session runs
+# prove: the schema-change matrix). IVM_TEST_CONNECTION=session,thrift (the
 # extended command, scripts/test-extended) runs every class in both;
 # `session` or `thrift` runs one mode only.
 _ASKED = os.environ.get("IVM_TEST_CONNECTION")
@@ -52,11 +55,14 @@ if not TEST_CONNECTIONS or any(mode not in CONNECTIONS for mode in TEST_CONNECTI
 FUNCTIONAL_TESTS = os.path.join(os.path.dirname(__file__), "functional")
 
 
-def modes(thrift_slice: bool) -> tuple[str, ...]:
-    """The connection modes of a test class (or module) in or out of the Thrift slice."""
-    if _ASKED is None and not thrift_slice:
-        return (SESSION,)
-    return TEST_CONNECTIONS
+def modes(thrift_slice: bool | str) -> tuple[str, ...]:
+    """The connection modes of a test class (or module): out of the Thrift slice (False),
+    in it (True), or in it over Thrift only (THRIFT)."""
+    if _ASKED is not None:
+        return TEST_CONNECTIONS
+    if thrift_slice == THRIFT:
+        return (THRIFT,)
+    return CONNECTIONS if thrift_slice else (SESSION,)
 
 
 def class_modes(cls: type | None) -> tuple[str, ...]:
@@ -64,7 +70,7 @@ def class_modes(cls: type | None) -> tuple[str, ...]:
     pinned = getattr(cls, "ivm_connection", None)
     if pinned:
         return (pinned,)
-    return modes(bool(getattr(cls, "thrift_slice", False)))
+    return modes(getattr(cls, "thrift_slice", False))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -90,11 +96,10 @@ def connection(request: pytest.FixtureRequest) -> str:
 # order, so a long scope collected last runs alone at the end while the other
 # worker idles; these are collected first instead.
 LONGEST_FIRST = (
-    "tests/warehouse/test_layered_warehouse.py",
-    "tests/functional/test_server_mode.py",
+    "tests/functional/test_cluster.py",
+    "tests/functional/test_random_outer_joins.py",
     "tests/functional/test_join_states.py",
     "tests/functional/test_random_joins.py::TestRandomJoinChanges",
-    "tests/functional/test_random_outer_joins.py",
     "tests/functional/test_random_changes.py",
     "tests/functional/test_schema_changes.py",
     "tests/functional/test_ivm_materialization.py::TestIvmMaterialization",

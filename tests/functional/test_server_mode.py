@@ -186,6 +186,10 @@ def _failed_tests(results: list) -> list[str]:
     return [r.node.name for r in results if r.node.resource_type == "test" and r.status != "pass"]
 
 
+# In scripts/test-extended: the README's command runs the same example over a
+# real cluster's Thrift server (test_cluster.py), which this one's in-process
+# server stands in for.
+@pytest.mark.extended
 def test_worked_example_refreshes_incrementally_over_thrift(example_sources, tmp_path):
     example, rng = _example(), random.Random(8)
     sql = ThriftSql(example_sources)
