@@ -5,7 +5,7 @@ catalog (source columns, output types) come through the Catalog protocol.
 """
 
 from ivm_compiler.compile import STATE_FORMAT_VERSION, Catalog, compile_model
-from ivm_compiler.errors import InvalidSource, NotMaintainable
+from ivm_compiler.errors import InvalidSource, IvmError, NotMaintainable
 from ivm_compiler.parse import parse_model
 from ivm_compiler.plan import ViewClass, ViewPlan
 from ivm_compiler.sql import TableName
@@ -14,6 +14,7 @@ __all__ = [
     "STATE_FORMAT_VERSION",
     "Catalog",
     "InvalidSource",
+    "IvmError",
     "NotMaintainable",
     "TableName",
     "ViewClass",

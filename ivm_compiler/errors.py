@@ -1,4 +1,4 @@
-"""The one error type of the compiler: a model that cannot be maintained incrementally."""
+"""The plugin's errors: one base (IvmError), the compiler's refusals and unreadable sources."""
 
 from __future__ import annotations
 
@@ -29,7 +29,18 @@ def first_line(error: BaseException, limit: int | None = None) -> str:
     return lines[0][:limit]
 
 
-class NotMaintainable(Exception):
+class IvmError(Exception):
+    """The base of every error the plugin raises about a model.
+
+    Each names the model (`model`), what is wrong and the fix, in its message.
+    The refresh's own (writes.ConcurrentRefresh, schema_changes.ModelColumnsChanged)
+    derive from it too.
+    """
+
+    model: str
+
+
+class NotMaintainable(IvmError):
     """The model's SQL uses something the ivm materialization cannot maintain.
 
     The message always names the model, the construct and a fix, in the style
@@ -46,7 +57,7 @@ class NotMaintainable(Exception):
         )
 
 
-class InvalidSource(Exception):
+class InvalidSource(IvmError):
     """A source of an ivm model cannot be read incrementally (not Delta, no change feed...)."""
 
     def __init__(self, model: str, source: str, problem: str, fix: str) -> None:

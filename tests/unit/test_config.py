@@ -142,3 +142,19 @@ def test_relation_names_spark_cannot_store_or_dbt_spark_would_paste_are_refused(
 def test_plain_relation_names_pass(name: str | None) -> None:
     config.validate_relation_name("model.p.m", "schema", name)
     config.validate_schema_name(name)
+
+
+def test_every_error_the_plugin_raises_about_a_model_has_one_base() -> None:
+    from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
+    from dbt.adapters.spark_ivm.writes import ConcurrentRefresh
+    from ivm_compiler import InvalidSource, IvmError, NotMaintainable, TableName
+
+    raised = [
+        NotMaintainable("m", "a PIVOT"),
+        InvalidSource("m", "raw.src", "is not a Delta table", "convert it"),
+        ConcurrentRefresh("m", TableName("s", "m__ivm_state"), RuntimeError("x")),
+        ModelColumnsChanged("m", [("a", "int")], [("a", "bigint")]),
+    ]
+    for error in raised:
+        assert isinstance(error, IvmError)
+        assert error.model == "m" and "'m'" in str(error) and "Fix:" in str(error)

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ivm_compiler import InvalidSource, TableName, ViewPlan
+from ivm_compiler import InvalidSource, IvmError, TableName, ViewPlan
 
 if TYPE_CHECKING:  # delta.py reads SchemaCommit from here
     from dbt.adapters.spark_ivm.delta import RecordedState, SourceSnapshot
@@ -262,7 +262,7 @@ class SourceSchemaChanged(InvalidSource):
         )
 
 
-class ModelColumnsChanged(Exception):
+class ModelColumnsChanged(IvmError):
     """The model's own columns changed and its on_schema_change is 'fail'."""
 
     def __init__(

@@ -21,12 +21,12 @@ from typing import Any
 from dbt.adapters.spark_ivm import delta, join_states
 from dbt.adapters.spark_ivm.publish import Log, Runner
 from ivm_compiler import TableName, ViewPlan, emit, key_bounds, names
-from ivm_compiler.errors import first_line
+from ivm_compiler.errors import IvmError, first_line
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.view_classes import window as windows_rules
 
 
-class ConcurrentRefresh(Exception):
+class ConcurrentRefresh(IvmError):
     """Another refresh of the same model committed to its state after this one read it."""
 
     def __init__(self, model: str, state: TableName, error: BaseException) -> None:
