@@ -15,7 +15,7 @@ from pathlib import Path
 from dbt.adapters.spark_ivm import decision, delta
 from dbt.adapters.spark_ivm.refresh import Refresh
 from dbt.adapters.spark_ivm.upstreams import published_version
-from ivm_compiler import ViewClass, ViewPlan, changes, emit, join_states, names
+from ivm_compiler import TableName, ViewClass, ViewPlan, changes, emit, join_states, names
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.sql import DIALECT
 
@@ -149,6 +149,7 @@ class Explanation:
 
 
 def explain(refresh: Refresh) -> Explanation:
+    """What the next refresh would do, read-only: the plan in words and its SQL."""
     plan = refresh.compile()
     pinned = {t: refresh.pins.pin(t, plan.upstreams.get(t)) for t in plan.tables}
     state_type = refresh.relations.exists(refresh.state)
@@ -159,6 +160,40 @@ def explain(refresh: Refresh) -> Explanation:
         for table in plan.tables
         if recorded is not None and str(table) in recorded.sources
     }
+    statements = _statements(refresh, plan, pinned, recorded, current)
+    shown = (
+        published_version(refresh.runner, refresh.target, refresh.state)
+        if refresh.relations.exists(refresh.target) == "view"
+        else None
+    )
+    lines = [
+        f"ivm plan of {refresh.model}",
+        f"  view class:   {plan.view_class.value}",
+        f"  consistency:  {CONSISTENCY}",
+        f"  relation:     view {refresh.target} over Delta table {refresh.state}",
+        f"  published:    the view shows state version {shown}"
+        + (f" (newest refresh commit: {recorded.state_version})" if recorded else ""),
+        f"  state rows:   {CLASS_STATE[plan.view_class]}",
+        "  sources:",
+        *_source_lines(plan, reflected, current),
+        *_delta_rule_lines(plan),
+        *_join_state_lines(plan, refresh),
+        *_preaggregation_lines(plan),
+        *(_state_size(refresh, plan) if state_type else ["  state table:  not built yet"]),
+        "  refresh steps (SQL below, and in the files listed):",
+        *(f"    {name}" for name in statements),
+    ]
+    return Explanation(text="\n".join(lines), statements=statements)
+
+
+def _statements(
+    refresh: Refresh,
+    plan: ViewPlan,
+    pinned: dict[TableName, delta.SourceSnapshot],
+    recorded: delta.RecordedState | None,
+    current: dict[TableName, int],
+) -> dict[str, str]:
+    """The statements of the next refresh, by step: build, change, view, query."""
     # The ranges a refresh would read now (decision.version_ranges: the same
     # function the refresh uses); a source the state never read starts at its pin.
     windows = (
@@ -174,13 +209,12 @@ def explain(refresh: Refresh) -> Explanation:
         # Show the MERGE the next commit on the first source would run.
         first = plan.tables[0]
         windows[first] = VersionRange(recorded=current[first], pinned=current[first] + 1)
-
     # The guard the next MERGE would check (and a placeholder for the id it would write).
     guard = emit.Guard(
         read=(recorded.guard if recorded and recorded.guard else EXPLAIN_REFRESH_ID),
         write=EXPLAIN_REFRESH_ID,
     )
-    statements = {
+    return {
         "create_state": emit.create_state(plan, refresh.state, current, EXPLAIN_REFRESH_ID),
         **_change_statements(plan, refresh, windows, current, guard, pending),
         "create_view": emit.create_view(
@@ -195,21 +229,11 @@ def explain(refresh: Refresh) -> Explanation:
         "model_query": emit.model_query(plan, current),
     }
 
-    shown = (
-        published_version(refresh.runner, refresh.target, refresh.state)
-        if refresh.relations.exists(refresh.target) == "view"
-        else None
-    )
-    lines = [
-        f"ivm plan of {refresh.model}",
-        f"  view class:   {plan.view_class.value}",
-        f"  consistency:  {CONSISTENCY}",
-        f"  relation:     view {refresh.target} over Delta table {refresh.state}",
-        f"  published:    the view shows state version {shown}"
-        + (f" (newest refresh commit: {recorded.state_version})" if recorded else ""),
-        f"  state rows:   {CLASS_STATE[plan.view_class]}",
-        "  sources:",
-    ]
+
+def _source_lines(
+    plan: ViewPlan, reflected: dict[TableName, int], current: dict[TableName, int]
+) -> list[str]:
+    lines = []
     for ref in plan.sources:
         table = ref.table
         upstream = plan.upstreams.get(table)
@@ -220,6 +244,12 @@ def explain(refresh: Refresh) -> Explanation:
             else f"now at version {current[table]} (not built yet)"
         )
         lines.append(f"    {ref.alias} = {table} ({kind}): {version}")
+    return lines
+
+
+def _delta_rule_lines(plan: ViewPlan) -> list[str]:
+    """How the change is derived: set operands, join terms, outer/semi joins' key relations."""
+    lines = []
     operands = changes.branches(plan)
     if len(operands) > 1:
         lines.append(f"  set operation: {len(operands)} operands; the change is the sum of theirs")
@@ -243,7 +273,11 @@ def explain(refresh: Refresh) -> Explanation:
                 f"    key relation {relation.alias}: distinct ({keys}) of "
                 f"{relation.source.alias}{condition}"
             )
-    lines.extend(_join_state_lines(plan, refresh))
+    return lines
+
+
+def _preaggregation_lines(plan: ViewPlan) -> list[str]:
+    lines = []
     for pre in plan.preaggregations:
         kinds = ", ".join(
             kind if kind != "COUNT" else "COUNT(DISTINCT)" for _, kind in pre.recomputed
@@ -253,11 +287,7 @@ def explain(refresh: Refresh) -> Explanation:
             f"  pre-aggregation (slot {pre.slot}): (group, value, count) of "
             f"{argument.sql(dialect=DIALECT)} for {kinds}"
         )
-    lines.extend(_state_size(refresh, plan) if state_type else ["  state table:  not built yet"])
-    lines.append("  refresh steps (SQL below, and in the files listed):")
-    for name in statements:
-        lines.append(f"    {name}")
-    return Explanation(text="\n".join(lines), statements=statements)
+    return lines
 
 
 def _argument_position(plan: ViewPlan, flat_name: str) -> int:

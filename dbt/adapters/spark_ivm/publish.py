@@ -280,27 +280,30 @@ class Publisher:
                 f"consistency group {progress.group.name!r}: no member changed, nothing to publish"
             )
             return
+        self._commit(progress, members, moving)
+
+    def _ensure_commit_log(self) -> None:
+        if self.relation_exists(self.commit_log) is not None:
+            return
+        if self.commit_log.db:
+            self.runner.execute(
+                exp.Create(
+                    this=exp.Table(this=exp.to_identifier(self.commit_log.db, quoted=True)),
+                    kind="SCHEMA",
+                    exists=True,
+                ).sql(dialect=DIALECT)
+            )
+        self.runner.execute(create_commit_log(self.commit_log))
+
+    def _commit(self, progress: GroupProgress, members: list[Staged], moving: list[Staged]) -> None:
+        """The commit row (the commit point), every moving view, then the published row."""
+        assert self.group_run is not None
         commit_id = uuid.uuid4().hex
-        if self.relation_exists(self.commit_log) is None:
-            if self.commit_log.db:
-                self.runner.execute(
-                    exp.Create(
-                        this=exp.Table(this=exp.to_identifier(self.commit_log.db, quoted=True)),
-                        kind="SCHEMA",
-                        exists=True,
-                    ).sql(dialect=DIALECT)
-                )
-            self.runner.execute(create_commit_log(self.commit_log))
+        self._ensure_commit_log()
+        invocation = self.group_run.invocation_id
         # The commit point: from here on the group's new state is decided.
         self._append(
-            commit_row(
-                self.commit_log,
-                commit_id,
-                "commit",
-                progress,
-                self.group_run.invocation_id,
-                members,
-            )
+            commit_row(self.commit_log, commit_id, "commit", progress, invocation, members)
         )
         started = time.monotonic()
         for staged in moving:
@@ -308,14 +311,7 @@ class Publisher:
                 self.runner.execute(statement)
         window = time.monotonic() - started
         self._append(
-            commit_row(
-                self.commit_log,
-                commit_id,
-                "published",
-                progress,
-                self.group_run.invocation_id,
-                members,
-            )
+            commit_row(self.commit_log, commit_id, "published", progress, invocation, members)
         )
         shown = ", ".join(
             f"{s.relation}@{s.state_version} ({s.action}, {s.seconds:.1f}s)" for s in members
