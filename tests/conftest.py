@@ -92,9 +92,10 @@ def connection(request: pytest.FixtureRequest) -> str:
 
 
 # The longest test scopes of the README's test command, longest first (its
-# --durations of 2026-11-28). xdist hands scopes to its workers in collection
-# order, so a long scope collected last runs alone at the end while the other
-# worker idles; these are collected first instead.
+# --durations of 2026-11-28). With --no-loadscope-reorder (scripts/test) xdist
+# hands scopes to its workers in collection order, one at a time, so a long
+# scope collected last would run alone at the end while the other worker
+# idles; these are collected first instead, longest first.
 LONGEST_FIRST = (
     "tests/functional/test_cluster.py",
     "tests/functional/test_random_outer_joins.py",
