@@ -97,17 +97,19 @@ def connection(request: pytest.FixtureRequest) -> str:
 # scope collected last would run alone at the end while the other worker
 # idles; these are collected first instead, longest first.
 LONGEST_FIRST = (
-    "tests/functional/test_cluster.py",
-    "tests/functional/test_random_outer_joins.py",
+    "tests/functional/test_ivm_dag.py",
+    "tests/functional/test_ivm_materialization.py::TestIvmMaterialization",
     "tests/functional/test_join_states.py",
     "tests/functional/test_random_joins.py::TestRandomJoinChanges",
-    "tests/functional/test_random_changes.py",
+    "tests/functional/test_random_outer_joins.py",
+    "tests/functional/test_consistency_groups.py::TestGroupAllOrNothing",
     "tests/functional/test_schema_changes.py",
-    "tests/functional/test_ivm_materialization.py::TestIvmMaterialization",
-    "tests/functional/test_ivm_dag.py",
+    "tests/functional/test_random_changes.py",
     "tests/functional/test_random_joins.py::TestRandomNodeChanges",
-    "tests/functional/test_interrupted_refresh.py",
     "tests/functional/test_random_semi_joins.py",
+    "tests/functional/test_interrupted_refresh.py",
+    "tests/functional/test_server_mode.py",
+    "tests/functional/test_cluster.py",
 )
 
 
