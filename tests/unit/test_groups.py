@@ -95,30 +95,6 @@ def test_a_named_group_holds_unrelated_models() -> None:
     assert groups["model.p.clicks"].name == "dashboards"
 
 
-def test_a_group_is_complete_when_every_member_staged_or_withdrew() -> None:
-    graph = _graph()
-    run = GroupRun("inv", consistency_groups(members_from_graph(graph, list(graph["nodes"]))))
-    progress = run.progress("model.p.revenue")
-    assert progress is run.progress("model.p.by_segment")
-    for model_id in ("model.p.revenue", "model.p.by_segment"):
-        assert not progress.complete
-        progress.staged[model_id] = Staged(
-            model_id=model_id,
-            relation=TableName("marts", model_id),
-            state=TableName("marts", model_id + "__ivm_state"),
-            state_version=1,
-            view_sql="",
-            action="build",
-            seconds=0.0,
-            source_versions={},
-        )
-    assert not progress.complete
-    progress.withdrawn.add("model.p.segment_totals")
-    assert progress.complete
-    progress.failed = "model.p.revenue"
-    assert not progress.complete
-
-
 def _staged(model_id: str) -> Staged:
     return Staged(
         model_id=model_id,
@@ -130,6 +106,21 @@ def _staged(model_id: str) -> Staged:
         seconds=0.0,
         source_versions={},
     )
+
+
+def test_a_group_is_complete_when_every_member_staged_or_withdrew() -> None:
+    graph = _graph()
+    run = GroupRun("inv", consistency_groups(members_from_graph(graph, list(graph["nodes"]))))
+    progress = run.progress("model.p.revenue")
+    assert progress is run.progress("model.p.by_segment")
+    for model_id in ("model.p.revenue", "model.p.by_segment"):
+        assert not progress.complete
+        progress.staged[model_id] = _staged(model_id)
+    assert not progress.complete
+    progress.withdrawn.add("model.p.segment_totals")
+    assert progress.complete
+    progress.failed = "model.p.revenue"
+    assert not progress.complete
 
 
 def test_a_member_whose_view_did_not_move_says_why_in_its_result() -> None:
