@@ -76,42 +76,33 @@ def _is_guard_row(table: str | None, guard_row: bool = True) -> exp.Expr:
     return exp.not_(null) if guard_row else null
 
 
-def guard_check(state: TableName, guard: Guard) -> exp.Select:
-    """The MERGE's guard source row: `guard.read` if the state's guard row holds it, else an error.
-
-    One row, all other columns NULL once joined (see _guarded). It reads the
-    state itself: inside a MERGE into the state, Delta reads it at the MERGE's
-    own snapshot and records the read, so a refresh that committed earlier
-    fails this check, and one that commits while this MERGE runs makes the
-    MERGE's commit a conflict.
-    """
-    current = exp.Max(this=_guard_column())
-    read = exp.Literal.string(guard.read)
+def stale_guard_error(state: TableName, guard: Guard) -> exp.Expr:
+    """The error a MERGE raises when the state's guard row no longer holds `guard.read`."""
     message = (
         f"{GUARD_FAILED}: {state} no longer holds refresh {guard.read}: another refresh "
         "committed to it after this one read it"
     )
-    check = exp.Case(
-        ifs=[exp.If(this=exp.NullSafeEQ(this=current, expression=read), true=read.copy())],
-        default=exp.Anonymous(this="RAISE_ERROR", expressions=[exp.Literal.string(message)]),
-    )
-    return (
-        exp.select(exp.alias_(check, names.GUARD, quoted=True))
-        .from_(state.to_table())
-        .where(_is_guard_row(None))
-    )
+    return exp.Anonymous(this="RAISE_ERROR", expressions=[exp.Literal.string(message)])
 
 
-def _guarded(source: exp.Query, state: TableName, guard: Guard) -> exp.Subquery:
-    """The MERGE's source rows (guard column NULL), plus the guard source row (guard_check).
+def _guarded(source: exp.Query, guard: Guard) -> exp.Subquery:
+    """The MERGE's source rows (guard column NULL), plus the guard source row (`guard.read`).
 
-    The guard source row matches the state's guard row in ON, so its value
-    cannot be pruned away and the check runs even when the change is empty.
-    A full join ON FALSE appends it without naming the source's columns. It
-    is a join, not a scalar subquery: Spark leaves a Delta read inside a
-    subquery expression of a MERGE source unconverted ("Table does not
-    support reads").
+    The guard source row meets the state's guard row in ON (_same_guard) only
+    while it holds `guard.read`: then the first clause moves it (_move_guard);
+    otherwise the row is not matched and the last insert clause raises
+    (_refuse_stale_guard). The state is read by the MERGE itself, at its own
+    snapshot, and the guard row's file is rewritten by every MERGE: a refresh
+    that committed earlier fails the match, and one that commits while this
+    MERGE runs makes its commit a conflict. A full join ON FALSE appends the
+    row without naming the source's columns.
+
+    The check used to be a subquery over the state in the source (MAX of the
+    guard column): one more scan of the state and three more Spark jobs per
+    MERGE (measured: 1.67 s against 1.58 s on a 50-row state, 1.93 s against
+    1.68 s on a 200,000-row one).
     """
+    guard_row = exp.select(exp.alias_(exp.Literal.string(guard.read), names.GUARD, quoted=True))
     rows = (
         exp.select(
             exp.Column(this=exp.Star(), table=ident(names.GUARDED_ALIAS)),
@@ -119,7 +110,7 @@ def _guarded(source: exp.Query, state: TableName, guard: Guard) -> exp.Subquery:
         )
         .from_(source.subquery(ident(names.GUARDED_ALIAS)))
         .join(
-            guard_check(state, guard).subquery(ident(names.GUARD_CHECK_ALIAS)),
+            guard_row.subquery(ident(names.GUARD_CHECK_ALIAS)),
             on=exp.false(),
             join_type="FULL OUTER",
         )
@@ -177,6 +168,18 @@ def _insert_row(columns: Sequence[str]) -> exp.When:
                     exp.cast(exp.null(), exp.DataType.build("STRING")),
                 ]
             ),
+        ),
+    )
+
+
+def _refuse_stale_guard(state: TableName, guard: Guard) -> exp.When:
+    """The last insert clause: the guard source row found no guard row holding `guard.read`."""
+    return exp.When(
+        matched=False,
+        source=False,
+        then=exp.Insert(
+            this=exp.Tuple(expressions=[_guard_column()]),
+            expression=exp.Tuple(expressions=[stale_guard_error(state, guard)]),
         ),
     )
 
@@ -272,9 +275,10 @@ def merge_changes(
         )
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=_updates(plan))))
     whens.append(_insert_row(state_rows.state_table_columns(plan)))
+    whens.append(_refuse_stale_guard(state, guard))
     merge = exp.Merge(
         this=aliased(state.to_table(), names.TARGET_ALIAS),
-        using=_guarded(source, state, guard),
+        using=_guarded(source, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
@@ -420,6 +424,7 @@ def merge_partitions(
         _move_guard(guard),
         _recounted(),
         _insert_row(state_rows.state_table_columns(plan)),
+        _refuse_stale_guard(state, guard),
         exp.When(
             matched=False,
             source=True,
@@ -431,7 +436,7 @@ def merge_partitions(
     ]
     merge = exp.Merge(
         this=aliased(state.to_table(), names.TARGET_ALIAS),
-        using=_guarded(_build_query(plan, versions, rows_filter=in_rows), state, guard),
+        using=_guarded(_build_query(plan, versions, rows_filter=in_rows), guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
@@ -693,10 +698,11 @@ def merge_join_state(
             ),
         ),
         _insert_row([*columns, names.COUNT]),
+        _refuse_stale_guard(relation, guard),
     ]
     merge = exp.Merge(
         this=aliased(relation.to_table(), names.TARGET_ALIAS),
-        using=_guarded(join_states.changes(join_input, signed), relation, guard),
+        using=_guarded(join_states.changes(join_input, signed), guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )

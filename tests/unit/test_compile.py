@@ -795,18 +795,15 @@ def test_conditions_on_the_outer_row_go_into_the_key_join() -> None:
     )
 
 
-def test_guard_check_passes_only_on_the_refresh_id_read() -> None:
-    check = emit.guard_check(STATE, GUARD).sql(dialect="spark")
-    assert check == (
-        "SELECT CASE WHEN MAX(`__ivm_guard`) IS NOT DISTINCT FROM 'r-read' THEN 'r-read' "
-        "ELSE RAISE_ERROR('ivm guard: analytics.my_model__ivm_state no longer holds refresh "
-        "r-read: another refresh committed to it after this one read it') END AS `__ivm_guard` "
-        "FROM `analytics`.`my_model__ivm_state` WHERE NOT `__ivm_guard` IS NULL"
+def test_a_stale_guard_raises_the_error_the_adapter_recognises() -> None:
+    error = emit.stale_guard_error(STATE, GUARD).sql(dialect="spark")
+    assert error == (
+        "RAISE_ERROR('ivm guard: analytics.my_model__ivm_state no longer holds refresh "
+        "r-read: another refresh committed to it after this one read it')"
     )
-    # The adapter recognises the error the check raises.
     from dbt.adapters.spark_ivm.delta import is_concurrent_refresh
 
-    message = check.split("RAISE_ERROR('")[1].split("')")[0]
+    message = error.split("RAISE_ERROR('")[1].split("')")[0]
     assert is_concurrent_refresh(Exception(f"[USER_RAISED_EXCEPTION] {message}"))
 
 
@@ -818,28 +815,33 @@ def test_every_merge_checks_and_moves_the_guard_row() -> None:
     )
     assert isinstance(merge, exp.Merge)
     # The source is the change rows, with a NULL guard, plus the guard source row
-    # (the check), appended by a full join that matches nothing.
+    # holding the refresh id read, appended by a full join that matches nothing.
     source = merge.args["using"]
     assert source.alias == "__ivm_d"
     assert source.this.selects[-1].sql("spark") == "`__ivm_check`.`__ivm_guard`"
     (join,) = source.this.args["joins"]
     assert join.side == "FULL" and join.args["on"] == exp.false()
-    assert join.this.this.sql("spark") == emit.guard_check(STATE, GUARD).sql("spark")
-    # The guard source row meets the guard row in ON (so the check always runs)...
+    assert join.this.this.sql("spark") == "SELECT 'r-read' AS `__ivm_guard`"
+    # The source does not read the state: the MERGE's own match is the check.
+    assert "my_model__ivm_state" not in source.sql("spark")
+    # The guard source row meets the guard row in ON only while it holds r-read...
     assert (
         merge.args["on"]
         .sql("spark")
         .endswith("AND `__ivm_t`.`__ivm_guard` IS NOT DISTINCT FROM `__ivm_d`.`__ivm_guard`")
     )
-    # ... and the first clause moves it to this refresh; model rows are inserted
-    # with a NULL guard, the guard source row never.
-    move, *_, insert = merge.args["whens"].expressions
+    # ... and the first clause then moves it to this refresh; model rows are
+    # inserted with a NULL guard; a guard source row left unmatched (another
+    # refresh moved the guard) reaches the last clause, which raises.
+    move, *_, insert, refuse = merge.args["whens"].expressions
     assert move.sql("spark") == (
         "WHEN MATCHED AND NOT `__ivm_d`.`__ivm_guard` IS NULL "
         "THEN UPDATE SET `__ivm_t`.`__ivm_guard` = 'r-this'"
     )
     assert insert.args["condition"].sql("spark") == "`__ivm_d`.`__ivm_guard` IS NULL"
     assert "CAST(NULL AS STRING)" in insert.sql("spark")
+    assert not refuse.args.get("matched") and refuse.args.get("condition") is None
+    assert emit.stale_guard_error(STATE, GUARD).sql("spark") in refuse.sql("spark")
 
 
 def test_the_state_is_built_with_its_guard_row_and_the_view_leaves_it_out() -> None:
