@@ -327,3 +327,60 @@ class TestGroupAllOrNothing(GroupProject):
         }
         assert commit["commit_id"] in published
         self.assert_published_group_is_consistent(spark, schema)
+
+
+class TestGroupPerFolder(GroupProject):
+    """A group per folder, set once in dbt_project.yml: a failure withholds its folder only.
+
+    by_g and total are in `silver/`, joined and over_by_g in `gold/`; over_by_g
+    reads silver's by_g as by_g's view shows it (docs/consistency-groups.md).
+    """
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {
+            "models": {
+                "+materialized": "ivm",
+                "test": {"silver": {"+ivm_group": "silver"}, "gold": {"+ivm_group": "gold"}},
+            }
+        }
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        files = model_files(queries=GROUP_QUERIES)
+        return {
+            "sources.yml": files["sources.yml"],
+            "silver": {"by_g.sql": files["by_g.sql"], "total.sql": files["total.sql"]},
+            "gold": {"joined.sql": files["joined.sql"], "over_by_g.sql": OVER_BY_G},
+        }
+
+    def test_a_failing_gold_model_withholds_gold_only(self, project, spark, sources):
+        schema = project.test_schema
+        before = self.shown_versions(spark, schema)
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 5, 2.00), (2, 'b', 7, 1.00)")
+        with failing_statements(lambda sql, _: sql.startswith("MERGE") and "joined" in sql):
+            results = run_dbt(["run"], expect_pass=False)
+        messages = {
+            r.node.name: (r.adapter_response or {}).get("_message") or str(r.message)
+            for r in results
+        }
+        shown = self.shown_versions(spark, schema)
+        # silver published its new states, and they equal their queries...
+        for model in ("by_g", "total"):
+            assert shown[model] is not None and shown[model] > before[model], (model, shown)
+            # (the first member to refresh says it waits for the second)
+            assert "withheld" not in messages[model], messages[model]
+            assert_model_matches_sources(spark, schema, model, GROUP_QUERIES[model], ["src", "dim"])
+        # ... while gold's other member kept its view and says why.
+        assert shown["over_by_g"] == before["over_by_g"], shown
+        assert "consistency group 'gold'" in messages["over_by_g"], messages["over_by_g"]
+        assert any(word in messages["over_by_g"] for word in ("withheld", "not yet shown"))
+
+        run_dbt(["run"])
+        after = self.shown_versions(spark, schema)
+        assert after["over_by_g"] > before["over_by_g"], after
+        assert_model_matches_sources(
+            spark, schema, "joined", GROUP_QUERIES["joined"], ["src", "dim"]
+        )
+        over = recorded_state(spark, schema, "over_by_g").sources[f"{schema}.by_g"]
+        assert int(over["version"]) == after["by_g"]
