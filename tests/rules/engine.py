@@ -738,6 +738,16 @@ def _duckdb_statement(tree: exp.Expression) -> exp.Expression:
             target = node.this
             if isinstance(target, exp.Column) and target.table:
                 target.set("table", None)
+        if isinstance(node, exp.When) and isinstance(node.args.get("then"), exp.Insert):
+            raised = node.args["then"].find(exp.Anonymous)
+            if raised is not None and raised.name.upper() == "RAISE_ERROR":
+                # The guard check's insert clause (emit._refuse_stale_guard).
+                # DuckDB evaluates a clause's values for rows it does not
+                # apply to (and folds a constant error() while planning), so
+                # the clause becomes its own way to fail a MERGE.
+                (message,) = raised.expressions
+                node.set("then", exp.var(f"ERROR {message.sql(dialect=DUCKDB)}"))
+                return node
         if isinstance(node, exp.Anonymous) and node.name.upper() == "RAISE_ERROR":
             return exp.Anonymous(this="error", expressions=node.expressions)
         if isinstance(node, exp.Create) and node.args.get("properties") is not None:
