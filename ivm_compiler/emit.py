@@ -18,7 +18,7 @@ of the state leave it out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -26,7 +26,8 @@ from sqlglot.errors import ParseError
 
 from ivm_compiler import changes, join_states, key_bounds, names, reads, state_rows
 from ivm_compiler.compile import view_class_rule
-from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
+from ivm_compiler.plan import MergeRule, StateColumn, ViewClass, ViewPlan
+from ivm_compiler.rules import floating, moments
 from ivm_compiler.sql import (
     DIALECT,
     TableName,
@@ -152,19 +153,30 @@ def _move_guard(guard: Guard) -> exp.When:
     )
 
 
-def _insert_row(columns: Sequence[str]) -> exp.When:
-    """WHEN NOT MATCHED THEN INSERT a model row (never the guard source row: it always matches)."""
+def _insert_row(
+    columns: Sequence[str],
+    values: Mapping[str, exp.Expr] | None = None,
+    condition: exp.Expr | None = None,
+) -> exp.When:
+    """WHEN NOT MATCHED THEN INSERT a model row (never the guard source row: it always matches).
+
+    Each column takes the source row's column of the same name, or its `values`
+    entry; `condition` narrows the rows inserted.
+    """
+    values = values or {}
     return exp.When(
         matched=False,
         source=False,
-        condition=_is_guard_row(names.CHANGE_ALIAS, guard_row=False),
+        condition=exp.and_(_is_guard_row(names.CHANGE_ALIAS, guard_row=False), condition)
+        if condition is not None
+        else _is_guard_row(names.CHANGE_ALIAS, guard_row=False),
         then=exp.Insert(
             this=exp.Tuple(
                 expressions=[exp.column(n, quoted=True) for n in (*columns, names.GUARD)]
             ),
             expression=exp.Tuple(
                 expressions=[
-                    *(_source_column(n) for n in columns),
+                    *(values.get(n, _source_column(n)) for n in columns),
                     exp.cast(exp.null(), exp.DataType.build("STRING")),
                 ]
             ),
@@ -173,10 +185,15 @@ def _insert_row(columns: Sequence[str]) -> exp.When:
 
 
 def _refuse_stale_guard(state: TableName, guard: Guard) -> exp.When:
-    """The last insert clause: the guard source row found no guard row holding `guard.read`."""
+    """The last insert clause: the guard source row found no guard row holding `guard.read`.
+
+    Conditioned on the guard source row, so a change row no clause inserts
+    (a moments' change whose parts cancel) is left alone, not taken for it.
+    """
     return exp.When(
         matched=False,
         source=False,
+        condition=_is_guard_row(names.CHANGE_ALIAS),
         then=exp.Insert(
             this=exp.Tuple(expressions=[_guard_column()]),
             expression=exp.Tuple(expressions=[stale_guard_error(state, guard)]),
@@ -274,7 +291,19 @@ def merge_changes(
             exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
         )
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=_updates(plan))))
-    whens.append(_insert_row(state_rows.state_table_columns(plan)))
+    # A new state row is its change merged into an empty row.
+    first_values = {
+        c.name: _merged(c, lambda _: exp.null(), _source_column)
+        for c in plan.value_columns
+        if c.rule in COMBINED_RULES
+    }
+    # A row the state lacks had no rows, so its change counts what it has now;
+    # all but a moments' change (its inserted and removed parts are carried
+    # apart, rules/moments.py) are dropped by the change query when that is 0.
+    has_rows = None
+    if any(c.rule is MergeRule.CHANGE_ONLY for c in plan.state_columns):
+        has_rows = exp.NEQ(this=_source_column(names.COUNT), expression=exp.Literal.number(0))
+    whens.append(_insert_row(state_rows.state_table_columns(plan), first_values, has_rows))
     whens.append(_refuse_stale_guard(state, guard))
     merge = exp.Merge(
         this=aliased(state.to_table(), names.TARGET_ALIAS),
@@ -338,8 +367,23 @@ def _reading_staged(query: exp.Query, staged: str) -> exp.Query:
     return query
 
 
+# The rules whose new value reads several of the row's columns (rules/floating.py, rules/moments.py).
+COMBINED_RULES = (MergeRule.COMPENSATED_SUM, MergeRule.SUM_ERROR, MergeRule.MOMENT)
+
+
+def _merged(
+    column: StateColumn,
+    stored: Callable[[str], exp.Expr],
+    change: Callable[[str], exp.Expr],
+) -> exp.Expr:
+    """A COMBINED_RULES column's new value, from the stored row's columns and the change row's."""
+    if column.rule is MergeRule.MOMENT:
+        return moments.merged(column, stored, change)
+    return floating.merged(column, stored, change)
+
+
 def _updates(plan: ViewPlan) -> list[exp.Expr]:
-    """A matched state row's new values: stored + change, or recomputed (MergeRule)."""
+    """A matched state row's new values: stored + change, combined, or recomputed (MergeRule)."""
     touched_flags = {p.slot: p.touched_flag for p in plan.preaggregations}
     updates: list[exp.Expr] = []
     for column in plan.value_columns:
@@ -353,6 +397,10 @@ def _updates(plan: ViewPlan) -> list[exp.Expr]:
             )
             value = exp.If(this=touched, true=change, false=stored)
             updates.append(exp.EQ(this=_target_column(column.name), expression=value))
+            continue
+        if column.rule in COMBINED_RULES:
+            combined = _merged(column, _target_column, _source_column)
+            updates.append(exp.EQ(this=_target_column(column.name), expression=combined))
             continue
         if column.rule is MergeRule.ADD_NULLABLE:
             stored = exp.Coalesce(this=stored, expressions=[exp.Literal.number(0)])

@@ -37,6 +37,56 @@ def non_null_count_of(argument_index: int) -> str:
     return f"{RESERVED_PREFIX}nn_a{argument_index}"
 
 
+# A floating-point argument's non-finite values, counted apart from its sum
+# and moments (rules/floating.py).
+def nan_count_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}nan_a{argument_index}"
+
+
+def positive_infinity_count_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}pinf_a{argument_index}"
+
+
+def negative_infinity_count_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}ninf_a{argument_index}"
+
+
+def sum_error_of(argument_index: int) -> str:
+    """The rounding error of a floating-point sum's column, kept to add back (rules/floating.py)."""
+    return f"{RESERVED_PREFIX}err_a{argument_index}"
+
+
+# An argument's moments (rules/moments.py): the count, mean and sum of squared
+# deviations of its finite values; and on change rows, those of the inserted
+# values (under the same names and `added_count_of`) and of the removed ones.
+def moment_count_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}mn_a{argument_index}"
+
+
+def mean_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}mean_a{argument_index}"
+
+
+def squared_deviations_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}m2_a{argument_index}"
+
+
+def added_count_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}mn_added_a{argument_index}"
+
+
+def removed_count_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}mn_removed_a{argument_index}"
+
+
+def removed_mean_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}mean_removed_a{argument_index}"
+
+
+def removed_squared_deviations_of(argument_index: int) -> str:
+    return f"{RESERVED_PREFIX}m2_removed_a{argument_index}"
+
+
 def is_reserved(name: str) -> bool:
     return name.lower().startswith(RESERVED_PREFIX)
 

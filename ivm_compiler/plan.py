@@ -50,6 +50,16 @@ class MergeRule(str, Enum):
     # recomputed from the group's pre-aggregation rows whenever the refresh
     # touched them (its touched flag is set); otherwise the stored value stays.
     RECOMPUTED = "recomputed"
+    # A floating-point sum (rules/floating.py): stored + change, the addition's
+    # rounding error added to its SUM_ERROR column, so deletes cancel exactly
+    # what inserts added instead of leaving their rounding behind.
+    COMPENSATED_SUM = "compensated_sum"
+    SUM_ERROR = "sum_error"
+    # A mean or sum of squared deviations (rules/moments.py): the change's
+    # inserted and removed values combined into the stored moments.
+    MOMENT = "moment"
+    # On change rows only, never stored: the removed values' moments.
+    CHANGE_ONLY = "change_only"
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,9 @@ class StateColumn:
     change: exp.Expr
     # RECOMPUTED columns only: the pre-aggregation that recomputes it.
     preaggregation: int | None = None
+    # COMPENSATED_SUM, SUM_ERROR and MOMENT columns: the aggregate argument
+    # whose other columns their merge reads.
+    argument: int | None = None
 
 
 @dataclass(frozen=True)
@@ -236,4 +249,7 @@ class ViewPlan:
 
     @property
     def value_columns(self) -> tuple[StateColumn, ...]:
-        return tuple(c for c in self.state_columns if c.rule is not MergeRule.KEY)
+        """The stored columns a change updates."""
+        return tuple(
+            c for c in self.state_columns if c.rule not in (MergeRule.KEY, MergeRule.CHANGE_ONLY)
+        )

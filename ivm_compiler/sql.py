@@ -260,3 +260,30 @@ def equality_sides(
     if a_uses and b_uses and b_uses <= one_side and a_uses == {other_side}:
         return b, a
     return None
+
+
+def _operand(value: exp.Expr) -> exp.Expr:
+    # sqlglot prints a tree as it is, without adding parentheses for precedence:
+    # Sub(a, Sub(b, c)) prints `a - b - c`. Arithmetic operands are wrapped here.
+    return exp.paren(value, copy=False) if isinstance(value, (exp.Binary, exp.Neg)) else value
+
+
+def plus(left: exp.Expr, right: exp.Expr) -> exp.Expr:
+    """left + right, each side parenthesized when it is an operation.
+
+    >>> minus(exp.column("a"), plus(exp.column("b"), exp.column("c"))).sql()
+    'a - (b + c)'
+    """
+    return exp.Add(this=_operand(left), expression=_operand(right))
+
+
+def minus(left: exp.Expr, right: exp.Expr) -> exp.Expr:
+    return exp.Sub(this=_operand(left), expression=_operand(right))
+
+
+def times(left: exp.Expr, right: exp.Expr) -> exp.Expr:
+    return exp.Mul(this=_operand(left), expression=_operand(right))
+
+
+def divided(left: exp.Expr, right: exp.Expr) -> exp.Expr:
+    return exp.Div(this=_operand(left), expression=_operand(right))

@@ -25,7 +25,7 @@ from ivm_compiler.sql import TableName
 
 def state_table_columns(plan: ViewPlan) -> list[str]:
     """Every column of the state table, in order: group rows' columns, then pre-aggregations'."""
-    columns = [c.name for c in plan.state_columns]
+    columns = [c.name for c in plan.state_columns if c.rule is not MergeRule.CHANGE_ONLY]
     if plan.preaggregations:
         columns.append(names.SLOT)
         columns.extend(p.value_column for p in plan.preaggregations)
@@ -33,8 +33,9 @@ def state_table_columns(plan: ViewPlan) -> list[str]:
 
 
 def change_columns(plan: ViewPlan) -> list[str]:
-    """The change query's columns: the state table's, then each pre-aggregation's touched flag."""
-    return state_table_columns(plan) + [p.touched_flag for p in plan.preaggregations]
+    """The change query's columns: the state table's, those of change rows only, touched flags."""
+    change_only = [c.name for c in plan.state_columns if c.rule is MergeRule.CHANGE_ONLY]
+    return state_table_columns(plan) + change_only + [p.touched_flag for p in plan.preaggregations]
 
 
 def in_state_order(plan: ViewPlan, values: Mapping[str, exp.Expr]) -> list[exp.Expr]:
@@ -52,20 +53,25 @@ def in_change_order(plan: ViewPlan, values: Mapping[str, exp.Expr]) -> list[exp.
     ]
 
 
-def additive_columns(plan: ViewPlan) -> list[StateColumn]:
-    """The value columns a change adds to (all but the RECOMPUTED ones)."""
-    return [c for c in plan.value_columns if c.rule is not MergeRule.RECOMPUTED]
+def changing_columns(plan: ViewPlan) -> list[StateColumn]:
+    """The columns whose change is computed from the change rows alone (not RECOMPUTED).
+
+    A group whose values here are all 0 or NULL did not change.
+    """
+    return [c for c in plan.state_columns if c.rule not in (MergeRule.KEY, MergeRule.RECOMPUTED)]
 
 
 def group_select(plan: ViewPlan, rows: str, from_changes: bool) -> exp.Select:
     """One row per group of `rows` (a CTE's name): each state column's build or change value.
 
-    RECOMPUTED columns have no change value here (rules/extremes.py).
+    RECOMPUTED columns have no change value here (rules/extremes.py), and
+    CHANGE_ONLY columns no build value.
     """
+    skipped = MergeRule.RECOMPUTED if from_changes else MergeRule.CHANGE_ONLY
     columns = [
         exp.alias_((c.change if from_changes else c.build).copy(), c.name, quoted=True)
         for c in plan.state_columns
-        if not (from_changes and c.rule is MergeRule.RECOMPUTED)
+        if c.rule is not skipped
     ]
     select = exp.select(*columns).from_(exp.to_table(rows, quoted=True))
     if plan.keys:
@@ -133,6 +139,6 @@ def change_query(
     """
     changes = signed_rows(plan, ranges, bounds, join_reads)
     select = group_select(plan, names.CHANGES_CTE, from_changes=True).having(
-        nonzero([c.change.copy() for c in additive_columns(plan)])
+        nonzero([c.change.copy() for c in changing_columns(plan)])
     )
     return select.with_(names.CHANGES_CTE, as_=changes)

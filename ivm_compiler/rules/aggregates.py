@@ -6,7 +6,9 @@ For each distinct argument x the state keeps
 COUNT(x) reads the non-NULL count; SUM(x) is NULL when that count is zero
 (Spark's SUM over only NULLs); AVG(x) is the sum over the count, computed the
 way Spark's Average computes it, so the view equals the query exactly for
-integral and decimal inputs.
+integral and decimal inputs. A floating-point x keeps a compensated sum and
+counts of its NaN and infinities instead (rules/floating.py), and STDDEV/VAR
+keep x's moments (rules/moments.py).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from sqlglot import exp
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.plan import MergeRule, StateColumn
+from ivm_compiler.rules import floating, moments
 from ivm_compiler.rules.counting import sign
-from ivm_compiler.sql import DIALECT
+from ivm_compiler.sql import DIALECT, divided
 
 # Spark's Average divides a decimal sum by the count cast to this type.
 LONG_DECIMAL = exp.DataType.build("DECIMAL(20, 0)")
@@ -34,16 +37,26 @@ class ArgumentState:
     argument: exp.Expr
     needs_sum: bool = False
     needs_count: bool = False
-    # Aggregates kept through a pre-aggregation: any of "MIN", "MAX", "COUNT".
+    # STDDEV or VARIANCE (rules/moments.py).
+    needs_moments: bool = False
+    # Recomputed, not summed: MIN, MAX, COUNT(DISTINCT) (rules/extremes.py).
     recomputed: frozenset[str] = frozenset()
+    # Spark sums it as a DOUBLE (FLOAT, DOUBLE, or a STRING it casts): set
+    # from the type probe (view_classes/aggregate.py).
+    is_floating: bool = False
 
     @property
     def flat(self) -> exp.Column:
         return exp.column(names.argument(self.index), quoted=True)
 
+    @property
+    def needs_sum_type(self) -> bool:
+        """Whether the type probe must say how Spark sums it (a DOUBLE sum means floating point)."""
+        return self.needs_sum or self.needs_moments
+
     def columns(self) -> list[StateColumn]:
-        """The additive state of this argument (its non-NULL count and sum), as needed."""
-        if not (self.needs_count or self.needs_sum):
+        """The state of this argument: its non-NULL count, sum and moments, as needed."""
+        if not (self.needs_count or self.needs_sum or self.needs_moments):
             return []
         non_null = exp.Not(this=exp.Is(this=self.flat, expression=exp.Null()))
         columns = [
@@ -56,7 +69,9 @@ class ArgumentState:
                 ),
             )
         ]
-        if self.needs_sum:
+        if self.is_floating:
+            columns += floating.columns(self.index, self.flat, self.needs_sum)
+        elif self.needs_sum:
             # -x rather than x * sign: negation keeps x's type, so the delta's
             # SUM has exactly the type of the build's SUM.
             signed_argument = exp.If(
@@ -72,6 +87,8 @@ class ArgumentState:
                     change=exp.Sum(this=signed_argument),
                 )
             )
+        if self.needs_moments:
+            columns += moments.columns(self.index, self.flat, self.is_floating)
         return columns
 
 
@@ -82,10 +99,14 @@ def arguments_of(model: str, expressions: list[exp.Expr]) -> dict[str, ArgumentS
     >>> q = sqlglot.parse_one("select sum(x), avg(x), min(y), count(distinct y) from t")
     >>> [(k, a.needs_sum, sorted(a.recomputed)) for k, a in arguments_of("m", q.expressions).items()]
     [('x', True, []), ('y', False, ['COUNT', 'MIN'])]
+    >>> arguments_of("m", [sqlglot.parse_one("stddev(x)")])["x"].needs_moments
+    True
     """
     found: dict[str, ArgumentState] = {}
     for expression in expressions:
-        for call in expression.find_all(exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max):
+        for call in expression.find_all(
+            exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, *moments.AGGREGATES
+        ):
             if isinstance(call, exp.Count) and isinstance(call.this, exp.Star):
                 continue
             argument = argument_of(model, call)
@@ -102,6 +123,7 @@ def arguments_of(model: str, expressions: list[exp.Expr]) -> dict[str, ArgumentS
                 needs_sum=previous.needs_sum or isinstance(call, (exp.Sum, exp.Avg)),
                 needs_count=previous.needs_count
                 or (isinstance(call, exp.Count) and not isinstance(call.this, exp.Distinct)),
+                needs_moments=previous.needs_moments or isinstance(call, moments.AGGREGATES),
                 recomputed=frozenset(recomputed),
             )
     return found
@@ -144,13 +166,16 @@ def finalize_count(argument_index: int) -> exp.Expr:
     return state_column(names.non_null_count_of(argument_index))
 
 
-def finalize_sum(argument_index: int) -> exp.Expr:
-    return _null_unless_rows(
-        names.non_null_count_of(argument_index), state_column(names.sum_of(argument_index))
-    )
+def finalize_sum(argument_index: int, is_floating: bool = False) -> exp.Expr:
+    total: exp.Expr = state_column(names.sum_of(argument_index))
+    if is_floating:
+        total = floating.with_non_finite(argument_index, floating.finite_sum(argument_index))
+    return _null_unless_rows(names.non_null_count_of(argument_index), total)
 
 
-def finalize_avg(argument_index: int, avg_type: exp.DataType) -> exp.Expr:
+def finalize_avg(
+    argument_index: int, avg_type: exp.DataType, is_floating: bool = False
+) -> exp.Expr:
     """AVG as Spark's Average evaluates it, from the stored sum and non-NULL count.
 
     >>> finalize_avg(0, exp.DataType.build("DOUBLE")).sql(dialect="spark")
@@ -158,6 +183,12 @@ def finalize_avg(argument_index: int, avg_type: exp.DataType) -> exp.Expr:
     """
     total = state_column(names.sum_of(argument_index))
     rows = state_column(names.non_null_count_of(argument_index))
+    if is_floating:
+        mean = divided(floating.finite_sum(argument_index), exp.cast(rows, floating.DOUBLE))
+        return _null_unless_rows(
+            names.non_null_count_of(argument_index),
+            floating.with_non_finite(argument_index, mean),
+        )
     if avg_type.is_type(*exp.DataType.REAL_TYPES) and avg_type.this == exp.DataType.Type.DECIMAL:
         quotient: exp.Expr = exp.cast(
             exp.Div(this=total, expression=exp.cast(rows, LONG_DECIMAL)), avg_type

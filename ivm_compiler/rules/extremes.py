@@ -29,7 +29,7 @@ from ivm_compiler.reads import VersionRange
 from ivm_compiler.rules.aggregates import ArgumentState
 from ivm_compiler.sql import TableName, ident, union_all
 from ivm_compiler.state_rows import (
-    additive_columns,
+    changing_columns,
     group_select,
     in_change_order,
     in_state_order,
@@ -156,7 +156,7 @@ def change_query(
     ]
     changed_groups = [
         nonzero(
-            [exp.column(c.name, table=ident(main), quoted=True) for c in additive_columns(plan)]
+            [exp.column(c.name, table=ident(main), quoted=True) for c in changing_columns(plan)]
         )
     ]
     group_values: dict[str, exp.Expr] = {

@@ -9,15 +9,18 @@ state columns (the finalizer). Without GROUP BY (GLOBAL_AGGREGATE) the state
 has exactly one group row, kept even when the sources are empty, because
 the query answers one row then too.
 
-Which aggregates are maintained exactly is asked of Spark: one DESCRIBE
-QUERY of a probe gives the types of the keys (which must be comparable),
-of each SUM (floating point, and DECIMAL(38, s > 6), are refused: their
-stored sums would drift) and of each AVG (its result type).
+Which aggregates are maintained, and how, is asked of Spark: one DESCRIBE
+QUERY of a probe gives the types of the keys (which must be comparable), of
+each SUM (a DOUBLE sum means a floating-point argument, kept by
+rules/floating.py; a DECIMAL(38, s > 6) sum is refused: its stored sum would
+drift) and of each AVG (its result type). STDDEV and VARIANCE keep moments
+(rules/moments.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from sqlglot import exp
 
@@ -26,7 +29,7 @@ from ivm_compiler.changes import JoinReads
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.plan import OutputColumn, PreAggregation, StateColumn, ViewClass, ViewPlan
 from ivm_compiler.reads import VersionRange
-from ivm_compiler.rules import aggregates, counting, extremes, semi_joins
+from ivm_compiler.rules import aggregates, counting, extremes, moments, semi_joins
 from ivm_compiler.sql import DIALECT, TableName, ident
 from ivm_compiler.view_classes.flattening import (
     distinct_expressions,
@@ -81,7 +84,8 @@ def plan(model: QualifiedModel) -> ViewPlan:
     key_columns = [counting.key_column(i) for i in range(len(keys))]
     aggregated = projections + ([having.this] if having else [])
     arguments = aggregates.arguments_of(model.model, aggregated)
-    avg_types = _probe_types(model, keys, aggregated, arguments)
+    avg_types, floating_point = _probe_types(model, keys, aggregated, arguments)
+    arguments = {key: replace(a, is_floating=key in floating_point) for key, a in arguments.items()}
     rewrite = _finalizer(model.model, keys, key_columns, arguments, avg_types)
     outputs = tuple(
         OutputColumn(name=name, data_type=data_type, expression=rewrite(p))
@@ -141,26 +145,33 @@ def _probe_types(
     keys: list[exp.Expr],
     expressions: list[exp.Expr],
     arguments: dict[str, aggregates.ArgumentState],
-) -> dict[str, exp.DataType]:
-    """Ask Spark the types that decide what can be maintained; return AVG's result types.
+) -> tuple[dict[str, exp.DataType], frozenset[str]]:
+    """Ask Spark the types that decide what can be maintained, and how.
 
     One DESCRIBE QUERY over the source gives the type of every group key (which
-    must be comparable), of SUM(x) for every summed x (a DOUBLE sum means x is
-    floating point), and of AVG(x) for every averaged x.
+    must be comparable), of SUM(x) for every summed x and every x of STDDEV or
+    VARIANCE (a DOUBLE sum means x is floating point), and of AVG(x) for every
+    averaged x. Returns AVG's result types and the floating-point arguments.
     """
     averaged = {call.this.sql(dialect=DIALECT) for e in expressions for call in e.find_all(exp.Avg)}
     qualified = model.qualified
     assert isinstance(qualified, exp.Select)
     probe = _type_probe(qualified, keys, arguments, averaged)
     if probe is None:
-        return {}
+        return {}, frozenset()
     types = dict(model.describe_query(probe.sql(dialect=DIALECT)))
     _refuse_probed_types(model.model, keys, arguments, types)
-    return {
+    avg_types = {
         key: exp.DataType.build(types[f"avg_{a.index}"], dialect=DIALECT)
         for key, a in arguments.items()
         if key in averaged
     }
+    floating_point = frozenset(
+        key
+        for key, a in arguments.items()
+        if a.needs_sum_type and types[f"sum_{a.index}"].lower() == "double"
+    )
+    return avg_types, floating_point
 
 
 def _type_probe(
@@ -176,7 +187,7 @@ def _type_probe(
     probe_columns += [
         exp.alias_(exp.Sum(this=a.argument.copy()), f"sum_{a.index}")
         for a in arguments.values()
-        if a.needs_sum
+        if a.needs_sum_type
     ]
     probe_columns += [
         exp.alias_(exp.Avg(this=a.argument.copy()), f"avg_{a.index}")
@@ -205,7 +216,7 @@ def _refuse_probed_types(
     arguments: dict[str, aggregates.ArgumentState],
     types: Mapping[str, str],
 ) -> None:
-    """Refuse keys and MIN/MAX arguments Spark cannot compare, and sums it cannot keep exactly."""
+    """Refuse keys and MIN/MAX arguments Spark cannot compare, and decimal sums it cannot add exactly."""
     refuse_incomparable_keys(
         model,
         [(key.sql(dialect=DIALECT), types[f"key_{i}"]) for i, key in enumerate(keys)],
@@ -221,15 +232,6 @@ def _refuse_probed_types(
         "MIN/MAX/COUNT(DISTINCT) argument",
     )
     for argument in (a for a in arguments.values() if a.needs_sum):
-        if types[f"sum_{argument.index}"].lower() == "double":
-            shown = argument.argument.sql(dialect=DIALECT)
-            raise NotMaintainable(
-                model,
-                f"SUM/AVG over the floating-point expression {shown} (adding and subtracting "
-                "floating-point values drifts from a recomputation, for good)",
-                f"cast it to a DECIMAL, e.g. SUM(CAST({shown} AS DECIMAL(38, 6))), or "
-                + FALLBACK_HINT,
-            )
         _refuse_inexact_decimal_sum(model, argument, types[f"sum_{argument.index}"])
 
 
@@ -274,6 +276,7 @@ def _finalizer(
     arguments: dict[str, aggregates.ArgumentState],
     avg_types: dict[str, exp.DataType],
 ) -> Callable[[exp.Expr], exp.Expr]:
+    # One branch per maintained aggregate: the view reads its state columns.
     """Rewrite an output (or HAVING) expression of an aggregate query over state columns."""
     key_names = {key.sql(dialect=DIALECT): column.name for key, column in zip(keys, key_columns)}
 
@@ -283,9 +286,13 @@ def _finalizer(
             return aggregates.state_column(key_name)
         if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
             return aggregates.finalize_count_star()
+        if isinstance(node, moments.AGGREGATES):
+            argument = arguments[aggregates.argument_of(model, node).sql(dialect=DIALECT)]
+            return moments.finalize(node, argument.index, argument.is_floating)
         if isinstance(node, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
             key = aggregates.argument_of(model, node).sql(dialect=DIALECT)
             index = arguments[key].index
+            is_floating = arguments[key].is_floating
             if isinstance(node, exp.Min):
                 return aggregates.state_column(extremes.state_name("MIN", index))
             if isinstance(node, exp.Max):
@@ -295,8 +302,8 @@ def _finalizer(
             if isinstance(node, exp.Count):
                 return aggregates.finalize_count(index)
             if isinstance(node, exp.Sum):
-                return aggregates.finalize_sum(index)
-            return aggregates.finalize_avg(index, avg_types[key])
+                return aggregates.finalize_sum(index, is_floating)
+            return aggregates.finalize_avg(index, avg_types[key], is_floating)
         return node
 
     def rewrite(expression: exp.Expr) -> exp.Expr:

@@ -181,6 +181,19 @@ EXTRA_QUERIES = {
     "string_extremes": (
         "select k, min(g) as mn, max(g) as mx, count(distinct g) as n from {src} group by k"
     ),
+    # STDDEV/VARIANCE of integral and decimal values (moments), grouped and global ...
+    "moments_grouped": (
+        "select g, stddev(v) as sd, var_pop(v) as vp, stddev_pop(d) as sdp, variance(d) as vs, "
+        "count(*) as n from {src} group by g"
+    ),
+    "moments_global": (
+        "select stddev_samp(v) as sd, var_samp(d) as vs, avg(v) as av, count(*) as n from {src}"
+    ),
+    # ... and SUM/AVG/STDDEV of DOUBLE values that round (a compensated sum).
+    "floating_sums": (
+        "select k, sum(cast(v as double) / 3) as s, avg(cast(d as double) * 10) as a, "
+        "stddev(cast(v as double) / 3) as sd from {src} group by k"
+    ),
     # Windows: ranks over a WHERE that updates cross (ties share a rank) ...
     "window_ranked": (
         "select id, g, v, rank() over (partition by g order by v desc) as r, "

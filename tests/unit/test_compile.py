@@ -840,7 +840,9 @@ def test_every_merge_checks_and_moves_the_guard_row() -> None:
     )
     assert insert.args["condition"].sql("spark") == "`__ivm_d`.`__ivm_guard` IS NULL"
     assert "CAST(NULL AS STRING)" in insert.sql("spark")
-    assert not refuse.args.get("matched") and refuse.args.get("condition") is None
+    # Only the guard source row: a change row no clause inserts is left alone.
+    assert not refuse.args.get("matched")
+    assert refuse.args["condition"].sql("spark") == "NOT `__ivm_d`.`__ivm_guard` IS NULL"
     assert emit.stale_guard_error(STATE, GUARD).sql("spark") in refuse.sql("spark")
 
 
@@ -858,3 +860,23 @@ def test_the_state_is_built_with_its_guard_row_and_the_view_leaves_it_out() -> N
     assert all(isinstance(v, exp.Null) for v in values.values())
     view = emit.view_query(plan, STATE).sql("spark")
     assert "WHERE `__ivm_guard` IS NULL" in view
+
+
+def test_a_moments_change_whose_parts_cancel_inserts_no_row() -> None:
+    """A group the state lacks, inserted and deleted in one window: its STDDEV change carries
+    its inserted and removed values apart, so the change row exists, with a count of 0."""
+    sql = "SELECT customer, STDDEV(qty) AS sd FROM shop.orders GROUP BY customer"
+    plan, _ = compile_with(
+        sql,
+        [("customer", "string"), ("sd", "double")],
+        [("key_0", "string"), ("sum_0", "bigint")],
+    )
+    merge = sqlglot.parse_one(
+        emit.merge_changes(plan, STATE, {ORDERS_TABLE: Window(recorded=1, pinned=2)}, GUARD),
+        read="spark",
+    )
+    *_, insert, refuse = merge.args["whens"].expressions
+    assert insert.args["condition"].sql("spark") == (
+        "`__ivm_d`.`__ivm_guard` IS NULL AND `__ivm_d`.`__ivm_count` <> 0"
+    )
+    assert refuse.args["condition"] is not None

@@ -21,7 +21,7 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.impl import SparkAdapter
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
-from dbt.adapters.spark_ivm import __version__
+from dbt.adapters.spark_ivm import __version__, comparison
 from dbt.adapters.spark_ivm.config import (
     validate_model_config,
     validate_relation_name,
@@ -330,6 +330,24 @@ class SparkIvmAdapter(SparkAdapter):
         """
         properties = self._view_properties(relation)
         return properties.get(QUERY_AT_VERSIONS_PROPERTY) or self._model_sql(relation, properties)
+
+    @available
+    def ivm_comparison_query(
+        self,
+        relation: BaseRelation,
+        relative_tolerance: float = comparison.DEFAULT_RELATIVE_TOLERANCE,
+        absolute_tolerance: float = 0.0,
+    ) -> str:
+        """The ivm_matches_query test's query: one row when the model differs from its query.
+
+        FLOAT and DOUBLE columns are compared within the tolerances (comparison.py).
+        """
+        try:
+            tolerance = comparison.tolerance(str(relation), relative_tolerance, absolute_tolerance)
+        except ValueError as error:
+            raise CompilationError(str(error)) from None
+        columns = [(c.name, c.dtype) for c in self.get_columns_in_relation(relation)]
+        return comparison.query(str(relation), self.ivm_model_query(relation), columns, tolerance)
 
     def _model_sql(self, relation: BaseRelation, properties: dict[str, str] | None = None) -> str:
         """The compiled SQL an ivm model's view was last built from."""

@@ -1,0 +1,196 @@
+"""SUM and AVG over floating-point arguments: a compensated sum and counts of non-finite values.
+
+Spark adds DOUBLEs in whatever order its tasks meet them, so two
+recomputations of one SUM may differ in the last bits; a refresh stays within
+that, where a plain stored sum would not, for two reasons:
+
+- Rounding that a delete does not undo. Add 1e17, then (in a later refresh)
+  1.0, and a stored sum reads 1e17: the 1.0 was rounded away. Delete the
+  1e17 and it reads 0.0 where the query says 1.0. So the sum is kept as a
+  pair: every MERGE adds the change to the sum column and the exact rounding
+  error of that addition (Knuth's TwoSum) to an error column, and the
+  aggregate reads sum + error. Across refreshes the pair holds the exact sum
+  of the changes; within one change the rows are summed by Spark's SUM, as a
+  recomputation sums them.
+- NaN and the infinities. Once added, no subtraction removes them (NaN - NaN
+  and inf - inf are NaN). They are counted instead, the sum holds the finite
+  values only, and the result follows Spark's arithmetic: NaN when the group
+  has a NaN or both infinities, else the infinity it has, else the sum.
+
+These counts also decide STDDEV and VARIANCE over a floating-point argument
+(rules/moments.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from ivm_compiler import names
+from ivm_compiler.plan import MergeRule, StateColumn
+from ivm_compiler.rules.counting import sign
+from ivm_compiler.sql import minus, plus
+
+DOUBLE = exp.DataType.build("DOUBLE")
+
+# The stored value of a state column by name (the MERGE target's, or NULL for a new row),
+# and the change row's.
+Columns = Callable[[str], exp.Expr]
+
+
+def double(value: str) -> exp.Expr:
+    """A DOUBLE constant Spark and DuckDB both read: 'NaN', 'Infinity', '-Infinity' or a number."""
+    return exp.cast(exp.Literal.string(value), DOUBLE)
+
+
+def as_double(argument: exp.Expr) -> exp.Expr:
+    return exp.cast(argument.copy(), DOUBLE)
+
+
+def is_nan(value: exp.Expr) -> exp.Expr:
+    return exp.IsNan(this=value.copy())
+
+
+def finite(value: exp.Expr) -> exp.Expr:
+    """The value is a finite number (neither NULL, NaN nor an infinity).
+
+    >>> finite(exp.column("x")).sql(dialect="spark")
+    "NOT ISNAN(x) AND ABS(x) <> CAST('Infinity' AS DOUBLE)"
+    """
+    return exp.and_(
+        exp.Not(this=is_nan(value)),
+        exp.NEQ(this=exp.Abs(this=value.copy()), expression=double("Infinity")),
+    )
+
+
+def _count_if(condition: exp.Expr, weight: exp.Expr) -> exp.Expr:
+    return exp.Sum(this=exp.If(this=condition, true=weight, false=exp.Literal.number(0)))
+
+
+def _non_finite_kinds(value: exp.Expr) -> list[tuple[Callable[[int], str], exp.Expr]]:
+    return [
+        (names.nan_count_of, is_nan(value)),
+        (
+            names.positive_infinity_count_of,
+            exp.EQ(this=value.copy(), expression=double("Infinity")),
+        ),
+        (
+            names.negative_infinity_count_of,
+            exp.EQ(this=value.copy(), expression=double("-Infinity")),
+        ),
+    ]
+
+
+def columns(index: int, argument: exp.Expr, needs_sum: bool) -> list[StateColumn]:
+    """The non-finite counts of a floating-point argument and, for SUM/AVG, its compensated sum."""
+    value = as_double(argument)
+    state = [
+        StateColumn(
+            name=name(index),
+            rule=MergeRule.ADD,
+            # COUNT, not SUM: a global aggregate over no rows must store 0, not NULL.
+            build=exp.Count(
+                this=exp.If(this=condition, true=exp.Literal.number(1), false=exp.null()),
+                big_int=True,
+            ),
+            change=_count_if(condition.copy(), sign()),
+        )
+        for name, condition in _non_finite_kinds(value)
+    ]
+    if needs_sum:
+        finite_value = exp.If(this=finite(value), true=value.copy(), false=exp.null())
+        signed = exp.If(
+            this=exp.GT(this=sign(), expression=exp.Literal.number(0)),
+            true=finite_value,
+            false=exp.Neg(this=finite_value.copy()),
+        )
+        state += [
+            StateColumn(
+                name=names.sum_of(index),
+                rule=MergeRule.COMPENSATED_SUM,
+                build=exp.Sum(this=finite_value.copy()),
+                change=exp.Sum(this=signed),
+                argument=index,
+            ),
+            StateColumn(
+                name=names.sum_error_of(index),
+                rule=MergeRule.SUM_ERROR,
+                build=double("0"),
+                change=double("0"),
+                argument=index,
+            ),
+        ]
+    return state
+
+
+def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:
+    """The new sum, or its new error: stored + change, the addition's rounding error kept.
+
+    TwoSum: for s = a + b rounded, b' = s - a, the error is exactly
+    (a - (s - b')) + (b - b'), so a + b = s + error with no rounding.
+    """
+    assert column.argument is not None
+    stored_sum = zero_if_null(stored(names.sum_of(column.argument)))
+    change_sum = zero_if_null(change(names.sum_of(column.argument)))
+    total = plus(stored_sum, change_sum)
+    if column.rule is MergeRule.COMPENSATED_SUM:
+        return total
+    assert column.rule is MergeRule.SUM_ERROR
+    added = minus(total.copy(), stored_sum.copy())
+    error = plus(
+        minus(stored_sum.copy(), minus(total.copy(), added.copy())),
+        minus(change_sum.copy(), added.copy()),
+    )
+    return plus(zero_if_null(stored(names.sum_error_of(column.argument))), error)
+
+
+def zero_if_null(value: exp.Expr) -> exp.Expr:
+    return exp.Coalesce(this=value, expressions=[double("0")])
+
+
+def _state(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
+
+
+def _positive(count: str) -> exp.Expr:
+    return exp.GT(this=_state(count), expression=exp.Literal.number(0))
+
+
+def with_non_finite(index: int, finite_result: exp.Expr) -> exp.Expr:
+    """A SUM or AVG of the group as Spark computes it, given its value over the finite values.
+
+    >>> with_non_finite(0, exp.column("s")).sql(dialect="spark")  # doctest: +ELLIPSIS
+    "CASE WHEN `__ivm_nan_a0` > 0 OR (`__ivm_pinf_a0` > 0 AND `__ivm_ninf_a0` > 0) THEN CAST('NaN' AS DOUBLE) WHEN ... ELSE s END"
+    """
+    both = exp.and_(
+        _positive(names.positive_infinity_count_of(index)),
+        _positive(names.negative_infinity_count_of(index)),
+    )
+    return exp.Case(
+        ifs=[
+            exp.If(
+                this=exp.or_(_positive(names.nan_count_of(index)), exp.paren(both)),
+                true=double("NaN"),
+            ),
+            exp.If(
+                this=_positive(names.positive_infinity_count_of(index)), true=double("Infinity")
+            ),
+            exp.If(
+                this=_positive(names.negative_infinity_count_of(index)), true=double("-Infinity")
+            ),
+        ],
+        default=finite_result,
+    )
+
+
+def has_non_finite(index: int) -> exp.Expr:
+    """The group has a NaN or an infinity among the argument's values."""
+    return exp.or_(*[_positive(name(index)) for name, _ in _non_finite_kinds(exp.column("x"))])
+
+
+def finite_sum(index: int) -> exp.Expr:
+    """The stored sum of the finite values: sum + its rounding error."""
+    return plus(
+        zero_if_null(_state(names.sum_of(index))), zero_if_null(_state(names.sum_error_of(index)))
+    )

@@ -1,0 +1,235 @@
+"""STDDEV and VARIANCE (sample and population): the count, mean and squared deviations of a group.
+
+For each argument x the state keeps, over the group's finite x,
+- names.moment_count_of(i): n, how many there are,
+- names.mean_of(i): their mean (NULL when n = 0), and
+- names.squared_deviations_of(i): M2 = sum((x - mean)^2),
+from which VAR_POP = M2 / n and VAR_SAMP = M2 / (n - 1), as Spark's own
+aggregates compute them. The textbook alternative, a sum and a sum of squares,
+cancels catastrophically (for values near 1e9 with a spread of 1, the two
+terms agree in their first 18 digits and their difference is noise); the mean
+and M2 do not.
+
+A change is kept as two parts, because a signed batch has no mean when its
+inserts and deletes are as many (an update): the inserted values' (n, mean,
+M2), in the state's column names, and the removed values' (CHANGE_ONLY
+columns). The MERGE combines them into the stored moments in two steps, each
+by Chan, Golub and LeVeque's rule for the moments of a union:
+first the inserted values are added (the union), then the removed ones taken
+out of it (the same rule solved for one part), so no step has a negative
+count. A group whose count returns to 0 gets exactly (0, NULL, 0), and
+rounding never makes M2 negative (it is clamped at 0).
+
+A floating-point argument's NaN and infinities are counted by
+rules/floating.py and left out of the moments: Spark's result is NaN then.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from ivm_compiler import names
+from ivm_compiler.plan import MergeRule, StateColumn
+from ivm_compiler.rules import floating
+from ivm_compiler.rules.counting import sign
+from ivm_compiler.rules.floating import Columns, double
+from ivm_compiler.sql import divided, minus, plus, times
+
+# sqlglot's node for each maintained aggregate, and (population?, square root?).
+KINDS: dict[type[exp.Expr], tuple[bool, bool]] = {
+    exp.Stddev: (False, True),
+    exp.StddevSamp: (False, True),
+    exp.StddevPop: (True, True),
+    exp.Variance: (False, False),
+    exp.VariancePop: (True, False),
+}
+AGGREGATES: tuple[type[exp.Expr], ...] = tuple(KINDS)
+
+
+def columns(index: int, argument: exp.Expr, is_floating: bool) -> list[StateColumn]:
+    """The moments' state columns (n, mean, M2) and the change's removed part."""
+    value = floating.as_double(argument)
+    kept: exp.Expr = (
+        floating.finite(value)
+        if is_floating
+        else exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null()))
+    )
+    inserted = exp.and_(kept.copy(), exp.GT(this=sign(), expression=exp.Literal.number(0)))
+    removed = exp.and_(kept.copy(), exp.LT(this=sign(), expression=exp.Literal.number(0)))
+
+    def count(condition: exp.Expr, weight: exp.Expr) -> exp.Expr:
+        return exp.Sum(this=exp.If(this=condition.copy(), true=weight, false=exp.Literal.number(0)))
+
+    def values(condition: exp.Expr) -> exp.Expr:
+        return exp.If(this=condition.copy(), true=value.copy(), false=exp.null())
+
+    def mean(condition: exp.Expr) -> exp.Expr:
+        return exp.Avg(this=values(condition))
+
+    def deviations(condition: exp.Expr) -> exp.Expr:
+        # VAR_POP * n is M2 as Spark's CentralMomentAgg accumulates it.
+        return exp.Coalesce(
+            this=times(
+                exp.VariancePop(this=values(condition)),
+                exp.Count(this=values(condition), big_int=True),
+            ),
+            expressions=[double("0")],
+        )
+
+    one = exp.Literal.number(1)
+    # COUNT, not SUM: a global aggregate over no rows must store 0, not NULL.
+    counted = exp.Count(this=values(kept), big_int=True)
+    return [
+        StateColumn(names.moment_count_of(index), MergeRule.ADD, counted, count(kept, sign())),
+        StateColumn(
+            names.mean_of(index), MergeRule.MOMENT, mean(kept), mean(inserted), argument=index
+        ),
+        StateColumn(
+            names.squared_deviations_of(index),
+            MergeRule.MOMENT,
+            deviations(kept),
+            deviations(inserted),
+            argument=index,
+        ),
+        StateColumn(names.added_count_of(index), MergeRule.CHANGE_ONLY, one, count(inserted, one)),
+        StateColumn(names.removed_count_of(index), MergeRule.CHANGE_ONLY, one, count(removed, one)),
+        StateColumn(names.removed_mean_of(index), MergeRule.CHANGE_ONLY, one, mean(removed)),
+        StateColumn(
+            names.removed_squared_deviations_of(index),
+            MergeRule.CHANGE_ONLY,
+            one,
+            deviations(removed),
+        ),
+    ]
+
+
+def _as_double(value: exp.Expr) -> exp.Expr:
+    return exp.cast(value, floating.DOUBLE)
+
+
+def _when(condition: exp.Expr, then: exp.Expr, otherwise: exp.Expr) -> exp.Expr:
+    return exp.Case(ifs=[exp.If(this=condition, true=then)], default=otherwise)
+
+
+def _is_zero(value: exp.Expr) -> exp.Expr:
+    return exp.EQ(this=value.copy(), expression=exp.Literal.number(0))
+
+
+def _product(*factors: exp.Expr) -> exp.Expr:
+    product = factors[0].copy()
+    for factor in factors[1:]:
+        product = times(product, factor.copy())
+    return product
+
+
+def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:
+    """The new mean or M2 of a group: stored (+) inserted (-) removed.
+
+    Adding part b to a: n = na + nb, d = mean_b - mean_a,
+    mean = mean_a + d * nb / n, M2 = M2_a + M2_b + d^2 * na * nb / n.
+    Taking part b out of s (so a = s - b, na = ns - nb):
+    mean_a = mean_s + (mean_s - mean_b) * nb / na,
+    M2_a = M2_s - M2_b - (mean_b - mean_a)^2 * na * nb / ns.
+    A new group's stored values are NULL: n 0, M2 0.
+    """
+    index = column.argument
+    assert index is not None
+    zero = exp.Literal.number(0)
+    n_s = _as_double(exp.Coalesce(this=stored(names.moment_count_of(index)), expressions=[zero]))
+    mean_s = stored(names.mean_of(index))
+    m2_s = floating.zero_if_null(stored(names.squared_deviations_of(index)))
+    n_in = _as_double(change(names.added_count_of(index)))
+    mean_in = change(names.mean_of(index))
+    m2_in = floating.zero_if_null(change(names.squared_deviations_of(index)))
+    n_out = _as_double(change(names.removed_count_of(index)))
+    mean_out = change(names.removed_mean_of(index))
+    m2_out = floating.zero_if_null(change(names.removed_squared_deviations_of(index)))
+
+    # Step 1: the union of the stored values and the inserted ones.
+    n_union = plus(n_s, n_in)
+    step = minus(mean_in, mean_s)
+    mean_union = _when(
+        _is_zero(n_in),
+        mean_s.copy(),
+        _when(
+            _is_zero(n_s),
+            mean_in.copy(),
+            plus(mean_s.copy(), divided(_product(step, n_in), n_union)),
+        ),
+    )
+    m2_union = _when(
+        _is_zero(n_in),
+        m2_s.copy(),
+        _when(
+            _is_zero(n_s),
+            m2_in.copy(),
+            plus(
+                plus(m2_s.copy(), m2_in.copy()),
+                divided(_product(step, step, n_s, n_in), n_union),
+            ),
+        ),
+    )
+    # Step 2: the removed values taken out of that union.
+    n_new = minus(n_union, n_out)
+    mean_new = _when(
+        _is_zero(n_out),
+        mean_union.copy(),
+        _when(
+            _is_zero(n_new),
+            exp.null(),
+            plus(
+                mean_union.copy(),
+                divided(_product(minus(mean_union.copy(), mean_out), n_out), n_new),
+            ),
+        ),
+    )
+    if column.name == names.mean_of(index):
+        return mean_new
+    assert column.name == names.squared_deviations_of(index)
+    apart = minus(mean_out.copy(), mean_new)
+    taken_out = minus(
+        minus(m2_union.copy(), m2_out),
+        divided(_product(apart, apart, n_new, n_out), n_union),
+    )
+    return _when(
+        _is_zero(n_out),
+        m2_union,
+        _when(
+            _is_zero(n_new),
+            double("0"),
+            exp.Greatest(this=taken_out, expressions=[double("0")]),
+        ),
+    )
+
+
+def finalize(node: exp.Expr, index: int, is_floating: bool) -> exp.Expr:
+    """STDDEV*/VAR* of a group from its moments, with Spark's NULLs and NaN.
+
+    NULL without values, VAR_SAMP and STDDEV_SAMP NULL with one value
+    (spark.sql.legacy.statisticalAggregate off, the default), NaN when a
+    floating-point argument has a NaN or an infinity.
+
+    >>> finalize(exp.VariancePop(this=exp.column("x")), 0, False).sql(dialect="spark")
+    'CASE WHEN `__ivm_nn_a0` = 0 THEN NULL ELSE CAST(`__ivm_m2_a0` AS DOUBLE) / `__ivm_nn_a0` END'
+    """
+    population, root = KINDS[type(node)]
+    values = exp.column(names.non_null_count_of(index), quoted=True)
+    m2 = _as_double(exp.column(names.squared_deviations_of(index), quoted=True))
+    divisor: exp.Expr = (
+        values.copy()
+        if population
+        else exp.paren(exp.Sub(this=values.copy(), expression=exp.Literal.number(1)))
+    )
+    result: exp.Expr = divided(m2, divisor)
+    if root:
+        result = exp.Sqrt(this=result)
+    ifs = [exp.If(this=_is_zero(values), true=exp.null())]
+    if not population:
+        ifs.append(
+            exp.If(
+                this=exp.EQ(this=values.copy(), expression=exp.Literal.number(1)), true=exp.null()
+            )
+        )
+    if is_floating:
+        ifs.append(exp.If(this=floating.has_non_finite(index), true=double("NaN")))
+    return exp.Case(ifs=ifs, default=result)
