@@ -28,7 +28,7 @@ from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
 from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
-from ivm_compiler import names
+from ivm_compiler import names, window_inputs
 from ivm_compiler.compile import qualify_model, source_tables
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import parse_model, parse_statement
@@ -81,7 +81,9 @@ def split_nodes(
     schemas = {table: columns(table) for table in source_tables(tree)}
     # LEFT SEMI/ANTI JOINs as EXISTS first, as compile_model does before qualifying.
     qualified = qualify_model(model, semi_joins.joins_as_exists(model, tree), schemas)
-    merged = eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
+    merged = window_inputs.split_inputs(
+        eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
+    )
     with_ = merged.args.get("with_")
     if with_ is None or not with_.expressions:
         parse_model(model, sql)
@@ -161,8 +163,10 @@ def _operands_as_subqueries(tree: exp.Expr) -> exp.Expr:
 
 
 def _has_relations_to_split(tree: exp.Expr) -> bool:
-    """A CTE or a derived table in FROM/JOIN anywhere in the query."""
+    """A CTE, a derived table in FROM/JOIN, or windows over more than one relation (window_inputs.py)."""
     if any(True for _ in tree.find_all(exp.CTE)):
+        return True
+    if any(window_inputs.needs_split(select) for select in tree.find_all(exp.Select)):
         return True
     return any(
         isinstance(node.parent, (exp.From, exp.Join)) for node in tree.find_all(exp.Subquery)

@@ -20,6 +20,7 @@ from ivm_compiler.rules.semi_joins import SUBQUERY_PREDICATES
 from ivm_compiler.sql import DIALECT, from_tables, set_operation_branches, set_operation_kind
 from ivm_compiler.view_classes import set_operation, window
 from ivm_compiler.view_classes.top_k import without_top_k
+from ivm_compiler.window_inputs import inline_named_windows
 
 # Functions whose result changes between evaluations of the same input: a
 # maintained row computed with one could never be deleted again exactly.
@@ -145,7 +146,8 @@ def parse_statement(model: str, sql: str) -> exp.Expr:
         raise NotMaintainable(
             model, f"{len(statements)} SQL statements", "a model must be exactly one SELECT"
         )
-    return statements[0]
+    # Named windows as the windows they name: every later stage sees plain windows.
+    return inline_named_windows(model, statements[0])
 
 
 def check_supported(model: str, tree: exp.Expr) -> None:

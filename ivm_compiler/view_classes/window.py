@@ -115,6 +115,9 @@ def function_of(window: exp.Window) -> exp.Expr:
 def check_shape(model: str, select: exp.Query, merged: bool = True) -> None:
     """One SELECT over one table with an optional WHERE: what partition recomputation covers.
 
+    A refresh never asks about windows over joins, groups, EXISTS/IN or under
+    DISTINCT: window_inputs.py has made their input a plan node first (these
+    refusals remain for a caller that compiles a query without splitting it).
     parse.py asks before CTEs and FROM-subqueries are merged (merged=False),
     so that a refresh refuses before it builds any plan node; a derived table
     in FROM is then still allowed, and plan() asks again after merging.
@@ -148,11 +151,13 @@ def check_shape(model: str, select: exp.Query, merged: bool = True) -> None:
             "in a model over it with ref(), or " + FALLBACK_HINT,
         )
     if select.args.get("distinct"):
+        # window_inputs.py makes the windows a plan node under the DISTINCT, but
+        # not when a top-k orders the distinct rows.
         raise NotMaintainable(
             model,
-            "SELECT DISTINCT together with window functions",
-            "select the window functions in a subquery and apply DISTINCT outside it, or "
-            + FALLBACK_HINT,
+            "SELECT DISTINCT together with window functions and ORDER BY ... LIMIT",
+            "select the distinct rows in an ivm model of its own and rank them in a model "
+            "over it with ref(), or " + FALLBACK_HINT,
         )
     for projection in select.expressions:
         for call in projection.find_all(exp.AggFunc):

@@ -5,7 +5,10 @@ The source has a unique id (never updated), and every ORDER BY that picks
 one row among others ends with it, so the query's answer is one bag and a
 partition's recomputation must give exactly what a full recomputation gives.
 Changes move rows between partitions (updates of k and g), across a model's
-WHERE, into and out of the NULL partition, and tie on ts and v.
+WHERE, into and out of the NULL partition, and tie on ts and v. A second
+source, `dim` (k repeats, names may be NULL), is joined or tested by EXISTS
+in the models whose windows read a join, groups or filtered rows, or sit
+under DISTINCT: those inputs are plan nodes (window_inputs.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tests.functional.ivm_checks import (
     state_builds,
 )
 from tests.functional.ivm_project import (
+    DIM_DDL,
     IvmProject,
     model_files,
     random_change_settings,
@@ -66,6 +70,37 @@ WINDOW_QUERIES = {
         "as total, avg(v) over (partition by k) as mean, max(ts) over (partition by k) "
         "as last_ts from {src}"
     ),
+    # Windows over inputs that are not one relation: each input is a plan node
+    # (window_inputs.py). The SCD2 dimension built from a join (dim repeats k,
+    # so one src row has several joined rows; d.name orders them).
+    "history_from_join": (
+        "select s.id, s.k, d.name, s.ts as valid_from, lead(s.ts) over (partition by s.k "
+        "order by s.ts, s.id, d.name) as valid_to from {src} s join {dim} d on s.k = d.k"
+    ),
+    # Ranks of a join's groups; HAVING filters groups before the windows.
+    "ranked_groups": (
+        "select s.g, d.name, sum(s.v) as total, count(*) as n, rank() over (partition by s.g "
+        "order by sum(s.v) desc) as r from {src} s join {dim} d on s.k = d.k "
+        "group by s.g, d.name having count(*) > 1"
+    ),
+    # DISTINCT over windows (a node of the windows), through a named WINDOW.
+    "distinct_ranks": (
+        "select distinct k, dense_rank() over w as gr from {src} window w as (partition by k "
+        "order by g)"
+    ),
+    # A running sum over the rows an EXISTS keeps.
+    "running_where_known": (
+        "select s.id, s.k, sum(s.v) over (partition by s.k order by s.ts, s.id rows between "
+        "unbounded preceding and current row) as running from {src} s "
+        "where exists (select 1 from {dim} d where d.k = s.k)"
+    ),
+}
+# The plan nodes of the models over window inputs, by model.
+INPUT_NODES = {
+    "history_from_join": ["history_from_join__ivm_cte_window_input"],
+    "ranked_groups": ["ranked_groups__ivm_cte_window_input"],
+    "distinct_ranks": ["distinct_ranks__ivm_cte_window_rows"],
+    "running_where_known": ["running_where_known__ivm_cte_window_input"],
 }
 
 keys = st.one_of(st.none(), st.integers(min_value=0, max_value=3))
@@ -94,8 +129,24 @@ deletes = st.one_of(
     keys.map(lambda k: f"DELETE FROM {{src}} WHERE {_equals('k', k)}"),
     groups.map(lambda g: f"DELETE FROM {{src}} WHERE {_equals('g', g)}"),
 )
-statements = st.one_of(inserts, inserts, updates, deletes)
-# One refresh per example (five refreshes: four models and a node); the
+names = st.sampled_from([None, "x", "y"])
+dim_changes = st.one_of(
+    st.lists(st.tuples(keys, names), min_size=1, max_size=3).map(
+        lambda new: (
+            "INSERT INTO {dim} VALUES "
+            + ", ".join(f"({sql_literal(k)}, {sql_literal(n)}, 0)" for k, n in new)
+        )
+    ),
+    st.tuples(names, keys).map(
+        lambda p: f"UPDATE {{dim}} SET name = {sql_literal(p[0])} WHERE {_equals('k', p[1])}"
+    ),
+    st.tuples(keys, names).map(
+        lambda p: f"UPDATE {{dim}} SET k = {sql_literal(p[0])} WHERE {_equals('name', p[1])}"
+    ),
+    keys.map(lambda k: f"DELETE FROM {{dim}} WHERE {_equals('k', k)}"),
+)
+statements = st.one_of(inserts, inserts, updates, deletes, dim_changes)
+# One refresh per example (13 refreshes: eight models and five nodes); the
 # examples continue on each other's rows, so a run is still a sequence of
 # refreshes over a growing history, at a cost the suite can carry.
 steps = st.lists(st.lists(statements, min_size=1, max_size=5), min_size=1, max_size=1)
@@ -116,6 +167,9 @@ class TestRandomWindowChanges(IvmProject):
         table = f"{project.test_schema}.src"
         project.run_sql(SOURCE_DDL.format(table=table))
         self._insert(project.run_sql, table, SEED)
+        dim = f"{project.test_schema}.dim"
+        project.run_sql(DIM_DDL.format(table=dim))
+        project.run_sql(f"INSERT INTO {dim} VALUES (1, 'x', 0), (1, 'y', 0), (NULL, 'x', 0)")
         run_dbt(["run"])
         return table
 
@@ -128,7 +182,9 @@ class TestRandomWindowChanges(IvmProject):
 
     def _refresh_and_check(self, project, spark) -> None:
         run_dbt(["run"])
-        checked = assert_models_match_sources(spark, project.test_schema, WINDOW_QUERIES, ["src"])
+        checked = assert_models_match_sources(
+            spark, project.test_schema, WINDOW_QUERIES, ["src", "dim"]
+        )
         # Built once by the `source` fixture, then refreshed partition by partition.
         assert_built_once(spark, project.test_schema, checked)
 
@@ -145,13 +201,17 @@ class TestRandomWindowChanges(IvmProject):
                 if isinstance(statement, list):
                     self._insert(spark.sql, source, statement)
                 else:
-                    spark.sql(statement.format(src=source))
+                    spark.sql(statement.format(src=source, dim=f"{project.test_schema}.dim"))
             self._refresh_and_check(project, spark)
 
     def test_the_dedupe_is_a_window_node_under_a_filter(self, project, spark, source):
         assert node_models(spark, project.test_schema, "latest_per_key") == [
             "latest_per_key__ivm_cte__0"
         ]
+
+    def test_windows_over_other_inputs_read_them_as_nodes(self, project, spark, source):
+        for model, nodes in INPUT_NODES.items():
+            assert node_models(spark, project.test_schema, model) == nodes
 
 
 # One INSERT per key: each partition of k lives in files of its own.

@@ -173,3 +173,157 @@ def test_a_node_with_nodes_of_its_own_is_split_when_it_is_refreshed() -> None:
     (node,) = split.nodes
     inner = split_nodes(f"{MODEL} (CTE n)", node.sql, node.relation, _columns)
     assert [n.relation.name for n in inner.nodes] == ["m__ivm_cte_n__ivm_cte_operand_1"]
+
+
+# -- windows over inputs that are not one relation (window_inputs.py) ----------
+
+WINDOW_SOURCES = {
+    "shop.t": [("a", "int"), ("b", "int"), ("s", "string")],
+    "shop.u": [("a", "int"), ("name", "string")],
+}
+
+
+def _split_windows(sql: str):
+    return split_nodes(MODEL, sql, RELATION, lambda table: WINDOW_SOURCES[str(table)])
+
+
+def _reads(sql: str) -> set[str]:
+    return {t.sql(dialect="spark") for t in parse_model(MODEL, sql).find_all(exp.Table)}
+
+
+def test_windows_over_a_join_read_the_join_as_a_node() -> None:
+    # The SCD2 dimension built from a join: the join's columns that the SELECT
+    # list reads become a node, the windows read only that node.
+    split = _split_windows(
+        "SELECT t.a, u.name, t.b AS valid_from, LEAD(t.b) OVER (PARTITION BY t.a ORDER BY t.b) "
+        "AS valid_to FROM shop.t JOIN shop.u ON t.a = u.a WHERE t.s <> 'x'"
+    )
+    (node,) = split.nodes
+    assert node.name == "window_input"
+    assert node.relation == TableName("shop", "m__ivm_cte_window_input")
+    assert node.sql == (
+        "SELECT `t`.`a` AS `a`, `u`.`name` AS `name`, `t`.`b` AS `b` FROM `shop`.`t` AS `t` "
+        "JOIN `shop`.`u` AS `u` ON `t`.`a` = `u`.`a` WHERE `t`.`s` <> 'x'"
+    )
+    assert _reads(split.sql) == {"`shop`.`m__ivm_cte_window_input` AS `window_input`"}
+    assert "LEAD(`window_input`.`b`) OVER (PARTITION BY `window_input`.`a`" in split.sql
+
+
+def test_a_column_name_read_from_two_join_inputs_is_named_by_its_input() -> None:
+    split = _split_windows(
+        "SELECT t.a, u.a AS ua, RANK() OVER (PARTITION BY u.name ORDER BY t.b) AS r "
+        "FROM shop.t JOIN shop.u ON t.a = u.a"
+    )
+    (node,) = split.nodes
+    assert node.sql.startswith(
+        "SELECT `t`.`a` AS `t_a`, `u`.`a` AS `u_a`, `u`.`name` AS `name`, `t`.`b` AS `b` FROM"
+    )
+    assert "`window_input`.`u_a` AS `ua`" in split.sql
+
+
+def test_windows_over_rows_filtered_by_exists_read_those_rows_as_a_node() -> None:
+    split = _split_windows(
+        "SELECT a, RANK() OVER (PARTITION BY a ORDER BY b) AS r FROM shop.t "
+        "WHERE EXISTS (SELECT 1 FROM shop.u WHERE u.a = t.a)"
+    )
+    (node,) = split.nodes
+    assert "WHERE EXISTS(SELECT" in node.sql
+    assert "EXISTS" not in split.sql
+
+
+def test_windows_over_groups_read_the_aggregate_as_a_node() -> None:
+    # HAVING filters groups before windows are evaluated, so it goes into the
+    # node; an aggregate inside a window function's argument is the group's.
+    split = _split_windows(
+        "SELECT a, COUNT(*) AS n, SUM(SUM(b)) OVER (PARTITION BY a) AS total, "
+        "RANK() OVER (ORDER BY COUNT(*) DESC) AS by_size FROM shop.t GROUP BY a HAVING MAX(b) > 0"
+    )
+    (node,) = split.nodes
+    assert node.sql == (
+        "SELECT `t`.`a` AS `a`, COUNT(*) AS `aggregate_1`, SUM(`t`.`b`) AS `aggregate_2` "
+        "FROM `shop`.`t` AS `t` GROUP BY `t`.`a` HAVING MAX(`t`.`b`) > 0"
+    )
+    assert split.sql == (
+        "SELECT `window_input`.`a` AS `a`, `window_input`.`aggregate_1` AS `n`, "
+        "SUM(`window_input`.`aggregate_2`) OVER (PARTITION BY `window_input`.`a`) AS `total`, "
+        "RANK() OVER (ORDER BY `window_input`.`aggregate_1` DESC) AS `by_size` "
+        "FROM `shop`.`m__ivm_cte_window_input` AS `window_input`"
+    )
+
+
+def test_distinct_over_windows_over_a_join_is_two_nodes() -> None:
+    # SQL removes duplicates after it evaluates windows: the windows are a node
+    # (itself over the join's node) and the model is DISTINCT over it.
+    split = _split_windows(
+        "SELECT DISTINCT t.a, DENSE_RANK() OVER (PARTITION BY t.a ORDER BY u.name) AS r "
+        "FROM shop.t JOIN shop.u ON t.a = u.a"
+    )
+    assert [node.name for node in split.nodes] == ["window_input", "window_rows"]
+    assert _reads(split.nodes[1].sql) == {"`shop`.`m__ivm_cte_window_input` AS `window_input`"}
+    assert split.sql == (
+        "SELECT DISTINCT `window_rows`.`a` AS `a`, `window_rows`.`r` AS `r` "
+        "FROM `shop`.`m__ivm_cte_window_rows` AS `window_rows`"
+    )
+
+
+def test_a_cte_of_windows_over_a_join_gets_its_input_node_before_it() -> None:
+    split = _split_windows(
+        "WITH x AS (SELECT t.a, t.b, LEAD(t.b) OVER (PARTITION BY t.a ORDER BY t.b) AS nb "
+        "FROM shop.t JOIN shop.u ON t.a = u.a) SELECT a, COUNT(*) AS n FROM x WHERE nb IS NULL "
+        "GROUP BY a"
+    )
+    assert [node.name for node in split.nodes] == ["window_input", "x"]
+    assert _reads(split.nodes[1].sql) == {"`shop`.`m__ivm_cte_window_input` AS `window_input`"}
+    assert _reads(split.sql) == {"`shop`.`m__ivm_cte_x` AS `x`"}
+
+
+def test_a_top_k_over_windows_over_a_join_keeps_its_order_and_limit_outside() -> None:
+    split = _split_windows(
+        "SELECT t.a, ROW_NUMBER() OVER (PARTITION BY t.s ORDER BY t.b) AS rn "
+        "FROM shop.t JOIN shop.u ON t.a = u.a ORDER BY rn, u.name LIMIT 3"
+    )
+    (node,) = split.nodes
+    assert "LIMIT" not in node.sql and "`u`.`name` AS `name`" in node.sql
+    assert split.sql.endswith("ORDER BY `rn`, `window_input`.`name` LIMIT 3")
+
+
+def test_the_input_node_takes_a_name_no_cte_of_the_model_has() -> None:
+    split = _split_windows(
+        "WITH window_input AS (SELECT DISTINCT a FROM shop.u) "
+        "SELECT t.a, RANK() OVER (ORDER BY t.b) AS r FROM shop.t JOIN window_input w ON t.a = w.a"
+    )
+    assert [node.name for node in split.nodes] == ["window_input", "window_input_2"]
+    # Each part reads the nodes before it, never a copy of the model's CTEs.
+    assert not any("WITH" in node.sql for node in split.nodes)
+
+
+def test_named_windows_are_the_windows_they_name() -> None:
+    # v names w: both resolve to w's PARTITION BY and ORDER BY.
+    tree = parse_model(
+        MODEL,
+        "SELECT a, RANK() OVER w AS r, LAG(b) OVER v AS p FROM shop.t "
+        "WINDOW w AS (PARTITION BY a ORDER BY b), v AS (w)",
+    )
+    assert tree.sql(dialect="spark") == (
+        "SELECT a, RANK() OVER (PARTITION BY a ORDER BY b) AS r, "
+        "LAG(b) OVER (PARTITION BY a ORDER BY b) AS p FROM shop.t"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "construct"),
+    [
+        (
+            "SELECT RANK() OVER v AS r FROM shop.t WINDOW w AS (ORDER BY b)",
+            "OVER v without a WINDOW v AS (...) in its SELECT",
+        ),
+        (
+            "SELECT RANK() OVER w AS r FROM shop.t WINDOW w AS (v), v AS (w)",
+            "a WINDOW clause defining w through itself",
+        ),
+    ],
+)
+def test_an_undefined_window_name_is_refused_by_name(sql: str, construct: str) -> None:
+    with pytest.raises(NotMaintainable) as raised:
+        parse_model(MODEL, sql)
+    assert raised.value.construct == construct
