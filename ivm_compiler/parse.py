@@ -15,7 +15,7 @@ from sqlglot.errors import ParseError
 
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable, first_line
 from ivm_compiler.names import is_reserved
-from ivm_compiler.rules import moments, semi_joins
+from ivm_compiler.rules import booleans, moments, semi_joins
 from ivm_compiler.rules.semi_joins import SUBQUERY_PREDICATES
 from ivm_compiler.sql import DIALECT, from_tables, set_operation_branches, set_operation_kind
 from ivm_compiler.view_classes import set_operation, window
@@ -77,11 +77,6 @@ ANONYMOUS_AGGREGATES = frozenset(
         "try_sum",
         "try_avg",
         "std",
-        "every",
-        "some",
-        "any",
-        "bool_and",
-        "bool_or",
         "histogram_numeric",
         "count_min_sketch",
         "hll_sketch_agg",
@@ -118,9 +113,11 @@ SUPPORTED_AGGREGATES: tuple[type[exp.Expr], ...] = (
     exp.Min,
     exp.Max,
     *moments.AGGREGATES,
+    *booleans.AGGREGATES,
 )
 SUPPORTED_AGGREGATES_TEXT = (
-    "COUNT, SUM, AVG, MIN, MAX, COUNT(DISTINCT x), STDDEV[_SAMP|_POP] or VARIANCE|VAR_SAMP|VAR_POP"
+    "COUNT, SUM, AVG, MIN, MAX, COUNT(DISTINCT x), STDDEV[_SAMP|_POP], VARIANCE|VAR_SAMP|VAR_POP, "
+    "BOOL_AND|EVERY or BOOL_OR|SOME"
 )
 
 
@@ -146,8 +143,9 @@ def parse_statement(model: str, sql: str) -> exp.Expr:
         raise NotMaintainable(
             model, f"{len(statements)} SQL statements", "a model must be exactly one SELECT"
         )
-    # Named windows as the windows they name: every later stage sees plain windows.
-    return inline_named_windows(model, statements[0])
+    # Named windows as the windows they name, EVERY/SOME as BOOL_AND/BOOL_OR:
+    # every later stage sees one form of each.
+    return booleans.as_named(inline_named_windows(model, statements[0]))
 
 
 def check_supported(model: str, tree: exp.Expr) -> None:

@@ -33,11 +33,12 @@ QUERIES = {
     "distinct_pairs": "select distinct g, d from {src}",
     "grouped": (
         "select g, count(*) as n, count(v) as nv, sum(v) as sv, avg(v) as av, "
-        "sum(d) as sd, avg(d) as ad, sum(v) / count(*) as ratio from {src} group by g"
+        "sum(d) as sd, avg(d) as ad, sum(v) / count(*) as ratio, bool_or(v < 0) as any_neg, "
+        "some(d is null) as some_null from {src} group by g"
     ),
     "global": (
-        "select count(*) as n, sum(v) as sv, avg(d) as ad, count(d) as nd "
-        "from {src} where k is not null"
+        "select count(*) as n, sum(v) as sv, avg(d) as ad, count(d) as nd, "
+        "bool_and(v >= 0) as all_pos, every(d > 0) as every_pos from {src} where k is not null"
     ),
     "having": (
         "select g, k % 3 as bucket, sum(v) as sv, count(*) as n from {src} "

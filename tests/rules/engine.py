@@ -30,6 +30,7 @@ import sqlglot
 from sqlglot import exp
 
 from ivm_compiler import TableName
+from ivm_compiler.rules import booleans
 
 SPARK = "spark"
 DUCKDB = "duckdb"
@@ -77,6 +78,9 @@ Where DuckDB's answer differs from Spark's, and what this module does about it:
   then reads (Engine.merge).
 - CREATE TABLE ... USING DELTA TBLPROPERTIES (...): the properties are
   dropped; they change no row.
+- EVERY, SOME and ANY (Spark's names of BOOL_AND and BOOL_OR) are not DuckDB
+  functions: they become BOOL_AND/BOOL_OR (the compiler's own
+  rules.booleans.as_named).
 """
 
 # Spark's names of the DuckDB types these tests' queries produce.
@@ -456,7 +460,7 @@ class Engine:
     ) -> Translation:
         # Each rewrite works on the tree in place.
         reads: list[Read] = []
-        tree = self._spark_aggregates(tree)
+        tree = self._spark_aggregates(booleans.as_named(tree))
         tree = _read_versions(tree, set(self.tables), plain, reads, hooked)
         tree = _duckdb_statement(tree.transform(_spark_decimal_division, copy=False))
         using = None
