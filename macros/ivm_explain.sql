@@ -20,6 +20,6 @@
     {%- endif -%}
     {%- set relation = api.Relation.create(database=node.database, schema=node.schema,
                                            identifier=node.alias or node.name, type='view') -%}
-    {{ log(adapter.ivm_explain(relation, node.unique_id, ivm_upstream_materializations(node)), info=True) }}
+    {{ log(adapter.ivm_explain(relation, node.unique_id, ivm_upstream_materializations(node), graph), info=True) }}
   {%- endif -%}
 {% endmacro %}

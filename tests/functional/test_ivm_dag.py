@@ -139,6 +139,20 @@ class TestIvmDag(IvmProject):
         assert f"r = {project.test_schema}.l1_rows (ivm model, read through" in log
         assert "pre-aggregation (slot 1): (group, value, count) of `r`.`d` for MAX" in log
         assert "group rows:" in log and "pre-aggregation slot 1:" in log
+        # Its consistency group in a run of every ivm model, and why it is in it:
+        # over_table reads only a `table` model, so it is a group of its own.
+        assert "consistency group: l3_by_name (when every ivm model of the project runs" in log
+        members = next(line for line in log.splitlines() if "members:" in line)
+        assert set(members.split("members:")[1].strip().split(", ")) == {
+            "l1_rows",
+            "l1_names",
+            "l2_joined",
+            "l2_semi",
+            "l3_by_name",
+        }
+        assert "because it reads l1_names, a member" in log
+        assert "because it reads l1_rows, a member" in log
+        assert "because it is read by l3_by_name" in log
         written = Path(project.project_root) / "target" / "ivm_explain" / "l2_joined"
         merge = (written / "merge_changes.sql").read_text()
         assert merge.startswith("MERGE INTO") and "TABLE_CHANGES" in merge

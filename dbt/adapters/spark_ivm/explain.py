@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dbt.adapters.spark_ivm import decision, delta
+from dbt.adapters.spark_ivm.groups import Group, why_grouped
 from dbt.adapters.spark_ivm.refresh import Refresh
 from dbt.adapters.spark_ivm.upstreams import published_version
 from ivm_compiler import TableName, ViewClass, ViewPlan, changes, emit, join_states, names
@@ -142,14 +143,33 @@ def _join_state_lines(plan: ViewPlan, refresh: Refresh) -> list[str]:
     return lines
 
 
+def group_lines(group: Group | None, model_id: str) -> list[str]:
+    """The model's consistency group in a run of every ivm model, its members and why it is in it."""
+    if group is None:
+        return []
+    members = ", ".join(m.name for m in group.members)
+    return [
+        (
+            f"  consistency group: {group.name} (when every ivm model of the project runs; "
+            "a narrower selection can only make it smaller)"
+        ),
+        f"    members: {members}",
+        *(f"    because it {reason}" for reason in why_grouped(group, model_id)),
+    ]
+
+
 @dataclass(frozen=True)
 class Explanation:
     text: str
     statements: dict[str, str]
 
 
-def explain(refresh: Refresh) -> Explanation:
-    """What the next refresh would do, read-only: the plan in words and its SQL."""
+def explain(refresh: Refresh, group: list[str] | None = None) -> Explanation:
+    """What the next refresh would do, read-only: the plan in words and its SQL.
+
+    `group`: the lines saying which consistency group the model is in and why
+    (impl.ivm_explain builds them from dbt's graph; group_lines).
+    """
     plan = refresh.compile()
     pinned = {t: refresh.pins.pin(t, plan.upstreams.get(t)) for t in plan.tables}
     state_type = refresh.relations.exists(refresh.state)
@@ -180,6 +200,7 @@ def explain(refresh: Refresh) -> Explanation:
         *_join_state_lines(plan, refresh),
         *_preaggregation_lines(plan),
         *(_state_size(refresh, plan) if state_type else ["  state table:  not built yet"]),
+        *(group or []),
         "  refresh steps (SQL below, and in the files listed):",
         *(f"    {name}" for name in statements),
     ]

@@ -133,6 +133,44 @@ def consistency_groups(members: Iterable[Member]) -> dict[str, Group]:
     return groups
 
 
+def why_grouped(group: Group, model_id: str) -> list[str]:
+    """Why a member is in its group: phrases completing "because it ..." (ivm_explain).
+
+    >>> def m(name, inputs, group=None):
+    ...     return Member(f"model.p.{name}", name, TableName("a", name), frozenset(inputs), group)
+    >>> groups = consistency_groups([m("x", {"raw.src"}), m("y", {"raw.src", "raw.dim"}),
+    ...     m("w", {"a.y"}), m("z", {"raw.other"})])
+    >>> why_grouped(groups["model.p.y"], "model.p.y")
+    ['reads raw.src, as x does', 'is read by w']
+    >>> why_grouped(groups["model.p.z"], "model.p.z")
+    ['shares no input with another selected ivm model']
+    """
+    member = group.member(model_id)
+    if member.group == NO_GROUP:
+        return ["has ivm_group: none, which keeps it on its own"]
+    others = [m for m in group.members if m.model_id != model_id]
+    if member.group:
+        return [f"has ivm_group: {member.group} (in its config, or its folder's +ivm_group)"]
+    if not others:
+        return ["shares no input with another selected ivm model"]
+    reasons = []
+    own = {str(m.relation).lower(): m for m in others}
+    for relation in sorted(member.inputs):
+        if relation in own:
+            reasons.append(f"reads {own[relation].name}, a member")
+            continue
+        sharing = sorted(m.name for m in others if relation in m.inputs)
+        if sharing:
+            verb = "does" if len(sharing) == 1 else "do"
+            reasons.append(f"reads {relation}, as {', '.join(sharing)} {verb}")
+    relation = str(member.relation).lower()
+    # Every member of a default group shares a relation with another member
+    # directly: the group is built from exactly these links.
+    return reasons + [
+        f"is read by {m.name}" for m in sorted(others, key=lambda m: m.name) if relation in m.inputs
+    ]
+
+
 @dataclass
 class Staged:
     """A member's refreshed state, written but not yet shown by its view."""

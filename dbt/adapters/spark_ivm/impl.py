@@ -28,7 +28,7 @@ from dbt.adapters.spark_ivm.config import (
     validate_schema_name,
 )
 from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
-from dbt.adapters.spark_ivm.explain import explain, write_statements
+from dbt.adapters.spark_ivm.explain import explain, group_lines, write_statements
 from dbt.adapters.spark_ivm.groups import GroupRun, consistency_groups, members_from_graph
 from dbt.adapters.spark_ivm.housekeeping import (
     Relation,
@@ -265,12 +265,28 @@ class SparkIvmAdapter(SparkAdapter):
 
     @available
     def ivm_explain(
-        self, relation: BaseRelation, model_id: str, upstream: dict[str, str] | None = None
+        self,
+        relation: BaseRelation,
+        model_id: str,
+        upstream: dict[str, str] | None = None,
+        graph: dict[str, Any] | None = None,
     ) -> str:
-        """The plan, state size and refresh SQL of a built ivm model; also written under target/."""
+        """The plan, state size and refresh SQL of a built ivm model; also written under target/.
+
+        With dbt's `graph`, also the model's consistency group in a run of every
+        ivm model of the project, and why it is in it.
+        """
         refresh = self._refresh_of(relation, self._model_sql(relation), model_id, upstream)
+        group = None
+        if graph is not None:
+            every_ivm_model = [
+                node_id
+                for node_id, node in graph.get("nodes", {}).items()
+                if (node.get("config") or {}).get("materialized") == "ivm"
+            ]
+            group = consistency_groups(members_from_graph(graph, every_ivm_model)).get(model_id)
         try:
-            explanation = explain(refresh)
+            explanation = explain(refresh, group_lines(group, model_id))
         except NotMaintainable as refusal:
             raise CompilationError(str(refusal)) from refusal
         except InvalidSource as invalid:
