@@ -148,8 +148,9 @@ class PreAggregation:
 class StateColumn:
     name: str
     rule: MergeRule
-    # The column computed from source rows at one version (first build, full refresh).
-    build: exp.Expr
+    # The column computed from source rows at one version (first build, full
+    # refresh); None for CHANGE_ONLY columns, which are never stored.
+    build: exp.Expr | None
     # The column computed from signed change rows (each carries names.SIGN = +1/-1).
     change: exp.Expr
     # RECOMPUTED columns only: the pre-aggregation that recomputes it.

@@ -67,11 +67,11 @@ def group_select(plan: ViewPlan, rows: str, from_changes: bool) -> exp.Select:
     RECOMPUTED columns have no change value here (rules/extremes.py), and
     CHANGE_ONLY columns no build value.
     """
-    skipped = MergeRule.RECOMPUTED if from_changes else MergeRule.CHANGE_ONLY
+    values = [(c.name, c.change if from_changes else c.build) for c in plan.state_columns]
     columns = [
-        exp.alias_((c.change if from_changes else c.build).copy(), c.name, quoted=True)
-        for c in plan.state_columns
-        if c.rule is not skipped
+        exp.alias_(value.copy(), name, quoted=True)
+        for (name, value), c in zip(values, plan.state_columns)
+        if value is not None and not (from_changes and c.rule is MergeRule.RECOMPUTED)
     ]
     select = exp.select(*columns).from_(exp.to_table(rows, quoted=True))
     if plan.keys:

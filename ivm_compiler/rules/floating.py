@@ -68,18 +68,22 @@ def _count_if(condition: exp.Expr, weight: exp.Expr) -> exp.Expr:
     return exp.Sum(this=exp.If(this=condition, true=weight, false=exp.Literal.number(0)))
 
 
+# The state columns counting an argument's NaN, +Infinity and -Infinity values.
+NON_FINITE_COUNTS: tuple[Callable[[int], str], ...] = (
+    names.nan_count_of,
+    names.positive_infinity_count_of,
+    names.negative_infinity_count_of,
+)
+
+
 def _non_finite_kinds(value: exp.Expr) -> list[tuple[Callable[[int], str], exp.Expr]]:
-    return [
-        (names.nan_count_of, is_nan(value)),
-        (
-            names.positive_infinity_count_of,
-            exp.EQ(this=value.copy(), expression=double("Infinity")),
-        ),
-        (
-            names.negative_infinity_count_of,
-            exp.EQ(this=value.copy(), expression=double("-Infinity")),
-        ),
-    ]
+    """Each count's column name and the condition it counts, in NON_FINITE_COUNTS' order."""
+    conditions = (
+        is_nan(value),
+        exp.EQ(this=value.copy(), expression=double("Infinity")),
+        exp.EQ(this=value.copy(), expression=double("-Infinity")),
+    )
+    return list(zip(NON_FINITE_COUNTS, conditions))
 
 
 def columns(index: int, argument: exp.Expr, needs_sum: bool) -> list[StateColumn]:
@@ -186,7 +190,7 @@ def with_non_finite(index: int, finite_result: exp.Expr) -> exp.Expr:
 
 def has_non_finite(index: int) -> exp.Expr:
     """The group has a NaN or an infinity among the argument's values."""
-    return exp.or_(*[_positive(name(index)) for name, _ in _non_finite_kinds(exp.column("x"))])
+    return exp.or_(*[_positive(name(index)) for name in NON_FINITE_COUNTS])
 
 
 def finite_sum(index: int) -> exp.Expr:

@@ -91,13 +91,15 @@ def columns(index: int, argument: exp.Expr, is_floating: bool) -> list[StateColu
             deviations(inserted),
             argument=index,
         ),
-        StateColumn(names.added_count_of(index), MergeRule.CHANGE_ONLY, one, count(inserted, one)),
-        StateColumn(names.removed_count_of(index), MergeRule.CHANGE_ONLY, one, count(removed, one)),
-        StateColumn(names.removed_mean_of(index), MergeRule.CHANGE_ONLY, one, mean(removed)),
+        StateColumn(names.added_count_of(index), MergeRule.CHANGE_ONLY, None, count(inserted, one)),
+        StateColumn(
+            names.removed_count_of(index), MergeRule.CHANGE_ONLY, None, count(removed, one)
+        ),
+        StateColumn(names.removed_mean_of(index), MergeRule.CHANGE_ONLY, None, mean(removed)),
         StateColumn(
             names.removed_squared_deviations_of(index),
             MergeRule.CHANGE_ONLY,
-            one,
+            None,
             deviations(removed),
         ),
     ]
