@@ -120,8 +120,10 @@ def needs_split(select: exp.Expr) -> bool:
     """
     if not isinstance(select, exp.Select) or not _windows(select):
         return False
-    if select.args.get("distinct") and select.args.get("order"):
-        return False  # a top-k of distinct windows' rows: refused by the window class
+    distinct = select.args.get("distinct")
+    if distinct is not None and (select.args.get("order") or distinct.args.get("on")):
+        # A top-k of distinct windows' rows, or DISTINCT ON: refused as they are.
+        return False
     return bool(
         select.args.get("distinct")
         or _is_grouped(select)

@@ -150,7 +150,10 @@ def check_shape(model: str, select: exp.Query, merged: bool = True) -> None:
             "build the aggregate as an ivm model of its own and compute the window functions "
             "in a model over it with ref(), or " + FALLBACK_HINT,
         )
-    if select.args.get("distinct"):
+    distinct = select.args.get("distinct")
+    if distinct is not None and distinct.args.get("on"):
+        raise NotMaintainable(model, "DISTINCT ON")
+    if distinct is not None:
         # window_inputs.py makes the windows a plan node under the DISTINCT, but
         # not when a top-k orders the distinct rows.
         raise NotMaintainable(

@@ -139,6 +139,12 @@ REFUSED = [
         for clause in ("DISTRIBUTE BY", "SORT BY", "CLUSTER BY")
     ],
     ("distinct_on", "SELECT DISTINCT ON (a) a, b FROM shop.t", r"^DISTINCT ON$", None),
+    (
+        "distinct_on_with_window",
+        "SELECT DISTINCT ON (a) a, RANK() OVER (PARTITION BY a ORDER BY b) AS r FROM shop.t",
+        r"^DISTINCT ON$",
+        None,
+    ),
     # nested queries: in an expression, or a relation that does not merge into the query
     *[
         (
