@@ -9,6 +9,7 @@ from dbt.adapters.spark_ivm.groups import (
     Staged,
     consistency_groups,
     members_from_graph,
+    why_grouped,
 )
 from ivm_compiler import TableName
 
@@ -93,6 +94,24 @@ def test_a_named_group_holds_unrelated_models() -> None:
     groups = consistency_groups(members_from_graph(graph, list(graph["nodes"])))
     assert sorted(m.name for m in groups["model.p.clicks"].members) == ["clicks", "over_dim"]
     assert groups["model.p.clicks"].name == "dashboards"
+
+
+def test_why_a_model_is_in_its_group_names_shared_inputs_readers_or_its_config() -> None:
+    graph = _graph()
+    graph["nodes"]["model.p.clicks"]["config"]["ivm_group"] = "dashboards"
+    groups = consistency_groups(members_from_graph(graph, list(graph["nodes"])))
+
+    def why(model: str) -> list[str]:
+        return why_grouped(groups[f"model.p.{model}"], f"model.p.{model}")
+
+    assert why("by_segment") == ["reads raw.orders, as revenue does", "is read by segment_totals"]
+    assert why("segment_totals") == ["reads by_segment, a member"]
+    assert why("revenue") == ["reads raw.orders, as by_segment does"]
+    assert why("clicks") == [
+        "has ivm_group: dashboards (in its config, or its folder's +ivm_group)"
+    ]
+    assert why("dim_too") == ["has ivm_group: none, which keeps it on its own"]
+    assert why("over_dim") == ["shares no input with another selected ivm model"]
 
 
 def _staged(model_id: str) -> Staged:
