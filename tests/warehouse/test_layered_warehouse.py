@@ -1,8 +1,10 @@
 """The layered warehouse (integration_tests/warehouse/) through its change batches.
 
-37 ivm models in three layers over six raw sources: typed projections,
-latest-row dedupes and SCD2 histories (window plan nodes, LEAD/LAG), joins
-(inner, LEFT, three-way), aggregates with MIN/MAX and COUNT(DISTINCT),
+40 ivm models in three layers over six raw sources: typed projections,
+latest-row dedupes and SCD2 histories (window plan nodes, LEAD/LAG; one
+built from a join), joins (inner, LEFT, three-way, a fact joined to an SCD2
+dimension on its validity range), aggregates with MIN/MAX, COUNT(DISTINCT)
+and STDDEV,
 HAVING, a top-k, semi and anti joins, an aggregating CTE, INTERSECT, UNION
 ALL, running totals and ranks, each model reading the one below through
 ref(). The driver's batches insert, update and delete on every source (new
@@ -13,13 +15,14 @@ test passes (the oracle: the model equals its query at the versions it read,
 as a bag), and at least 90 % of the models were maintained incrementally in
 every batch (issue 7's target), every other one with its reason.
 
-The test command runs a slice of 11 models through the first batch: a model
+The extended command runs a slice of 15 models through the first batch: a model
 refresh and its test take several seconds each on two cores, so the whole
 project's four `dbt build`s (over 20 minutes) do not fit in a suite that
 must stay under 30. The slice is the lineage of a running total over the
-orders fact and of the SCD2 customer history, so it crosses every layer
-and the dedupe, three-way join, aggregate and window refreshes.
-`scripts/warehouse` runs all 37 through three batches with the same checks,
+orders fact, of the SCD2 customer history, of the orders joined to the SCD2
+region history built from a join, and of the STDDEV mart, so it crosses
+every layer and the dedupe, three-way join, aggregate and window refreshes.
+`scripts/warehouse` runs all 40 through three batches with the same checks,
 plus the `table` time comparison; its committed report
 (integration_tests/warehouse/results/) is the record of the full run.
 `IVM_WAREHOUSE_FULL=1` runs that here.
@@ -50,8 +53,13 @@ pytestmark = [pytest.mark.spark, pytest.mark.extended]
 SCHEMA = "warehouse_tests"
 RAW_SCHEMA = "warehouse_tests_raw"
 FULL = os.environ.get("IVM_WAREHOUSE_FULL") == "1"
-SLICE = ("+mart_customer_running_spend", "+slv_customer_history")
-MODELS = 37 if FULL else 11
+SLICE = (
+    "+mart_customer_running_spend",
+    "+slv_customer_history",
+    "+fct_order_regions",
+    "+mart_category_spread",
+)
+MODELS = 40 if FULL else 15
 BATCHES = 3 if FULL else 1
 
 
