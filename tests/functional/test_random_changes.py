@@ -66,9 +66,11 @@ steps = st.lists(st.lists(statements, min_size=0, max_size=3), min_size=1, max_s
 
 
 class TestRandomChangeSequences(IvmProject):
-    # In the Thrift slice of the README's test command: one property class: every view class's
-    # refresh over the wire.
-    thrift_slice = True
+    # Session mode only in the README's test command (both in the extended one):
+    # its SQL does not depend on the connection, and the schema-change matrix,
+    # the crash-injection and the concurrent-refresh classes refresh models
+    # over Thrift there.
+    thrift_slice = False
 
     @pytest.fixture(scope="class")
     def models(self):
@@ -89,15 +91,19 @@ class TestRandomChangeSequences(IvmProject):
                 f"{model} records {check.versions}, the source is at {current}"
             )
 
-    @random_change_settings(default_examples=3)
+    @random_change_settings(default_examples=2)
     @given(steps=steps)
     def test_models_equal_their_query_after_every_refresh(
         self, project, spark, source_table, example_budget, steps
     ):
         if not example_budget.admits_next():
             return
-        spark.sql(f"DELETE FROM {source_table}")
-        self._refresh_and_check(project, spark, source_table)
+        if example_budget.admitted > 1:
+            # Later examples start from an empty source, so none depends on the
+            # one before; the first starts from the seed rows the models were
+            # built over (duplicates, an all-NULL row), which saves a dbt run.
+            spark.sql(f"DELETE FROM {source_table}")
+            self._refresh_and_check(project, spark, source_table)
         for statements_before_refresh in example_budget.steps(steps):
             for statement in statements_before_refresh:
                 spark.sql(statement.format(table=source_table))

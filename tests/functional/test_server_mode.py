@@ -217,6 +217,10 @@ def _dbt_process(tmp_path: Path, name: str, *args: str) -> subprocess.Popen:
     )
 
 
+# In scripts/test-extended only: two refreshes of one model at once are
+# tested in-process in the README's command (test_concurrent_refresh.py);
+# this is the same race between two dbt processes over a server.
+@pytest.mark.extended
 def test_two_dbt_invocations_refreshing_one_model_at_once(example_sources, tmp_path):
     """Two `dbt run`s of the same model started together: one applies the change,
     the other finds nothing left to apply or fails cleanly; the model has the
