@@ -45,6 +45,7 @@ from sqlglot import exp
 from ivm_compiler.errors import NotMaintainable
 from ivm_compiler.rules.semi_joins import subquery_predicates
 from ivm_compiler.sql import DIALECT, from_tables
+from ivm_compiler.view_classes.window import windows_of
 
 INPUT_CTE = "window_input"  # a join's (or filtered) rows under windows
 ROWS_CTE = "window_rows"  # the windows' rows under SELECT DISTINCT
@@ -118,7 +119,7 @@ def needs_split(select: exp.Expr) -> bool:
     >>> needs_split(sqlglot.parse_one("select rank() over (order by b) from t where b > 0"))
     False
     """
-    if not isinstance(select, exp.Select) or not _windows(select):
+    if not isinstance(select, exp.Select) or not windows_of(select):
         return False
     distinct = select.args.get("distinct")
     if distinct is not None and (select.args.get("order") or distinct.args.get("on")):
@@ -293,10 +294,6 @@ def _without_row_order(select: exp.Select) -> exp.Select:
     for clause in ("order", "limit", "offset"):
         inner.set(clause, None)
     return inner
-
-
-def _windows(select: exp.Select) -> list[exp.Window]:
-    return [w for p in select.expressions for w in p.find_all(exp.Window)]
 
 
 def _is_window_function(call: exp.Expr) -> bool:
