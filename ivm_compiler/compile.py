@@ -30,7 +30,7 @@ from ivm_compiler import lineage, names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import UpstreamModel, ViewClass, ViewPlan
-from ivm_compiler.rules import booleans, semi_joins
+from ivm_compiler.rules import booleans, covariance, semi_joins
 from ivm_compiler.sql import DIALECT, TableName, from_tables, set_operation_branches
 from ivm_compiler.view_classes import aggregate, projection, set_operation, top_k, window
 from ivm_compiler.view_classes.protocol import QualifiedModel, ViewClassRule
@@ -128,8 +128,11 @@ def _compile(
     # LEFT SEMI/ANTI JOINs as EXISTS/NOT EXISTS first: sqlglot's qualify reads
     # `d.k` in a semi join's ON as a field of a column `d` of the left side.
     written_as_exists = semi_joins.joins_as_exists(model, tree)
-    qualified = booleans.as_counts(
-        _inline_relations(model, qualify_model(model, written_as_exists, schemas))
+    # BOOL_AND/BOOL_OR as counts, COVAR_*/CORR over co-moments: aggregates the view classes keep.
+    qualified = covariance.as_aggregates(
+        booleans.as_counts(
+            _inline_relations(model, qualify_model(model, written_as_exists, schemas))
+        )
     )
     described = catalog.describe_query(written)
     qualified_model = QualifiedModel(

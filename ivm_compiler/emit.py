@@ -27,7 +27,7 @@ from sqlglot.errors import ParseError
 from ivm_compiler import changes, join_states, key_bounds, names, reads, state_rows
 from ivm_compiler.compile import view_class_rule
 from ivm_compiler.plan import MergeRule, StateColumn, ViewClass, ViewPlan
-from ivm_compiler.rules import floating, moments
+from ivm_compiler.rules import covariance, floating, moments
 from ivm_compiler.sql import (
     DIALECT,
     TableName,
@@ -367,8 +367,14 @@ def _reading_staged(query: exp.Query, staged: str) -> exp.Query:
     return query
 
 
-# The rules whose new value reads several of the row's columns (rules/floating.py, rules/moments.py).
-COMBINED_RULES = (MergeRule.COMPENSATED_SUM, MergeRule.SUM_ERROR, MergeRule.MOMENT)
+# The rules whose new value reads several of the row's columns (rules/floating.py,
+# rules/moments.py, rules/covariance.py).
+COMBINED_RULES = (
+    MergeRule.COMPENSATED_SUM,
+    MergeRule.SUM_ERROR,
+    MergeRule.MOMENT,
+    MergeRule.CO_MOMENT,
+)
 
 
 def _merged(
@@ -379,6 +385,8 @@ def _merged(
     """A COMBINED_RULES column's new value, from the stored row's columns and the change row's."""
     if column.rule is MergeRule.MOMENT:
         return moments.merged(column, stored, change)
+    if column.rule is MergeRule.CO_MOMENT:
+        return covariance.merged(column, stored, change)
     return floating.merged(column, stored, change)
 
 

@@ -87,6 +87,17 @@ def removed_squared_deviations_of(argument_index: int) -> str:
     return f"{RESERVED_PREFIX}m2_removed_a{argument_index}"
 
 
+# The co-moment of two arguments (rules/covariance.py): sum((x - mean x)(y - mean y))
+# over the rows where both are finite; on change rows, the inserted rows' under
+# the same name and the removed rows'.
+def co_moment_of(x_index: int, y_index: int) -> str:
+    return f"{RESERVED_PREFIX}c2_a{x_index}_a{y_index}"
+
+
+def removed_co_moment_of(x_index: int, y_index: int) -> str:
+    return f"{RESERVED_PREFIX}c2_removed_a{x_index}_a{y_index}"
+
+
 def is_reserved(name: str) -> bool:
     return name.lower().startswith(RESERVED_PREFIX)
 

@@ -15,7 +15,7 @@ from sqlglot.errors import ParseError
 
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable, first_line
 from ivm_compiler.names import is_reserved
-from ivm_compiler.rules import booleans, moments, semi_joins
+from ivm_compiler.rules import booleans, covariance, moments, semi_joins
 from ivm_compiler.rules.semi_joins import SUBQUERY_PREDICATES
 from ivm_compiler.sql import DIALECT, from_tables, set_operation_branches, set_operation_kind
 from ivm_compiler.view_classes import set_operation, window
@@ -114,10 +114,11 @@ SUPPORTED_AGGREGATES: tuple[type[exp.Expr], ...] = (
     exp.Max,
     *moments.AGGREGATES,
     *booleans.AGGREGATES,
+    *covariance.AGGREGATES,
 )
 SUPPORTED_AGGREGATES_TEXT = (
     "COUNT, SUM, AVG, MIN, MAX, COUNT(DISTINCT x), STDDEV[_SAMP|_POP], VARIANCE|VAR_SAMP|VAR_POP, "
-    "BOOL_AND|EVERY or BOOL_OR|SOME|ANY"
+    "COVAR_POP, COVAR_SAMP, CORR, BOOL_AND|EVERY or BOOL_OR|SOME|ANY"
 )
 
 

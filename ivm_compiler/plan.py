@@ -58,6 +58,8 @@ class MergeRule(str, Enum):
     # A mean or sum of squared deviations (rules/moments.py): the change's
     # inserted and removed values combined into the stored moments.
     MOMENT = "moment"
+    # The co-moment of two arguments (rules/covariance.py), merged likewise.
+    CO_MOMENT = "co_moment"
     # On change rows only, never stored: the removed values' moments.
     CHANGE_ONLY = "change_only"
 
@@ -158,6 +160,8 @@ class StateColumn:
     # COMPENSATED_SUM, SUM_ERROR and MOMENT columns: the aggregate argument
     # whose other columns their merge reads.
     argument: int | None = None
+    # CO_MOMENT columns: the second argument (`argument` is the first).
+    partner: int | None = None
 
 
 @dataclass(frozen=True)

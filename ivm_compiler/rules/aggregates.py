@@ -13,14 +13,14 @@ keep x's moments (rules/moments.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.plan import MergeRule, StateColumn
-from ivm_compiler.rules import floating, moments
+from ivm_compiler.rules import covariance, floating, moments
 from ivm_compiler.rules.counting import sign
 from ivm_compiler.sql import DIALECT, divided
 
@@ -39,6 +39,8 @@ class ArgumentState:
     needs_count: bool = False
     # STDDEV or VARIANCE (rules/moments.py).
     needs_moments: bool = False
+    # COVAR/CORR: the arguments it keeps a co-moment with (rules/covariance.py).
+    co_moment_partners: frozenset[int] = frozenset()
     # Recomputed, not summed: MIN, MAX, COUNT(DISTINCT) (rules/extremes.py).
     recomputed: frozenset[str] = frozenset()
     # Spark sums it as a DOUBLE (FLOAT, DOUBLE, or a STRING it casts): set
@@ -89,6 +91,8 @@ class ArgumentState:
             )
         if self.needs_moments:
             columns += moments.columns(self.index, self.flat, self.is_floating)
+        for partner in sorted(self.co_moment_partners):
+            columns += covariance.columns(self.index, partner)
         return columns
 
 
@@ -103,23 +107,37 @@ def arguments_of(model: str, expressions: list[exp.Expr]) -> dict[str, ArgumentS
     True
     """
     found: dict[str, ArgumentState] = {}
+
+    def noted(argument: exp.Expr) -> ArgumentState:
+        key = argument.sql(dialect=DIALECT)
+        if key not in found:
+            found[key] = ArgumentState(index=len(found), argument=argument)
+        return found[key]
+
     for expression in expressions:
         for call in expression.find_all(
-            exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, *moments.AGGREGATES
+            exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, *moments.AGGREGATES, covariance.CoMoment
         ):
             if isinstance(call, exp.Count) and isinstance(call.this, exp.Star):
                 continue
+            if isinstance(call, covariance.CoMoment):
+                # The co-moment merges with both arguments' moments (their counts and means).
+                x = replace(noted(call.this), needs_moments=True)
+                y = replace(noted(call.expression), needs_moments=True)
+                found[y.argument.sql(dialect=DIALECT)] = y
+                found[x.argument.sql(dialect=DIALECT)] = replace(
+                    x, co_moment_partners=x.co_moment_partners | {y.index}
+                )
+                continue
             argument = argument_of(model, call)
-            key = argument.sql(dialect=DIALECT)
-            previous = found.get(key) or ArgumentState(index=len(found), argument=argument)
+            previous = noted(argument)
             recomputed = set(previous.recomputed)
             if isinstance(call, (exp.Min, exp.Max)):
                 recomputed.add("MIN" if isinstance(call, exp.Min) else "MAX")
             elif isinstance(call.this, exp.Distinct):
                 recomputed.add("COUNT")
-            found[key] = ArgumentState(
-                index=previous.index,
-                argument=argument,
+            found[argument.sql(dialect=DIALECT)] = replace(
+                previous,
                 needs_sum=previous.needs_sum or isinstance(call, (exp.Sum, exp.Avg)),
                 needs_count=previous.needs_count
                 or (isinstance(call, exp.Count) and not isinstance(call.this, exp.Distinct)),

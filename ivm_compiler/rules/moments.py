@@ -26,6 +26,8 @@ rules/floating.py and left out of the moments: Spark's result is NaN then.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlglot import exp
 
 from ivm_compiler import names
@@ -124,51 +126,51 @@ def _product(*factors: exp.Expr) -> exp.Expr:
     return product
 
 
-def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:
-    """The new mean or M2 of a group: stored (+) inserted (-) removed.
+@dataclass(frozen=True)
+class MergedCounts:
+    """One argument's counts and means through a MERGE's two steps (see merged).
 
-    Adding part b to a: n = na + nb, d = mean_b - mean_a,
-    mean = mean_a + d * nb / n, M2 = M2_a + M2_b + d^2 * na * nb / n.
-    Taking part b out of s (so a = s - b, na = ns - nb):
-    mean_a = mean_s + (mean_s - mean_b) * nb / na,
-    M2_a = M2_s - M2_b - (mean_b - mean_a)^2 * na * nb / ns.
-    A new group's stored values are NULL: n 0, M2 0.
+    s: the stored values, in: the inserted ones, union: both, out: the
+    removed ones, new: what remains. rules/covariance.py reads them for two
+    arguments at once.
     """
-    index = column.argument
-    assert index is not None
+
+    n_s: exp.Expr
+    n_in: exp.Expr
+    n_union: exp.Expr
+    n_out: exp.Expr
+    n_new: exp.Expr
+    mean_s: exp.Expr
+    mean_in: exp.Expr
+    mean_union: exp.Expr
+    mean_out: exp.Expr
+    mean_new: exp.Expr
+
+
+def merged_counts(index: int, stored: Columns, change: Columns) -> MergedCounts:
+    """Argument `index`'s counts and means: stored (+) inserted (-) removed.
+
+    Adding part b to a: n = na + nb, mean = mean_a + (mean_b - mean_a) * nb / n.
+    Taking part b out of s (so a = s - b, na = ns - nb):
+    mean_a = mean_s + (mean_s - mean_b) * nb / na.
+    A new group's stored values are NULL: n 0.
+    """
     zero = exp.Literal.number(0)
     n_s = _as_double(exp.Coalesce(this=stored(names.moment_count_of(index)), expressions=[zero]))
     mean_s = stored(names.mean_of(index))
-    m2_s = floating.zero_if_null(stored(names.squared_deviations_of(index)))
     n_in = _as_double(change(names.added_count_of(index)))
     mean_in = change(names.mean_of(index))
-    m2_in = floating.zero_if_null(change(names.squared_deviations_of(index)))
     n_out = _as_double(change(names.removed_count_of(index)))
     mean_out = change(names.removed_mean_of(index))
-    m2_out = floating.zero_if_null(change(names.removed_squared_deviations_of(index)))
-
     # Step 1: the union of the stored values and the inserted ones.
     n_union = plus(n_s, n_in)
-    step = minus(mean_in, mean_s)
     mean_union = _when(
         _is_zero(n_in),
         mean_s.copy(),
         _when(
             _is_zero(n_s),
             mean_in.copy(),
-            plus(mean_s.copy(), divided(_product(step, n_in), n_union)),
-        ),
-    )
-    m2_union = _when(
-        _is_zero(n_in),
-        m2_s.copy(),
-        _when(
-            _is_zero(n_s),
-            m2_in.copy(),
-            plus(
-                plus(m2_s.copy(), m2_in.copy()),
-                divided(_product(step, step, n_s, n_in), n_union),
-            ),
+            plus(mean_s.copy(), divided(_product(minus(mean_in, mean_s), n_in), n_union)),
         ),
     )
     # Step 2: the removed values taken out of that union.
@@ -185,21 +187,55 @@ def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:
             ),
         ),
     )
+    return MergedCounts(
+        n_s, n_in, n_union, n_out, n_new, mean_s, mean_in, mean_union, mean_out, mean_new
+    )
+
+
+def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:
+    """The new mean or M2 of a group: stored (+) inserted (-) removed.
+
+    The means as merged_counts; adding part b to a, with d = mean_b - mean_a:
+    M2 = M2_a + M2_b + d^2 * na * nb / n. Taking part b out of s:
+    M2_a = M2_s - M2_b - (mean_b - mean_a)^2 * na * nb / ns.
+    A new group's stored M2 is NULL: 0.
+    """
+    index = column.argument
+    assert index is not None
+    c = merged_counts(index, stored, change)
     if column.name == names.mean_of(index):
-        return mean_new
+        return c.mean_new
     assert column.name == names.squared_deviations_of(index)
-    apart = minus(mean_out.copy(), mean_new)
+    m2_s = floating.zero_if_null(stored(names.squared_deviations_of(index)))
+    m2_in = floating.zero_if_null(change(names.squared_deviations_of(index)))
+    m2_out = floating.zero_if_null(change(names.removed_squared_deviations_of(index)))
+    step = minus(c.mean_in, c.mean_s)
+    m2_union = _when(
+        _is_zero(c.n_in),
+        m2_s.copy(),
+        _when(
+            _is_zero(c.n_s),
+            m2_in.copy(),
+            plus(
+                plus(m2_s.copy(), m2_in.copy()),
+                divided(_product(step, step, c.n_s, c.n_in), c.n_union),
+            ),
+        ),
+    )
+    apart = minus(c.mean_out.copy(), c.mean_new)
     taken_out = minus(
         minus(m2_union.copy(), m2_out),
-        divided(_product(apart, apart, n_new, n_out), n_union),
+        divided(_product(apart, apart, c.n_new, c.n_out), c.n_union),
     )
     return _when(
-        _is_zero(n_out),
+        _is_zero(c.n_out),
         m2_union,
         _when(
-            _is_zero(n_new),
+            _is_zero(c.n_new),
             double("0"),
-            exp.Greatest(this=taken_out, expressions=[double("0")]),
+            # Not GREATEST(taken_out, 0), which is 0 where taken_out is NULL: on a
+            # pre-aggregation's row (slot > 0) the build's NULL must stay NULL.
+            _when(exp.LT(this=taken_out, expression=double("0")), double("0"), taken_out.copy()),
         ),
     )
 

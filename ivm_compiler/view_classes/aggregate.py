@@ -29,7 +29,7 @@ from ivm_compiler.changes import JoinReads
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.plan import OutputColumn, PreAggregation, StateColumn, ViewClass, ViewPlan
 from ivm_compiler.reads import VersionRange
-from ivm_compiler.rules import aggregates, counting, extremes, moments, semi_joins
+from ivm_compiler.rules import aggregates, counting, covariance, extremes, moments, semi_joins
 from ivm_compiler.sql import DIALECT, TableName, ident
 from ivm_compiler.view_classes.flattening import (
     distinct_expressions,
@@ -289,6 +289,9 @@ def _finalizer(
         if isinstance(node, moments.AGGREGATES):
             argument = arguments[aggregates.argument_of(model, node).sql(dialect=DIALECT)]
             return moments.finalize(node, argument.index, argument.is_floating)
+        if isinstance(node, covariance.CoMoment):
+            x, y = (arguments[a.sql(dialect=DIALECT)].index for a in (node.this, node.expression))
+            return aggregates.state_column(names.co_moment_of(x, y))
         if isinstance(node, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
             key = aggregates.argument_of(model, node).sql(dialect=DIALECT)
             index = arguments[key].index

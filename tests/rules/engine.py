@@ -59,6 +59,11 @@ Where DuckDB's answer differs from Spark's, and what this module does about it:
   few two-place decimals divided by a count below 10^12 cannot be. Any other
   decimal division is refused (NotImplementedError) rather than evaluated in
   DuckDB's double.
+- CORR is NULL in Spark over fewer than two pairs and when either argument
+  takes one value only (a division by a zero variance); DuckDB answers NaN.
+  The oracle's CORR is rewritten to answer NULL there, the test of a zero
+  variance being DuckDB's own VAR_POP (exactly 0 for equal values). (DuckDB
+  also refuses a NaN or an infinity in CORR; the models here have none.)
 - NULL ordering: Spark sorts NULLs first ascending and last descending;
   sqlglot writes that explicitly, and the session's default_null_order says
   the same.
@@ -460,7 +465,7 @@ class Engine:
     ) -> Translation:
         # Each rewrite works on the tree in place.
         reads: list[Read] = []
-        tree = self._spark_aggregates(booleans.as_named(tree))
+        tree = self._spark_aggregates(_spark_correlation(booleans.as_named(tree)))
         tree = _read_versions(tree, set(self.tables), plain, reads, hooked)
         tree = _duckdb_statement(tree.transform(_spark_decimal_division, copy=False))
         using = None
@@ -678,6 +683,37 @@ def _renamed(node: exp.Table, name: str, alias: str | None) -> exp.Table:
     elif alias is not None:
         table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
     return table
+
+
+def _spark_correlation(tree: exp.Expression) -> exp.Expression:
+    """CORR(x, y) answering NULL where Spark does and DuckDB says NaN (SPARK_SEMANTICS)."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Corr) or isinstance(node.parent, exp.Window):
+            return node
+        x, y = node.this, node.expression
+        known = exp.and_(
+            *(exp.Not(this=exp.Is(this=v.copy(), expression=exp.Null())) for v in (x, y))
+        )
+
+        def paired(value: exp.Expression) -> exp.Expression:
+            return exp.Case(ifs=[exp.If(this=known.copy(), true=value.copy())])
+
+        constant = exp.or_(
+            *(
+                exp.EQ(this=exp.VariancePop(this=paired(v)), expression=exp.Literal.number(0))
+                for v in (x, y)
+            )
+        )
+        pairs = exp.Count(this=paired(exp.Literal.number(1)))
+        too_few = exp.LT(this=pairs, expression=exp.Literal.number(2))
+        return exp.Case(
+            ifs=[exp.If(this=too_few, true=exp.null()), exp.If(this=constant, true=exp.null())],
+            # Anonymous: the rewrite must not visit its own CORR again.
+            default=exp.Anonymous(this="corr", expressions=[x.copy(), y.copy()]),
+        )
+
+    return tree.transform(replace, copy=False)
 
 
 def _over(call: exp.Expression, window: exp.Window | None) -> exp.Expression:

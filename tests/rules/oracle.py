@@ -216,7 +216,7 @@ def apply_changes(plan: ViewPlan, state: list[dict], delta: list[dict]) -> list[
                 assert column.preaggregation is not None
                 if change[flags[column.preaggregation]] is True:
                     updated[column.name] = new
-            elif column.rule in (MergeRule.COMPENSATED_SUM, MergeRule.SUM_ERROR, MergeRule.MOMENT):
+            elif column.rule in COMBINED:
                 continue
             elif column.rule is MergeRule.ADD_NULLABLE:
                 updated[column.name] = (old or 0) + (new or 0)
@@ -227,11 +227,23 @@ def apply_changes(plan: ViewPlan, state: list[dict], delta: list[dict]) -> list[
     return list(result.values())
 
 
+COMBINED = (MergeRule.COMPENSATED_SUM, MergeRule.SUM_ERROR, MergeRule.MOMENT, MergeRule.CO_MOMENT)
+
+
 def _combined(plan: ViewPlan, stored: dict, change: dict) -> dict[str, object]:
-    """The new values of the columns combined from several stored and changed ones."""
+    """The new values of the columns combined from several stored and changed ones.
+
+    A pre-aggregation's row (slot > 0) has none: the MERGE's expressions over its
+    NULL counts are NULL, as the build leaves them.
+    """
     values: dict[str, object] = {}
+    if plan.preaggregations and change[names.SLOT] != 0:
+        return {c.name: None for c in plan.value_columns if c.rule in COMBINED}
     for column in plan.value_columns:
         index = column.argument
+        if column.rule is MergeRule.CO_MOMENT:
+            assert index is not None and column.partner is not None
+            values[column.name] = _co_moment(stored, change, index, column.partner)
         if column.rule is MergeRule.COMPENSATED_SUM:
             values.update(
                 zip(
@@ -289,6 +301,39 @@ def _moments(stored: dict, change: dict, index: int) -> tuple[float | None, floa
         m2 = max(m2 - m2_out - apart * apart * rest * n_out / n, 0.0)
         mean = new_mean
     return mean, m2
+
+
+def _co_moment(stored: dict, change: dict, x: int, y: int) -> float:
+    """The co-moment of arguments x and y with the inserted pairs added, then the removed ones out.
+
+    Their counts are x's (both are NULL outside the same pairs); each step
+    reads both arguments' means before and after it, as `_moments` updates them.
+    """
+    name, removed = names.co_moment_of(x, y), names.removed_co_moment_of(x, y)
+    n = float(stored.get(names.moment_count_of(x)) or 0)
+    means = {i: stored.get(names.mean_of(i)) for i in (x, y)}
+    c = stored.get(name) or 0.0
+    n_in = float(change[names.added_count_of(x)])
+    if n_in:
+        means_in = {i: change[names.mean_of(i)] for i in (x, y)}
+        c_in = change[name] or 0.0
+        if n:
+            dx, dy = (means_in[i] - means[i] for i in (x, y))
+            c = c + c_in + dx * dy * n * n_in / (n + n_in)
+            means = {i: means[i] + (means_in[i] - means[i]) * n_in / (n + n_in) for i in (x, y)}
+        else:
+            c, means = c_in, means_in
+        n += n_in
+    n_out = float(change[names.removed_count_of(x)])
+    if n_out:
+        rest = n - n_out
+        if not rest:
+            return 0.0
+        means_out = {i: change[names.removed_mean_of(i)] for i in (x, y)}
+        new = {i: means[i] + (means[i] - means_out[i]) * n_out / rest for i in (x, y)}
+        dx, dy = (means_out[i] - new[i] for i in (x, y))
+        c = c - (change[removed] or 0.0) - dx * dy * rest * n_out / n
+    return c
 
 
 def replace_partitions(

@@ -286,18 +286,18 @@ REFUSED = [
         r"^ORDER BY on the result of UNION ALL$",
         None,
     ),
-    # aggregates outside COUNT/SUM/AVG/MIN/MAX, COUNT(DISTINCT x), STDDEV and VARIANCE
+    # aggregates outside COUNT/SUM/AVG/MIN/MAX, COUNT(DISTINCT x), STDDEV, VARIANCE, COVAR, CORR
     (
-        "covar_pop",
-        "SELECT COVAR_POP(a, x) AS c FROM shop.t",
-        r"^the aggregate COVAR_POP$",
-        r"COUNT, SUM, AVG, MIN, MAX, COUNT\(DISTINCT x\), STDDEV",
+        "any_value",
+        "SELECT s, ANY_VALUE(a) AS v FROM shop.t GROUP BY s",
+        r"^the aggregate ANY_VALUE$",
+        r"COUNT, SUM, AVG, MIN, MAX, COUNT\(DISTINCT x\), STDDEV.*COVAR_POP, COVAR_SAMP, CORR",
     ),
     (
-        "corr",
-        "SELECT s, CORR(a, b) AS c FROM shop.t GROUP BY s",
-        r"^the aggregate CORR$",
-        r"COUNT, SUM, AVG, MIN, MAX, COUNT\(DISTINCT x\), STDDEV",
+        "covar_in_a_window",
+        "SELECT a, COVAR_POP(a, x) OVER (PARTITION BY s) AS c FROM shop.t",
+        r"^the window function COVAR_POP$",
+        r"^use ROW_NUMBER, RANK",
     ),
     (
         "collect_list",
