@@ -90,6 +90,16 @@ class TestRandomJoinStateChanges(RandomJoinChanges):
         super()._refresh_and_check(project, spark, sources, models)
         assert_join_states_hold_their_sources(project, spark)
 
+    # The random sequences in the extended command only (CONTRIBUTING.md, "Suite time"):
+    # the tests below refresh through the join states in the README's command.
+    @pytest.mark.extended
+    def test_models_equal_their_query_after_every_refresh(
+        self, project, spark, sources, example_budget
+    ):
+        super().test_models_equal_their_query_after_every_refresh(
+            project, spark, sources, example_budget
+        )
+
     def test_a_refresh_that_fails_after_bringing_its_join_states_forward_loses_nothing(
         self, project, spark, sources, monkeypatch
     ):

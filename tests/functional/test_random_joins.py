@@ -170,6 +170,17 @@ class TestRandomNodeChanges(RandomJoinChanges):
 
     queries = NODE_QUERIES
 
+    # The random sequences in the extended command only (CONTRIBUTING.md, "Suite time"):
+    # tests/rules checks the same rules without plan nodes, and the windows' random
+    # class refreshes plan nodes in the README's command.
+    @pytest.mark.extended
+    def test_models_equal_their_query_after_every_refresh(
+        self, project, spark, sources, example_budget
+    ):
+        super().test_models_equal_their_query_after_every_refresh(
+            project, spark, sources, example_budget
+        )
+
     def test_every_unmergeable_relation_is_a_plan_node(self, project, spark, sources):
         found = {model: node_models(spark, project.test_schema, model) for model in self.queries}
         assert found == {

@@ -9,9 +9,15 @@ chains of joins.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.functional.ivm_project import OUTER_JOIN_QUERIES
 from tests.functional.test_random_joins import RandomJoinChanges
 
 
 class TestRandomOuterJoinChanges(RandomJoinChanges):
+    # In the extended command only (CONTRIBUTING.md, "Suite time"): tests/rules runs
+    # these models' delta rules over many more sequences in the README's command.
+    pytestmark = pytest.mark.extended
+
     queries = OUTER_JOIN_QUERIES

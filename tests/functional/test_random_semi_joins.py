@@ -9,9 +9,15 @@ when their last one goes, and whose NOT IN must follow Spark's NULL rules
 
 from __future__ import annotations
 
+import pytest
+
 from tests.functional.ivm_project import SEMI_JOIN_QUERIES
 from tests.functional.test_random_joins import RandomJoinChanges
 
 
 class TestRandomSemiJoinChanges(RandomJoinChanges):
+    # In the extended command only (CONTRIBUTING.md, "Suite time"): tests/rules runs
+    # these models' delta rules over many more sequences in the README's command.
+    pytestmark = pytest.mark.extended
+
     queries = SEMI_JOIN_QUERIES
