@@ -190,14 +190,12 @@ EXTRA_QUERIES = {
         "select stddev_samp(v) as sd, var_samp(d) as vs, avg(v) as av, count(*) as n from {src}"
     ),
     # COVAR_POP/COVAR_SAMP/CORR (a co-moment beside the moments; CORR's MIN/MAX), grouped
-    # and global, integral, decimal and DOUBLE arguments, one argument in two pairs ...
+    # and global, over integral, decimal and DOUBLE arguments ...
     "co_moments_grouped": (
-        "select g, covar_pop(v, d) as cp, covar_samp(k, v) as cs, corr(v, d) as r, "
-        "corr(cast(v as double) / 3, k) as rf, count(*) as n from {src} group by g"
+        "select g, covar_pop(v, d) as cp, corr(v, d) as r, covar_samp(cast(v as double) / 3, k) "
+        "as cs, count(*) as n from {src} group by g"
     ),
-    "co_moments_global": (
-        "select covar_samp(d, v) as cs, corr(k, v) as r, stddev(v) as sd from {src}"
-    ),
+    "co_moments_global": "select covar_samp(d, v) as cs, corr(k, v) as r from {src}",
     # ... and SUM/AVG/STDDEV of DOUBLE values that round (a compensated sum).
     "floating_sums": (
         "select k, sum(cast(v as double) / 3) as s, avg(cast(d as double) * 10) as a, "
