@@ -44,6 +44,7 @@ from ivm_compiler.plan import MergeRule, StateColumn
 from ivm_compiler.rules import floating, moments
 from ivm_compiler.rules.counting import sign
 from ivm_compiler.rules.floating import DOUBLE, Columns, double
+from ivm_compiler.rules.moments import is_zero, product
 from ivm_compiler.sql import divided, minus, plus, times
 
 Tree = TypeVar("Tree", bound=exp.Expr)
@@ -190,15 +191,6 @@ def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:
     c_s = floating.zero_if_null(stored(name))
     c_in = floating.zero_if_null(change(name))
     c_out = floating.zero_if_null(change(removed_name))
-
-    def is_zero(value: exp.Expr) -> exp.Expr:
-        return exp.EQ(this=value.copy(), expression=exp.Literal.number(0))
-
-    def product(*factors: exp.Expr) -> exp.Expr:
-        result = factors[0].copy()
-        for factor in factors[1:]:
-            result = times(result, factor.copy())
-        return result
 
     union_step = divided(
         product(minus(x.mean_in, x.mean_s), minus(y.mean_in, y.mean_s), x.n_s, x.n_in),

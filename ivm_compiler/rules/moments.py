@@ -115,11 +115,11 @@ def _when(condition: exp.Expr, then: exp.Expr, otherwise: exp.Expr) -> exp.Expr:
     return exp.Case(ifs=[exp.If(this=condition, true=then)], default=otherwise)
 
 
-def _is_zero(value: exp.Expr) -> exp.Expr:
+def is_zero(value: exp.Expr) -> exp.Expr:
     return exp.EQ(this=value.copy(), expression=exp.Literal.number(0))
 
 
-def _product(*factors: exp.Expr) -> exp.Expr:
+def product(*factors: exp.Expr) -> exp.Expr:
     product = factors[0].copy()
     for factor in factors[1:]:
         product = times(product, factor.copy())
@@ -165,25 +165,25 @@ def merged_counts(index: int, stored: Columns, change: Columns) -> MergedCounts:
     # Step 1: the union of the stored values and the inserted ones.
     n_union = plus(n_s, n_in)
     mean_union = _when(
-        _is_zero(n_in),
+        is_zero(n_in),
         mean_s.copy(),
         _when(
-            _is_zero(n_s),
+            is_zero(n_s),
             mean_in.copy(),
-            plus(mean_s.copy(), divided(_product(minus(mean_in, mean_s), n_in), n_union)),
+            plus(mean_s.copy(), divided(product(minus(mean_in, mean_s), n_in), n_union)),
         ),
     )
     # Step 2: the removed values taken out of that union.
     n_new = minus(n_union, n_out)
     mean_new = _when(
-        _is_zero(n_out),
+        is_zero(n_out),
         mean_union.copy(),
         _when(
-            _is_zero(n_new),
+            is_zero(n_new),
             exp.null(),
             plus(
                 mean_union.copy(),
-                divided(_product(minus(mean_union.copy(), mean_out), n_out), n_new),
+                divided(product(minus(mean_union.copy(), mean_out), n_out), n_new),
             ),
         ),
     )
@@ -211,27 +211,27 @@ def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:
     m2_out = floating.zero_if_null(change(names.removed_squared_deviations_of(index)))
     step = minus(c.mean_in, c.mean_s)
     m2_union = _when(
-        _is_zero(c.n_in),
+        is_zero(c.n_in),
         m2_s.copy(),
         _when(
-            _is_zero(c.n_s),
+            is_zero(c.n_s),
             m2_in.copy(),
             plus(
                 plus(m2_s.copy(), m2_in.copy()),
-                divided(_product(step, step, c.n_s, c.n_in), c.n_union),
+                divided(product(step, step, c.n_s, c.n_in), c.n_union),
             ),
         ),
     )
     apart = minus(c.mean_out.copy(), c.mean_new)
     taken_out = minus(
         minus(m2_union.copy(), m2_out),
-        divided(_product(apart, apart, c.n_new, c.n_out), c.n_union),
+        divided(product(apart, apart, c.n_new, c.n_out), c.n_union),
     )
     return _when(
-        _is_zero(c.n_out),
+        is_zero(c.n_out),
         m2_union,
         _when(
-            _is_zero(c.n_new),
+            is_zero(c.n_new),
             double("0"),
             # Not GREATEST(taken_out, 0), which is 0 where taken_out is NULL: on a
             # pre-aggregation's row (slot > 0) the build's NULL must stay NULL.
@@ -261,7 +261,7 @@ def finalize(node: exp.Expr, index: int, is_floating: bool) -> exp.Expr:
     result: exp.Expr = divided(m2, divisor)
     if root:
         result = exp.Sqrt(this=result)
-    ifs = [exp.If(this=_is_zero(values), true=exp.null())]
+    ifs = [exp.If(this=is_zero(values), true=exp.null())]
     if not population:
         ifs.append(
             exp.If(
