@@ -54,6 +54,19 @@ if not TEST_CONNECTIONS or any(mode not in CONNECTIONS for mode in TEST_CONNECTI
     )
 FUNCTIONAL_TESTS = os.path.join(os.path.dirname(__file__), "functional")
 
+# Where the tests' Spark tasks run. `local` (the default): local[2], driver
+# and executors in this process's JVM. `cluster` (scripts/test-cluster): a
+# standalone master and two workers started from the installed pyspark
+# (cluster.py), with this process's session as the cluster's driver, so every
+# statement of the tests, of dbt in session mode and of the in-process Thrift
+# server runs its tasks in executors in the workers' JVMs, while the sources'
+# writes, the oracle and Spark's status store stay in process.
+LOCAL = "local"
+CLUSTER = "cluster"
+SPARK_MASTER = os.environ.get("IVM_TEST_SPARK", LOCAL)
+if SPARK_MASTER not in (LOCAL, CLUSTER):
+    raise ValueError(f"IVM_TEST_SPARK={SPARK_MASTER!r}: expected {LOCAL} or {CLUSTER}")
+
 
 def modes(thrift_slice: bool | str) -> tuple[str, ...]:
     """The connection modes of a test class (or module): out of the Thrift slice (False),
@@ -217,19 +230,48 @@ def dbt_profile_target(request: pytest.FixtureRequest, connection: str) -> dict:
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """The process's SparkSession, created with the embedded runtime's configs."""
+def spark_cluster():
+    """With IVM_TEST_SPARK=cluster, the standalone cluster the session drives: (runtime, spec).
+
+    None otherwise. Stopped (every JVM it started) at the end of the run.
+    """
+    if SPARK_MASTER != CLUSTER:
+        yield None
+        return
+    from dbt.adapters.spark_ivm import cluster
+
+    spec = cluster.ClusterSpec(master_port=_free_port(), master_ui_port=_free_port())
+    cluster.up(RUNTIME_DIR, spec, thrift=False)
+    try:
+        yield RUNTIME_DIR, spec
+    finally:
+        cluster.down(RUNTIME_DIR)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_cluster):
+    """The process's SparkSession, created with the embedded runtime's configs (SPARK_MASTER)."""
     from pyspark.sql import SparkSession
 
     from dbt.adapters.spark_ivm.runtime import session_configs
 
     configs = {**session_configs(RUNTIME_DIR), **ANSI_CONF, **SPEED_CONF}
+    if spark_cluster is not None:
+        configs.update(spark_cluster[1].driver_configs())
     builder = SparkSession.builder.enableHiveSupport()
     for key, value in configs.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    return session
+    if spark_cluster is not None:
+        # The session must really be the cluster's driver, not a local one
+        # some earlier code created in this process.
+        assert session.sparkContext.master == spark_cluster[1].master_url
+    yield session
+    if spark_cluster is not None:
+        # Before the workers go: a driver whose executors vanish logs errors
+        # and retries for a while.
+        session.stop()
 
 
 @pytest.fixture(scope="session")

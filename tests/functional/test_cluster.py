@@ -9,13 +9,17 @@ The README's test command runs the cluster's start, a Delta change feed over
 it and its stop, with the master's own account of where the tasks ran. The
 extended command (marker `extended`) adds the worked example through dbt over
 it (build, a batch, an incremental refresh, every `ivm_matches_query`
-passing) and the loss of a worker during a refresh.
+passing) and the loss of a worker during its consistency group's publish and
+during a refresh. The randomized classes run over a cluster too, with the
+test process as its driver: scripts/test-cluster (IVM_TEST_SPARK in
+tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import socket
 import time
 
@@ -23,6 +27,7 @@ import pytest
 from dbt.adapters.factory import reset_adapters
 
 from dbt.adapters.spark_ivm import cluster, server
+from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME
 from tests.functional.test_server_mode import (
     ThriftSql,
     _build,
@@ -131,6 +136,64 @@ def _text(path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+def _run_and_kill_a_worker(runtime, tmp_path, number: int, when) -> tuple[cluster.Part, int]:
+    """`dbt run` of the example as a process; worker `number` SIGKILLed once its debug log
+    satisfies `when` (the statement is sent). The killed part and dbt's exit code."""
+    run = _dbt_process(tmp_path, "lossy", "run", "--log-level-file", "debug")
+    log = tmp_path / "lossy" / "logs" / "dbt.log"
+    deadline = time.monotonic() + 600
+    while not when(_text(log)):
+        assert run.poll() is None, "dbt ended before the statement: " + _text(log)[-2000:]
+        assert time.monotonic() < deadline, "no such statement within 600 s"
+        time.sleep(0.1)
+    killed = cluster.kill_worker(runtime, number)
+    output = run.communicate(timeout=900)[0]
+    if run.returncode != 0:
+        assert "Error" in output, output[-3000:]
+    return killed, run.returncode
+
+
+def _example_group_commits(sql: ThriftSql) -> dict[str, set[str]]:
+    """The example group's commit log: each commit id and the kinds of its rows."""
+    kinds: dict[str, set[str]] = {}
+    for commit_id, kind in sql.query(f"SELECT commit_id, kind FROM ivm_example.{COMMIT_LOG_NAME}"):
+        kinds.setdefault(commit_id, set()).add(kind)
+    return kinds
+
+
+@pytest.mark.extended
+def test_losing_a_worker_during_a_group_publish_loses_nothing(
+    running, spec, example_over_cluster, tmp_path
+):
+    """Worker 2 SIGKILLed once dbt sends the group's commit row (step 2 of publish.py).
+
+    The example's ten models are one consistency group. Whether the commit
+    row's write completes on the other worker or the run fails, the next
+    build finishes or redoes the publication: every commit the log holds is
+    published, and every model equals its query. Worker 2 is started again
+    afterwards (a machine back), so the test below has two workers.
+    """
+    runtime, _ = running
+    assert not _failed_tests(_build(tmp_path / "before"))
+    _example().apply_batch(example_over_cluster, random.Random(10))
+    killed, code = _run_and_kill_a_worker(
+        runtime,
+        tmp_path,
+        2,
+        lambda log: re.search(rf"INSERT INTO [`\w.]*{COMMIT_LOG_NAME}", log) is not None,
+    )
+    print(
+        f"worker-2 (pid {killed.pid}) killed during a group publish: dbt run "
+        + ("completed" if code == 0 else f"failed (exit {code})")
+    )
+    cluster.start_worker(runtime, spec, 2)
+    after = _build(tmp_path / "after")
+    assert not _failed_tests(after), _failed_tests(after)
+    assert set(_codes(after).values()) <= {"INCREMENTAL", "NO_CHANGE"}, _codes(after)
+    commits = _example_group_commits(example_over_cluster)
+    assert commits and all("published" in kinds for kinds in commits.values()), commits
+
+
 # Last in the module: it leaves the cluster one worker short.
 @pytest.mark.extended
 def test_losing_a_worker_during_a_refresh_loses_nothing(
@@ -146,21 +209,11 @@ def test_losing_a_worker_during_a_refresh_loses_nothing(
     runtime, _ = running
     assert not _failed_tests(_build(tmp_path / "before"))
     _example().apply_batch(example_over_cluster, random.Random(9))
-    run = _dbt_process(tmp_path, "lossy", "run", "--log-level-file", "debug")
-    log = tmp_path / "lossy" / "logs" / "dbt.log"
-    deadline = time.monotonic() + 600
-    while "MERGE INTO" not in _text(log):
-        assert run.poll() is None, "dbt ended before any MERGE: " + _text(log)[-2000:]
-        assert time.monotonic() < deadline, "no MERGE within 600 s"
-        time.sleep(0.1)
-    killed = cluster.kill_worker(runtime, 1)
-    output = run.communicate(timeout=900)[0]
+    killed, code = _run_and_kill_a_worker(runtime, tmp_path, 1, lambda log: "MERGE INTO" in log)
     print(
         f"worker-1 (pid {killed.pid}) killed during a MERGE: dbt run "
-        + ("completed" if run.returncode == 0 else f"failed (exit {run.returncode})")
+        + ("completed" if code == 0 else f"failed (exit {code})")
     )
-    if run.returncode != 0:
-        assert "Error" in output, output[-3000:]
     after = _build(tmp_path / "after")
     assert not _failed_tests(after), _failed_tests(after)
     assert set(_codes(after).values()) <= {"INCREMENTAL", "NO_CHANGE"}, _codes(after)

@@ -124,11 +124,17 @@ def cluster_dir(runtime_dir: str | os.PathLike[str]) -> Path:
     return Path(runtime_dir).resolve() / CLUSTER_DIR
 
 
-def up(runtime_dir: str | os.PathLike[str], spec: ClusterSpec | None = None) -> list[Part]:
+def up(
+    runtime_dir: str | os.PathLike[str], spec: ClusterSpec | None = None, thrift: bool = True
+) -> list[Part]:
     """Start master, workers and Thrift server; return once the server accepts connections.
 
-    Raises RuntimeError, naming the part and the end of its log, if a part
-    exits or does not come up in time; what was started is then stopped.
+    With `thrift=False` no driver is started: the caller's own SparkSession,
+    built with `spec.driver_configs()`, becomes the cluster's driver (the
+    test suite's cluster slice and `bench/run --cluster` do so, to keep
+    reading Spark's status store in process). Raises RuntimeError, naming the
+    part and the end of its log, if a part exits or does not come up in time;
+    what was started is then stopped.
     """
     spec = spec or ClusterSpec()
     root = Path(runtime_dir).resolve()
@@ -139,17 +145,18 @@ def up(runtime_dir: str | os.PathLike[str], spec: ClusterSpec | None = None) -> 
     try:
         master = _spawn(folder, "master", master_command(spec))
         _wait(lambda: server.accepts(HOST, spec.master_port), master, folder / "master.log")
-        workers = [
-            _spawn(folder, f"worker-{n}", worker_command(spec, folder / f"work-{n}"))
-            for n in range(1, spec.workers + 1)
-        ]
+        for number in range(1, spec.workers + 1):
+            start_worker(root, spec, number, wait=False)
         _wait(
             lambda: alive_workers(spec) >= spec.workers,
-            workers[0],
-            folder / "worker-1.log",
+            master,
+            folder / "master.log",
             what=f"{spec.workers} workers registered with the master",
         )
-        server.start(root, spec.thrift_port, extra_configs=spec.driver_configs(), state_dir=folder)
+        if thrift:
+            server.start(
+                root, spec.thrift_port, extra_configs=spec.driver_configs(), state_dir=folder
+            )
     except BaseException:
         down(root)
         raise
@@ -177,6 +184,29 @@ def parts(runtime_dir: str | os.PathLike[str]) -> list[Part]:
     return found
 
 
+def start_worker(
+    runtime_dir: str | os.PathLike[str], spec: ClusterSpec, number: int, wait: bool = True
+) -> Part:
+    """Start worker `number` (again, after kill_worker: a machine back); with `wait`, return
+    once the master counts it alive."""
+    folder = cluster_dir(runtime_dir)
+    name = f"worker-{number}"
+    if any(p.name == name for p in parts(runtime_dir)):
+        raise RuntimeError(f"{name} is already running")
+    # A restarted worker registers under a new id; the master may still list
+    # the killed one as alive for a moment, so a count would not tell.
+    known = _alive_worker_ids(spec)
+    process = _spawn(folder, name, worker_command(spec, folder / f"work-{number}"))
+    if wait:
+        _wait(
+            lambda: bool(_alive_worker_ids(spec) - known),
+            process,
+            folder / f"{name}.log",
+            what=f"{name} registered with the master",
+        )
+    return Part(name=name, pid=process.pid)
+
+
 def kill_worker(runtime_dir: str | os.PathLike[str], number: int) -> Part:
     """SIGKILL worker `number` and its executor (its process group): a lost machine."""
     part = next((p for p in parts(runtime_dir) if p.name == f"worker-{number}"), None)
@@ -196,11 +226,15 @@ def master_state(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def alive_workers(spec: ClusterSpec) -> int:
+    return len(_alive_worker_ids(spec))
+
+
+def _alive_worker_ids(spec: ClusterSpec) -> set[str]:
     try:
         state = master_state(spec)
     except OSError:
-        return 0
-    return sum(1 for worker in state.get("workers", []) if worker.get("state") == "ALIVE")
+        return set()
+    return {w["id"] for w in state.get("workers", []) if w.get("state") == "ALIVE"}
 
 
 def _spawn(folder: Path, name: str, command: list[str]) -> subprocess.Popen:
