@@ -7,15 +7,20 @@ own), then every scale factor is generated, loaded and measured in turn on it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
+
+from dbt.adapters.spark_ivm import cluster
 from dbt.adapters.spark_ivm.join_states import NONE as JOIN_STATE_NONE
 from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
 from tpch_bench import report
@@ -35,12 +40,15 @@ from tpch_bench.settings import (
     plots_dir_for,
     scale_tag,
 )
-from tpch_bench.spark_session import start_session
+from tpch_bench.spark_session import SessionStart, start_session
 
 # Exit codes: a wrong answer or a failed run makes the whole run fail, so that no
 # one quotes the speed of a refresh that was incorrect.
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
+# --cluster: two workers of one core, each executor sized like half of the
+# embedded run's memory (its local[2] executors share the driver's heap).
+CLUSTER_SPEC = cluster.ClusterSpec(worker_memory="6g", executor_memory="5g")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         "path even where 'auto' would recompute (default: auto)",
     )
     parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="start a local Spark standalone cluster (a master and two workers, each its "
+        "own JVM, one core each) and run the session as its driver, so every task runs in "
+        "an executor of another JVM; stopped at the end (default: local[2], one JVM)",
+    )
+    parser.add_argument(
         "--work-dir",
         type=Path,
         default=DEFAULT_WORK_DIR,
@@ -170,6 +185,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         group_overhead_pairs=args.group_overhead_pairs,
         join_state=str(args.join_state),
         strategy=args.strategy,
+        cluster=args.cluster,
     )
 
 
@@ -193,7 +209,52 @@ def run_benchmark(
         report.write_report(results, settings.results_dir, settings.label, with_plots=False)
 
     settings.runtime_dir.mkdir(parents=True, exist_ok=True)
-    spark, session = start_session(settings.runtime_dir, settings.spark_conf)
+    with _cluster(settings, log) as driver_conf:
+        spark, session = start_session(settings.runtime_dir, (*driver_conf, *settings.spark_conf))
+        try:
+            _measure(spark, session, settings, results, checkpoint, log)
+        finally:
+            if settings.cluster:
+                # Before the workers go: a driver whose executors vanish
+                # retries and logs for a while.
+                spark.stop()
+    results["finished_at"] = wall_clock()
+    written = report.write_report(
+        results, settings.results_dir, settings.label, plots_directory=settings.plots_dir
+    )
+    return results, written
+
+
+@contextlib.contextmanager
+def _cluster(
+    settings: BenchSettings, log: Callable[[str], None]
+) -> Iterator[tuple[tuple[str, str], ...]]:
+    """With --cluster, a local standalone cluster for the run: the driver's configs for it."""
+    if not settings.cluster:
+        yield ()
+        return
+    spec = CLUSTER_SPEC
+    started = time.monotonic()
+    cluster.up(settings.runtime_dir, spec, thrift=False)
+    log(
+        f"Spark standalone cluster {spec.master_url} ({spec.workers} workers, "
+        f"{spec.executor_memory} executors) up in {time.monotonic() - started:.1f}s"
+    )
+    try:
+        yield tuple(spec.driver_configs().items())
+    finally:
+        cluster.down(settings.runtime_dir)
+
+
+def _measure(
+    spark: SparkSession,
+    session: SessionStart,
+    settings: BenchSettings,
+    results: dict[str, Any],
+    checkpoint: Callable[..., None],
+    log: Callable[[str], None],
+) -> None:
+    """Every scale factor of `settings` measured on `spark`, into `results`."""
     results["session"] = {
         "seconds": round(session.seconds, 3),
         "reused": session.reused,
@@ -212,11 +273,7 @@ def run_benchmark(
     results["session"]["same_session_after_dbt"] = (
         spark.sparkContext.applicationId == session.application_id
     )
-    results["finished_at"] = wall_clock()
-    written = report.write_report(
-        results, settings.results_dir, settings.label, plots_directory=settings.plots_dir
-    )
-    return results, written
+    results["session"]["master"] = spark.sparkContext.master
 
 
 def environment() -> dict[str, Any]:
@@ -275,6 +332,7 @@ def _settings_json(settings: BenchSettings) -> dict[str, Any]:
         "group_overhead_pairs": settings.group_overhead_pairs,
         "join_state": settings.join_state,
         "strategy": settings.strategy,
+        "cluster": settings.cluster,
         "group_overhead_size": (
             settings.group_overhead_size if settings.group_overhead_pairs else None
         ),

@@ -33,6 +33,9 @@ class Run:
         results = load_results(path)
         commit = (results.get("environment") or {}).get("git_commit") or ""
         name = commit[:7] or results.get("label") or path.stem
+        if (results.get("settings") or {}).get("cluster"):
+            # Runs of one commit differ by where their tasks ran (bench/run --cluster).
+            name += " on the cluster"
         by_key = {
             ((s.scale_factor, s.kind, s.size), s.model): s
             for s in batch_summaries(results)

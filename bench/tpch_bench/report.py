@@ -301,6 +301,15 @@ def markdown(results: dict[str, Any], plots: list[Path]) -> str:
             + f", ivm_strategy {results['settings'].get('strategy', 'auto')!r}."
         ),
         "",
+        "Spark: "
+        + (
+            "the session as the driver of a local standalone cluster (a master and two "
+            "workers of one core, each its own JVM), every task in an executor of another JVM"
+            if results["settings"].get("cluster")
+            else "embedded, local[2] (driver and executors in one JVM)"
+        )
+        + (f", master {session['master']}." if session.get("master") else "."),
+        "",
         "JVM and SparkSession start (not in any figure below): "
         + (
             "not measured, the session was already running in this process."

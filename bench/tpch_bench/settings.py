@@ -68,6 +68,10 @@ class BenchSettings:
     join_state: str = "none"
     # The ivm models' ivm_strategy (project var bench_ivm_strategy).
     strategy: str = "auto"
+    # Run the session as the driver of a local standalone cluster (a master and
+    # two workers, each its own JVM: dbt.adapters.spark_ivm.cluster) instead of
+    # local[2], so every task runs in an executor of another JVM.
+    cluster: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.batch_kinds) - set(BATCH_KINDS))

@@ -349,3 +349,15 @@ def test_the_comparison_puts_each_run_s_own_ratio_side_by_side(tmp_path):
         # The ratio is the run's own rebuild over its own refresh.
         assert f"{q1.ivm_seconds:.2f} | {q1.table_seconds:.2f} | {q1.speedup:.1f}x" in text
     assert text.count("| q01_pricing_summary |") == 1
+
+
+def test_runs_of_one_commit_embedded_and_on_a_cluster_keep_apart(tmp_path):
+    from tpch_bench import compare
+
+    runs = Path(__file__).parents[2] / "bench" / "results" / "issue22"
+    embedded = compare.Run.load(runs / "sf1-rf01-embedded.json")
+    on_cluster = compare.Run.load(runs / "sf1-rf01-cluster.json")
+    assert on_cluster.name == embedded.name + " on the cluster"
+    assert report.load_results(runs / "sf1-rf01-cluster.json")["session"]["master"].startswith(
+        "spark://"
+    )
