@@ -241,11 +241,8 @@ def spark_cluster():
     from dbt.adapters.spark_ivm import cluster
 
     spec = cluster.ClusterSpec(master_port=_free_port(), master_ui_port=_free_port())
-    cluster.up(RUNTIME_DIR, spec, thrift=False)
-    try:
+    with cluster.driven_by_this_process(RUNTIME_DIR, spec):
         yield RUNTIME_DIR, spec
-    finally:
-        cluster.down(RUNTIME_DIR)
 
 
 @pytest.fixture(scope="session")

@@ -235,15 +235,12 @@ def _cluster(
         return
     spec = CLUSTER_SPEC
     started = time.monotonic()
-    cluster.up(settings.runtime_dir, spec, thrift=False)
-    log(
-        f"Spark standalone cluster {spec.master_url} ({spec.workers} workers, "
-        f"{spec.executor_memory} executors) up in {time.monotonic() - started:.1f}s"
-    )
-    try:
-        yield tuple(spec.driver_configs().items())
-    finally:
-        cluster.down(settings.runtime_dir)
+    with cluster.driven_by_this_process(settings.runtime_dir, spec) as configs:
+        log(
+            f"Spark standalone cluster {spec.master_url} ({spec.workers} workers, "
+            f"{spec.executor_memory} executors) up in {time.monotonic() - started:.1f}s"
+        )
+        yield tuple(configs.items())
 
 
 def _measure(

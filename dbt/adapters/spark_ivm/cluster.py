@@ -19,6 +19,7 @@ Everything binds to 127.0.0.1; logs and pids go to ``DIR/cluster``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,9 +131,8 @@ def up(
     """Start master, workers and Thrift server; return once the server accepts connections.
 
     With `thrift=False` no driver is started: the caller's own SparkSession,
-    built with `spec.driver_configs()`, becomes the cluster's driver (the
-    test suite's cluster slice and `bench/run --cluster` do so, to keep
-    reading Spark's status store in process). Raises RuntimeError, naming the
+    built with `spec.driver_configs()`, becomes the cluster's driver
+    (driven_by_this_process, which keeps Spark's status store in process). Raises RuntimeError, naming the
     part and the end of its log, if a part exits or does not come up in time;
     what was started is then stopped.
     """
@@ -161,6 +161,20 @@ def up(
         down(root)
         raise
     return parts(root)
+
+
+@contextlib.contextmanager
+def driven_by_this_process(
+    runtime_dir: str | os.PathLike[str], spec: ClusterSpec
+) -> Iterator[dict[str, str]]:
+    """A master and workers (no Thrift server) for a SparkSession the caller builds with the
+    configs yielded; every part stopped afterwards (the test suite's cluster slice,
+    `bench/run --cluster`)."""
+    up(runtime_dir, spec, thrift=False)
+    try:
+        yield spec.driver_configs()
+    finally:
+        down(runtime_dir)
 
 
 def down(runtime_dir: str | os.PathLike[str]) -> list[Part]:
@@ -195,7 +209,7 @@ def start_worker(
         raise RuntimeError(f"{name} is already running")
     # A restarted worker registers under a new id; the master may still list
     # the killed one as alive for a moment, so a count would not tell.
-    known = _alive_worker_ids(spec)
+    known = _alive_worker_ids(spec) if wait else set()
     process = _spawn(folder, name, worker_command(spec, folder / f"work-{number}"))
     if wait:
         _wait(
