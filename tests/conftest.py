@@ -105,25 +105,31 @@ def connection(request: pytest.FixtureRequest) -> str:
 
 
 # The longest test scopes of the README's test command, longest first (its
-# --durations on 2026-11-28's slower machine). With --no-loadscope-reorder
-# (scripts/test) xdist hands scopes to its workers in collection order, one at
-# a time, so a long scope collected last would run alone at the end while the
-# other worker idles; these are collected first instead, longest first.
+# --durations=0 on 2026-11-29's machine; those of the extended command only
+# among them). With --no-loadscope-reorder (scripts/test) xdist hands scopes
+# to its workers in collection order, one at a time, so a long scope
+# collected last would run alone at the end while the other worker idles;
+# these are collected first instead, longest first.
 LONGEST_FIRST = (
     "tests/functional/test_ivm_dag.py",
     "tests/functional/test_ivm_materialization.py::TestIvmMaterialization",
-    "tests/functional/test_random_joins.py::TestRandomJoinChanges",
     "tests/functional/test_schema_changes.py",
+    "tests/functional/test_random_joins.py::TestRandomJoinChanges",
     "tests/functional/test_random_outer_joins.py",
     "tests/functional/test_random_semi_joins.py",
     "tests/functional/test_join_states.py",
+    "tests/functional/test_consistency_groups.py::TestGroupUnderConcurrentWriter",
+    "tests/rules/",
+    "tests/functional/test_random_windows.py",
+    "tests/functional/test_random_statistics.py",
+    "tests/functional/test_consistency_groups.py::TestGroupAllOrNothing",
     "tests/functional/test_interrupted_refresh.py",
     "tests/functional/test_random_changes.py",
-    "tests/functional/test_random_joins.py::TestRandomNodeChanges",
-    "tests/functional/test_consistency_groups.py::TestGroupUnderConcurrentWriter",
-    "tests/functional/test_cluster.py",
-    "tests/functional/test_consistency_groups.py::TestGroupAllOrNothing",
     "tests/functional/test_server_mode.py",
+    "tests/functional/test_join_key_bounds.py",
+    "tests/functional/test_strategy.py",
+    "tests/functional/test_random_joins.py::TestRandomNodeChanges",
+    "tests/functional/test_cluster.py",
 )
 
 

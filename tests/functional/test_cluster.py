@@ -5,9 +5,9 @@ so every statement dbt sends runs its tasks in executors inside the workers'
 JVMs: Delta's classes reach them through `spark.jars`, and every delta
 statement, change feed read and guard is serialized to another JVM.
 
-The README's test command runs the cluster's start, a Delta change feed over
-it and its stop, with the master's own account of where the tasks ran. The
-extended command (marker `extended`) adds the worked example through dbt over
+The extended command (marker `extended`, the whole module) runs the
+cluster's start, a Delta change feed over it and its stop, with the master's
+own account of where the tasks ran, and the worked example through dbt over
 it (build, a batch, an incremental refresh, every `ivm_matches_query`
 passing) and the loss of a worker during its consistency group's publish and
 during a refresh. The randomized classes run over a cluster too, with the
@@ -37,7 +37,11 @@ from tests.functional.test_server_mode import (
     _failed_tests,
 )
 
-pytestmark = pytest.mark.spark
+# All of it in scripts/test-extended, with scripts/test-cluster: the
+# cluster's start, first change feed and stop took 181 s of one worker in the
+# README's command (2026-11-29), and its four JVMs slowed the other worker's
+# tests beside it.
+pytestmark = [pytest.mark.spark, pytest.mark.extended]
 
 
 def _free_port() -> int:
@@ -117,9 +121,6 @@ def example_over_cluster(running, spec):
             reset_adapters()
 
 
-# In scripts/test-extended: 251 s of the README command's 29 minutes
-# (2026-11-28), with four more JVMs beside the other worker's tests.
-@pytest.mark.extended
 def test_the_worked_example_refreshes_incrementally_over_the_cluster(
     example_over_cluster, tmp_path
 ):
@@ -161,7 +162,6 @@ def _example_group_commits(sql: ThriftSql) -> dict[str, set[str]]:
     return kinds
 
 
-@pytest.mark.extended
 def test_losing_a_worker_during_a_group_publish_loses_nothing(
     running, spec, example_over_cluster, tmp_path
 ):
@@ -195,7 +195,6 @@ def test_losing_a_worker_during_a_group_publish_loses_nothing(
 
 
 # Last in the module: it leaves the cluster one worker short.
-@pytest.mark.extended
 def test_losing_a_worker_during_a_refresh_loses_nothing(
     running, spec, example_over_cluster, tmp_path
 ):

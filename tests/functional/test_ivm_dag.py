@@ -187,6 +187,11 @@ class TestIvmDag(IvmProject):
             run_dbt(["run"])
             self._check_every_level(project, spark)
 
+    # In scripts/test-extended (108 s of the README command's, 2026-11-29):
+    # a state's change feed turned on when a new model first reads it. The
+    # README's command keeps reading upstream states through their feeds
+    # (the first test).
+    @pytest.mark.extended
     def test_a_state_keeps_a_change_feed_only_while_ivm_models_read_it(
         self, project, spark, sources
     ):

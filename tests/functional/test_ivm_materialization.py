@@ -148,11 +148,19 @@ class TestIvmMaterialization(IvmProject):
         run_dbt(["run", "--select", "grouped"])
         spark.sql(f"UPDATE {source_table} SET v = v + 10 WHERE k = 1")
         spark.sql(f"DELETE FROM {source_table} WHERE k = 2")
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        # VACUUM lists the table's files in as many Spark tasks as this setting
+        # (default 10,000): on two cores that alone took about two minutes.
+        confs = {
+            "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+        }
+        for key, value in confs.items():
+            spark.conf.set(key, value)
         try:
             spark.sql(f"VACUUM {source_table} RETAIN 0 HOURS")
         finally:
-            spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+            for key in confs:
+                spark.conf.unset(key)
         self._assert_rebuilt_because_changes_are_unreadable(project, spark, source_table)
 
     def test_recreated_source_is_detected(self, project, spark, source_table):

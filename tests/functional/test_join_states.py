@@ -121,6 +121,10 @@ class TestRandomJoinStateChanges(RandomJoinChanges):
         assert ahead["operation"] == "MERGE", "the join state was not brought forward"
         self._refresh_and_check(project, spark, sources, ("joined_rows",))
 
+    # In scripts/test-extended: explain's join-state lines and dropping and
+    # building them again (79 s of the README command's, 2026-11-29); the test
+    # above refreshes through the join states there.
+    @pytest.mark.extended
     def test_explain_shows_the_join_states_and_their_upkeep(self, project, spark, sources):
         spark.sql(f"INSERT INTO {sources['dim']} VALUES (3, 'x', 1)")
         _, out = run_dbt_and_capture(
@@ -143,6 +147,7 @@ class TestRandomJoinStateChanges(RandomJoinChanges):
         )
         self._refresh_and_check(project, spark, sources, ("joined_rows",))
 
+    @pytest.mark.extended
     def test_setting_none_drops_the_join_states_and_all_builds_them_again(
         self, project, spark, sources
     ):
