@@ -132,9 +132,9 @@ def up(
 
     With `thrift=False` no driver is started: the caller's own SparkSession,
     built with `spec.driver_configs()`, becomes the cluster's driver
-    (driven_by_this_process, which keeps Spark's status store in process). Raises RuntimeError, naming the
-    part and the end of its log, if a part exits or does not come up in time;
-    what was started is then stopped.
+    (driven_by_this_process, which keeps Spark's status store in process).
+    Raises RuntimeError, naming the part and the end of its log, if a part
+    exits or does not come up in time; what was started is then stopped.
     """
     spec = spec or ClusterSpec()
     root = Path(runtime_dir).resolve()
