@@ -21,7 +21,10 @@ version as the signed bag R_j' - dR_j (reads.table_before), so no term reads
 an old snapshot of a source: a joined row's sign is the product of the signs
 of the rows it joins. Expanded, the sum is the form with new versions only,
 dL x R' + L' x dR - dL x dR for two inputs (inclusion-exclusion over the
-changed inputs), in n terms rather than 2^n - 1.
+changed inputs), in n terms rather than 2^n - 1. An outer or semi join's key
+relation read at its recorded version is likewise counted from its pinned
+version and change (reads.keys_before), and so is a key relation's own
+change (reads.key_changes).
 
 Outer joins are not linear in their null-supplying input; the compiler
 rewrites them as signed inner-join terms over inputs and key relations
@@ -40,6 +43,7 @@ from ivm_compiler.reads import (
     VersionRange,
     key_changes,
     keys_at_version,
+    keys_before,
     signed_changes,
     table_at_version,
     table_before,
@@ -155,6 +159,8 @@ def signed_rows(
                 if isinstance(relation, KeyRelation):
                     if index == position:
                         return key_changes(relation, versions, upstream)
+                    if version != versions.pinned:
+                        return keys_before(relation, versions, upstream)
                     return keys_at_version(relation, version, upstream)
                 if index == position:
                     return signed_changes(table, versions, relation.alias, upstream)

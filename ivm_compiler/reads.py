@@ -152,8 +152,8 @@ def _output_names(view: exp.Select) -> list[str]:
     return [projection.alias_or_name for projection in view.expressions]
 
 
-def _key_values(relation: KeyRelation, rows: exp.Expr) -> exp.Select:
-    """SELECT DISTINCT <keys> FROM rows WHERE <condition> AND no key is NULL."""
+def _key_rows(relation: KeyRelation, rows: exp.Expr, *extra: exp.Expr) -> exp.Select:
+    """SELECT <keys>, *extra FROM rows WHERE <condition> AND no key is NULL (a bag)."""
     conditions: list[exp.Expr] = [
         exp.Not(this=exp.Is(this=key.copy(), expression=exp.Null())) for key in relation.keys
     ]
@@ -164,12 +164,24 @@ def _key_values(relation: KeyRelation, rows: exp.Expr) -> exp.Select:
             *[
                 exp.alias_(key.copy(), names.join_key(i), quoted=True)
                 for i, key in enumerate(relation.keys)
-            ]
+            ],
+            *extra,
         )
-        .distinct()
         .from_(rows)
         .where(exp.and_(*conditions))
     )
+
+
+def _key_values(relation: KeyRelation, rows: exp.Expr) -> exp.Select:
+    """SELECT DISTINCT <keys> FROM rows WHERE <condition> AND no key is NULL."""
+    return _key_rows(relation, rows).distinct()
+
+
+def _key_columns(relation: KeyRelation, table: str | None = None) -> list[exp.Column]:
+    return [
+        exp.column(names.join_key(i), table=ident(table) if table else None, quoted=True)
+        for i in range(len(relation.keys))
+    ]
 
 
 def keys_at_version(
@@ -181,55 +193,119 @@ def keys_at_version(
     return _key_values(relation, rows).subquery(ident(relation.alias))
 
 
+def _counted_rows(
+    relation: KeyRelation,
+    versions: VersionRange,
+    upstream: UpstreamModel | None,
+    now: list[exp.Expr],
+    then: list[exp.Expr],
+    only: exp.Subquery | None = None,
+) -> exp.Query:
+    """Each key row at the pinned version with the columns `now`, each change row's with `then`.
+
+    Summed per key, a column that is 1 for the pinned rows and minus the sign
+    for the change rows counts the key's rows at the recorded version
+    (R_recorded = R_pinned - dR, per key), so no old snapshot is read.
+    `only`: keys (names.join_key columns) the pinned rows are limited to.
+    """
+    source = relation.source
+    pinned = _key_rows(
+        relation, table_at_version(source.table, versions.pinned, source.alias, upstream), *now
+    )
+    if only is not None:
+        on = [
+            exp.EQ(this=key.copy(), expression=column)
+            for key, column in zip(relation.keys, _key_columns(relation, only.alias))
+        ]
+        pinned = pinned.join(only, on=exp.and_(*on), join_type="LEFT SEMI")
+    changed = signed_changes(source.table, versions, source.alias, upstream)
+    return exp.union(pinned, _key_rows(relation, changed, *then), distinct=False)
+
+
+def keys_before(
+    relation: KeyRelation, versions: VersionRange, upstream: UpstreamModel | None = None
+) -> exp.Subquery:
+    """An outer or semi join's key relation at the recorded version, read from the pinned one.
+
+    A key is present when its rows at the recorded version, counted as the
+    rows at the pinned version minus the range's signed change rows, number
+    more than zero. Like table_before, it reads no old snapshot (Delta
+    rebuilds one from its log on every reference; the pinned version is
+    nearly always the latest, which Delta keeps).
+
+    >>> from ivm_compiler.plan import SourceRef
+    >>> keys = KeyRelation(
+    ...     alias="k", source=SourceRef("o", TableName("raw", "o")),
+    ...     keys=(exp.column("c", table="o"),), condition=None,
+    ... )
+    >>> sql = keys_before(keys, VersionRange(2, 5)).sql("spark")
+    >>> "VERSION AS OF 5" in sql and "VERSION AS OF 2" not in sql
+    True
+    """
+    sign = exp.column(names.SIGN, table=ident(relation.source.alias), quoted=True)
+    rows = _counted_rows(
+        relation,
+        versions,
+        upstream,
+        now=[exp.alias_(exp.Literal.number(1), names.SIGN, quoted=True)],
+        then=[exp.alias_(exp.Neg(this=sign), names.SIGN, quoted=True)],
+    )
+    count = exp.Sum(this=exp.column(names.SIGN, quoted=True))
+    return (
+        exp.select(*_key_columns(relation))
+        .from_(rows.subquery(ident("p")))
+        .group_by(*_key_columns(relation))
+        .having(exp.GT(this=count, expression=exp.Literal.number(0)))
+        .subquery(ident(relation.alias))
+    )
+
+
 def key_changes(
     relation: KeyRelation, versions: VersionRange, upstream: UpstreamModel | None = None
 ) -> exp.Subquery:
     """The keys that gained their first partner (+1) or lost their last (-1) over the versions.
 
-    Only keys that occur in the range's change rows can change, so both
-    versions of the input are read for those keys alone.
+    Only keys that occur in the range's change rows can change. For those
+    keys alone, one read of the pinned version counts their rows now, and
+    the change rows' signs give their count at the recorded version (as in
+    keys_before): a key's sign is its presence now minus its presence then.
     """
     source = relation.source
-    key_names = [names.join_key(i) for i in range(len(relation.keys))]
     touched = _key_values(
         relation, signed_changes(source.table, versions, source.alias, upstream)
     ).subquery(ident("c"))
+    now_rows, change_rows = "__ivm_now", "__ivm_change"
+    sign = exp.column(names.SIGN, table=ident(source.alias), quoted=True)
+    rows = _counted_rows(
+        relation,
+        versions,
+        upstream,
+        now=[
+            exp.alias_(exp.Literal.number(1), now_rows, quoted=True),
+            exp.alias_(exp.Literal.number(0), change_rows, quoted=True),
+        ],
+        then=[
+            exp.alias_(exp.Literal.number(0), now_rows, quoted=True),
+            exp.alias_(sign, change_rows, quoted=True),
+        ],
+        only=touched,
+    )
+    now = exp.Sum(this=exp.column(now_rows, quoted=True))
+    then = exp.Sub(this=now.copy(), expression=exp.Sum(this=exp.column(change_rows, quoted=True)))
 
-    def present(version: int, presence: int) -> exp.Select:
-        values = _key_values(
-            relation, table_at_version(source.table, version, source.alias, upstream)
-        ).subquery(ident("v"))
-        return (
-            exp.select(
-                *[exp.column(k, table=ident("v"), quoted=True) for k in key_names],
-                exp.alias_(exp.Literal.number(presence), names.SIGN, quoted=True),
-            )
-            .from_(values)
-            .join(
-                touched.copy(),
-                on=exp.and_(
-                    *[
-                        exp.EQ(
-                            this=exp.column(k, table=ident("v"), quoted=True),
-                            expression=exp.column(k, table=ident("c"), quoted=True),
-                        )
-                        for k in key_names
-                    ]
-                ),
-                join_type="LEFT SEMI",
-            )
+    def present(count: exp.Expr) -> exp.Expr:
+        return exp.If(
+            this=exp.GT(this=count, expression=exp.Literal.number(0)),
+            true=exp.Literal.number(1),
+            false=exp.Literal.number(0),
         )
 
-    both = exp.union(present(versions.pinned, 1), present(versions.recorded, -1), distinct=False)
-    net = exp.Sum(this=exp.column(names.SIGN, quoted=True))
+    presence = exp.Sub(this=present(now), expression=present(then))
     return (
-        exp.select(
-            *[exp.column(k, quoted=True) for k in key_names],
-            exp.alias_(net, names.SIGN, quoted=True),
-        )
-        .from_(both.subquery(ident("p")))
-        .group_by(*[exp.column(k, quoted=True) for k in key_names])
-        .having(exp.NEQ(this=net.copy(), expression=exp.Literal.number(0)))
+        exp.select(*_key_columns(relation), exp.alias_(presence, names.SIGN, quoted=True))
+        .from_(rows.subquery(ident("p")))
+        .group_by(*_key_columns(relation))
+        .having(exp.NEQ(this=presence.copy(), expression=exp.Literal.number(0)))
         .subquery(ident(relation.alias))
     )
 
