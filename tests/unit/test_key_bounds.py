@@ -52,7 +52,10 @@ def test_the_probe_splits_a_numeric_key_at_its_widest_gaps():
     sql, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
     assert [k.column for k in keys] == ["id", "id"]
     assert sql.count("LEAD(k) OVER (ORDER BY k NULLS LAST)") == 2
-    assert sql.count(f"ORDER BY nxt - k DESC LIMIT {key_bounds.MAX_RANGES - 1}") == 2
+    # The highest key (no next one) first, as the 'all' row, then the widest gaps.
+    assert sql.count(f"ORDER BY nxt IS NULL DESC, nxt - k DESC LIMIT {key_bounds.MAX_RANGES}") == 2
+    # One read of each changed input's rows per key: bounds and gaps together.
+    assert sql.count("TABLE_CHANGES(") == 2
     # New keys at the top, deletions at the bottom: two ranges, not one over everything.
     bounds = key_bounds.parse_probe(
         keys,
