@@ -273,7 +273,7 @@ def key_changes(
     source = relation.source
     touched = _key_values(
         relation, signed_changes(source.table, versions, source.alias, upstream)
-    ).subquery(ident("c"))
+    ).subquery(ident(names.TOUCHED_KEYS_ALIAS))
     now_rows, change_rows = "__ivm_now", "__ivm_change"
     sign = exp.column(names.SIGN, table=ident(source.alias), quoted=True)
     rows = _counted_rows(

@@ -164,6 +164,12 @@ EXTRA_QUERIES = {
         "select count(*) as n, sum(s.d) as sd from {src} s "
         "where not exists (select 1 from {dim} d where d.k = s.k)"
     ),
+    # Key relations over inputs aliased as the change query's own subqueries
+    # once were (`c`, `p`: reads.key_changes).
+    "aliases_of_key_relations": (
+        "select p.k, p.g, c.name from {src} p left join {dim} c on p.k = c.k "
+        "where exists (select 1 from {tag} c where c.name = p.g)"
+    ),
     # A FULL JOIN grouped by the merged key, with extremes of the padded side.
     "full_grouped": (
         "select coalesce(s.k, d.k) as k, count(s.g) as ng, count(d.name) as nn, "

@@ -354,3 +354,20 @@ def test_build_and_model_query_read_the_pinned_version(case: golden.Case) -> Non
         assert sorted(t.alias for t in sources) == sorted(ref.alias for ref in plan.sources), name
         for source in sources:
             assert source.args["version"].expression == exp.Literal.number(golden.BUILD_VERSION)
+
+
+@pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))
+def test_no_select_reads_two_relations_under_one_alias(case: golden.Case) -> None:
+    """Every relation the compiler adds beside a model's own gets an alias of its own.
+
+    A key relation's touched keys were once aliased `c` beside its input, so an
+    input the model aliases `c` met itself in `... AS c LEFT SEMI JOIN (...) AS c`.
+    """
+    _, statements = _statements(case)
+    for name, statement in statements.items():
+        for select in statement.find_all(exp.Select):
+            relations = [select.args.get("from_")] if select.args.get("from_") else []
+            aliases = [r.this.alias_or_name for r in relations]
+            aliases += [join.this.alias_or_name for join in select.args.get("joins") or []]
+            aliases = [alias.lower() for alias in aliases if alias]
+            assert len(aliases) == len(set(aliases)), (name, aliases)
