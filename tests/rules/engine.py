@@ -562,7 +562,10 @@ class Engine:
             probe.transform(_at_version_zero, copy=False), set(self.tables), plain, reads, hooked
         )
         self._materialize(list(dict.fromkeys(reads)))
-        (found_type,) = self.connection.sql(probe.sql(dialect=DUCKDB)).types  # planned, not run
+        # Planned, not run. copy=False: the probe is this call's own tree (its
+        # parts are copies), so the generator need not copy it again
+        # (co_moments_global alone: 31.2 s with that copy, 27.2 s without).
+        (found_type,) = self.connection.sql(probe.sql(dialect=DUCKDB, copy=False)).types
         found = str(found_type)
         self.memo.types[key] = found
         return found
