@@ -1,0 +1,117 @@
+"""Write forms for a small state, timed alone (issue 20 item 3).
+
+The guarded MERGE as emit.merge_changes shapes it (a guard source row, a
+DELETE clause, an UPDATE, an INSERT and the stale-guard clause), the same
+MERGE under merge.materializeSource=none, and one INSERT OVERWRITE of the
+state FULL JOIN the change with the guard row checked and moved. Each
+applies the same three-row change (one group updated, one emptied, one
+new) to a state of SIZES rows, in alternation, REPS rounds after one warm
+round; prints the median seconds and Spark jobs of each.
+
+    REPS=8 SIZES=1,1000 .venv/bin/python bench/micro/write_forms.py
+
+The embedded runtime's configs, a JVM of its own, data in bench/work/micro.
+"""
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from dbt.adapters.spark_ivm.runtime import session_configs
+
+WORK = Path(__file__).resolve().parents[1] / "work" / "micro"
+b = SparkSession.builder.enableHiveSupport()
+for k, v in session_configs(WORK).items():
+    b = b.config(k, v)
+spark = b.getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+sc = spark.sparkContext
+st = sc.statusTracker()
+REPS = int(os.environ.get("REPS", "8"))
+spark.sql("create schema if not exists s")
+# A change of three rows: one key updated, one emptied (its count goes to 0), one new.
+spark.sql("""create or replace temp view chg as select * from values
+  (1, 1L, cast(5 as decimal(20,2))), (2, -3L, cast(-4 as decimal(20,2))), (-7, 1L, cast(7 as decimal(20,2)))
+  as t(k, cnt, total)""")
+
+
+def setup(n):
+    spark.sql("drop table if exists s.state")
+    spark.sql(
+        """create table s.state using delta as
+     select k, cnt, total, cast(null as string) as g from (select id as k, 3L as cnt, cast(id*2 as decimal(20,2)) as total from range(:n))
+     union all select null, null, null, 'g0'""",
+        args={"n": n},
+    )
+
+
+gid = [0]
+
+
+def ids():
+    r, w = f"g{gid[0]}", f"g{gid[0] + 1}"
+    gid[0] += 1
+    return r, w
+
+
+def merge(conf=None):
+    r, w = ids()
+    if conf:
+        spark.conf.set("spark.databricks.delta.merge.materializeSource", conf)
+    spark.sql(
+        """merge into s.state t using (select c.*, gc.g from chg c full outer join (select :r as g) gc on false) s
+    on t.k <=> s.k and t.g <=> s.g
+    when matched and s.g is not null then update set t.g = :w
+    when matched and t.cnt + s.cnt = 0 then delete
+    when matched then update set t.cnt = t.cnt + s.cnt, t.total = t.total + s.total
+    when not matched and s.g is null then insert (k, cnt, total, g) values (s.k, s.cnt, s.total, null)
+    when not matched and s.g is not null then insert (g) values (raise_error('guard'))""",
+        args={"r": r, "w": w},
+    ).collect()
+    if conf:
+        spark.conf.unset("spark.databricks.delta.merge.materializeSource")
+
+
+def merge_none():
+    merge("none")
+
+
+def overwrite():
+    r, w = ids()
+    spark.sql(
+        """insert overwrite s.state
+    select coalesce(t.k, c.k) as k, coalesce(t.cnt, 0) + coalesce(c.cnt, 0) as cnt,
+      coalesce(t.total, 0) + coalesce(c.total, 0) as total, cast(null as string) as g
+    from (select k, cnt, total from s.state where g is null) t full outer join chg c on t.k <=> c.k
+    where coalesce(t.cnt, 0) + coalesce(c.cnt, 0) <> 0
+    union all
+    select null, null, null, if(max(g) = :r, :w, raise_error('guard')) from s.state where g is not null""",
+        args={"r": r, "w": w},
+    ).collect()
+
+
+forms = [merge, merge_none, overwrite]
+for n in [int(x) for x in os.environ.get("SIZES", "1,1000").split(",")]:
+    setup(n)
+    times = {f.__name__: [] for f in forms}
+    jobs = {f.__name__: [] for f in forms}
+    for f in forms:
+        f()  # warm
+    for i in range(REPS):
+        for f in forms:
+            group = f"{f.__name__}-{n}-{i}"
+            sc.setJobGroup(group, group)
+            t = time.monotonic()
+            f()
+            times[f.__name__].append(time.monotonic() - t)
+            jobs[f.__name__].append(len(st.getJobIdsForGroup(group)))
+    rows = spark.sql("select count(*) from s.state").collect()[0][0]
+    for name, taken in times.items():
+        print(
+            f"state {n:>7} rows (now {rows}): {name:10s} median {statistics.median(taken):.2f} s "
+            f"[{min(taken):.2f}-{max(taken):.2f}], jobs {statistics.median(jobs[name]):.0f}",
+            flush=True,
+        )
