@@ -213,9 +213,9 @@ def probe_query(
         (rows, key) for rows, keys in changes.values() for key in keys
     ):
         value = exp.column(key.column, table=exp.to_identifier(rows.alias, True), quoted=True)
-        gaps = _widest_gaps(index, rows, value, key.data_type)
-        if gaps is not None:
-            parts.append(gaps)
+        bounded = _bounds_and_gaps(index, rows, value, key.data_type)
+        if bounded is not None:
+            parts.append(bounded)
             continue
         parts.append(
             _probe_row(
@@ -238,7 +238,7 @@ def _probe_row(index: int, part: exp.Expr, low: exp.Expr, high: exp.Expr) -> exp
     )
 
 
-def _widest_gaps(
+def _bounds_and_gaps(
     index: int, rows: exp.Subquery, value: exp.Column, data_type: str
 ) -> exp.Select | None:
     """A key's 'all' row and its MAX_RANGES - 1 widest gaps, from one read; None: no distance.
