@@ -18,10 +18,11 @@ from dbt.adapters.base import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo, BaseRelation
 from dbt.adapters.contracts.relation import RelationConfig, RelationType
 from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt.adapters.spark.impl import SparkAdapter
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
-from dbt.adapters.spark_ivm import __version__, comparison
+from dbt.adapters.spark_ivm import __version__, comparison, delta
 from dbt.adapters.spark_ivm.config import (
     validate_model_config,
     validate_relation_name,
@@ -58,6 +59,10 @@ logger = AdapterLogger("SparkIvm")
 # between invocations in one process, so this lives at module level).
 _GROUP_RUNS: dict[str, GroupRun] = {}
 _GROUP_RUNS_LOCK = threading.Lock()
+# Whether the Thrift server at (host, port) serves every connection from one
+# Spark session (delta.SINGLE_SESSION_CONF), read once per process.
+_SHARED_SESSION: dict[tuple[str, int], bool] = {}
+_SHARED_SESSION_LOCK = threading.Lock()
 # The sources pinned in the running invocation, shared by its models (pins.py).
 _INVOCATION_PINS: dict[str, InvocationPins] = {}
 _INVOCATION_PINS_LOCK = threading.Lock()
@@ -334,7 +339,30 @@ class SparkIvmAdapter(SparkAdapter):
             },
             publisher=publisher,
             invocation_pins=invocation_pins,
+            own_session=self._own_session(),
         )
+
+    def _own_session(self) -> bool:
+        """Whether no other client shares the connection's Spark session (StateWrites.own_session).
+
+        A Spark Thrift Server gives each connection a session of its own unless
+        it runs with singleSession; the embedded runtime's session is the
+        whole process's.
+        """
+        credentials = self.config.credentials
+        if credentials.method != SparkConnectionMethod.THRIFT:
+            return False
+        key = (str(credentials.host), int(credentials.port))
+        with _SHARED_SESSION_LOCK:
+            shared = _SHARED_SESSION.get(key)
+        if shared is None:
+            _, table = self.execute(delta.read_conf(delta.SINGLE_SESSION_CONF), fetch=True)
+            rows = [list(row.values()) for row in table.rows]
+            value = delta.conf_value(list(table.column_names), rows)
+            shared = (value or "false").strip().lower() == "true"
+            with _SHARED_SESSION_LOCK:
+                _SHARED_SESSION[key] = shared
+        return not shared
 
     @available
     def ivm_model_query(self, relation: BaseRelation) -> str:

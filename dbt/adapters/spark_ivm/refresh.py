@@ -132,6 +132,8 @@ class Refresh:
     parent: Refresh | None = None
     # The sources pinned by the invocation's earlier models (pins.InvocationPins).
     invocation_pins: InvocationPins | None = None
+    # No other client shares the connection's Spark session (StateWrites.own_session).
+    own_session: bool = False
     _started: float = field(default_factory=time.monotonic, init=False, repr=False)
     _split: nodes.Split | None = field(default=None, init=False, repr=False)
     # Made in __post_init__ from the fields above.
@@ -216,6 +218,7 @@ class Refresh:
                 relations=self.relations,
                 upstream_materializations=self.upstream_materializations,
                 parent=self,
+                own_session=self.own_session,
             )
             result = node_refresh.run()
             self.relations.created(state, "table")
@@ -344,7 +347,15 @@ class Refresh:
                 columns_read=plan.source_columns,
             )
 
-        return StateWrites(self.runner, self.log, self.model, self.state, metadata)
+        return StateWrites(
+            self.runner,
+            self.log,
+            self.model,
+            self.state,
+            metadata,
+            own_session=self.own_session,
+            committed=self.history.committed,
+        )
 
     def _build(
         self,

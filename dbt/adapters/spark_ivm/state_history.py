@@ -34,6 +34,8 @@ class StateHistory:
     state: TableName
     # The DESCRIBE HISTORY rows recorded() read (columns, rows).
     _rows: tuple[list[str], Sequence[Sequence[Any]]] | None = field(default=None, init=False)
+    # The version of this refresh's own commit, when the session told it.
+    _committed: int | None = field(default=None, init=False)
 
     def recorded(self) -> delta.RecordedState | None:
         """The newest refresh commit's record (None: no refresh commit in the history)."""
@@ -45,8 +47,14 @@ class StateHistory:
                 return recorded
         return None
 
+    def committed(self, version: int) -> None:
+        """This refresh's commit to the state made `version` (StateWrites.own_session)."""
+        self._committed = version
+
     def latest_version(self) -> int:
-        """The state's newest version (after this refresh's commit)."""
+        """The state's version after this refresh's commit: the commit's own, when known."""
+        if self._committed is not None:
+            return self._committed
         columns, rows = self.runner.query(delta.describe_history(self.state, limit=1))
         return int(rows[0][columns.index("version")])
 

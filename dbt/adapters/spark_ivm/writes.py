@@ -60,6 +60,11 @@ class StateWrites:
     metadata: Callable[[str, str | None], dict[str, Any]] = field(
         default=lambda refresh_id, guard: {}
     )
+    # True when no other thread or client shares the connection's Spark session
+    # (a Thrift server's session, never the embedded runtime's): each commit's
+    # version is then read from Delta's session conf and told to `committed`.
+    own_session: bool = False
+    committed: Callable[[int], None] = field(default=lambda version: None)
 
     def commit(
         self, statement: str, metadata: dict[str, Any]
@@ -67,10 +72,22 @@ class StateWrites:
         """Run one committing statement with `metadata` attached to its Delta commit."""
         with delta.COMMIT_LOCK:
             self.runner.execute(delta.set_commit_metadata(metadata))
+            if self.own_session:
+                # Unset first: a version left by an earlier commit of this
+                # session (the previous model's, on a reused connection) must
+                # never pass for this statement's.
+                self.runner.execute(delta.forget_last_commit())
             try:
-                return self.runner.query(statement)
+                answer = self.runner.query(statement)
             finally:
                 self.runner.execute(delta.reset_commit_metadata())
+            if self.own_session:
+                version = delta.conf_value(
+                    *self.runner.query(delta.read_conf(delta.LAST_COMMIT_CONF))
+                )
+                if version is not None:
+                    self.committed(int(version))
+            return answer
 
     def build(
         self, plan: ViewPlan, versions: Mapping[TableName, int], change_feed: bool = True

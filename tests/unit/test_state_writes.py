@@ -1,0 +1,76 @@
+"""A commit's version from the session (StateWrites.own_session), with a fake runner."""
+
+from __future__ import annotations
+
+import logging
+
+from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.state_history import StateHistory
+from dbt.adapters.spark_ivm.writes import StateWrites
+from ivm_compiler import TableName
+
+STATE = TableName(db="analytics", name="m__ivm_state")
+MERGE = "MERGE INTO analytics.m__ivm_state ..."
+
+
+class SessionRunner:
+    """Answers the commit with one metrics row, SET of the last-commit conf with `last`."""
+
+    def __init__(self, last: str, history_version: int = 99) -> None:
+        self.statements: list[str] = []
+        self.last = last
+        self.history_version = history_version
+
+    def execute(self, sql: str) -> None:
+        self.statements.append(sql)
+
+    def query(self, sql: str):
+        self.statements.append(sql)
+        if sql == delta.read_conf(delta.LAST_COMMIT_CONF):
+            return ["key", "value"], [[delta.LAST_COMMIT_CONF, self.last]]
+        if sql.startswith("DESCRIBE HISTORY"):
+            return ["version"], [[self.history_version]]
+        return ["num_affected_rows"], [[1]]
+
+
+def _writes(runner: SessionRunner, own_session: bool) -> tuple[StateWrites, StateHistory]:
+    history = StateHistory(runner, STATE)
+    writes = StateWrites(
+        runner,
+        logging.getLogger(__name__),
+        "m",
+        STATE,
+        own_session=own_session,
+        committed=history.committed,
+    )
+    return writes, history
+
+
+def test_own_session_reads_the_commit_version_set_after_the_commit():
+    runner = SessionRunner(last="12")
+    writes, history = _writes(runner, own_session=True)
+    columns, rows = writes.commit(MERGE, {"refresh": "r"})
+    assert (columns, rows) == (["num_affected_rows"], [[1]])
+    # Unset before the statement, read after it: no earlier commit's version passes.
+    forget = runner.statements.index(delta.forget_last_commit())
+    assert forget < runner.statements.index(MERGE)
+    assert runner.statements[-1] == delta.read_conf(delta.LAST_COMMIT_CONF)
+    assert history.latest_version() == 12
+    assert not any(s.startswith("DESCRIBE HISTORY") for s in runner.statements)
+
+
+def test_an_unset_conf_falls_back_to_the_history():
+    runner = SessionRunner(last="<undefined>", history_version=7)
+    writes, history = _writes(runner, own_session=True)
+    writes.commit(MERGE, {"refresh": "r"})
+    assert history.latest_version() == 7
+    assert runner.statements[-1].startswith("DESCRIBE HISTORY")
+
+
+def test_a_shared_session_never_reads_the_conf():
+    runner = SessionRunner(last="12", history_version=7)
+    writes, history = _writes(runner, own_session=False)
+    writes.commit(MERGE, {"refresh": "r"})
+    assert history.latest_version() == 7
+    assert delta.forget_last_commit() not in runner.statements
+    assert delta.read_conf(delta.LAST_COMMIT_CONF) not in runner.statements
