@@ -41,7 +41,8 @@ COMMIT_LOCK = threading.Lock()
 # Delta sets this session conf to the version of every commit the session
 # makes. Where no other client shares the connection's Spark session (a Thrift
 # server's session per connection), the version a refresh's commit made is read
-# from it: 0.02-0.03 s, where the state's DESCRIBE HISTORY took 0.2-0.4 s.
+# from it: 0.03-0.06 s for unsetting it before the commit and reading it after,
+# where the state's DESCRIBE HISTORY took 0.26-0.43 s (a Thrift server, 2026-11-29).
 LAST_COMMIT_CONF = "spark.databricks.delta.lastCommitVersionInSession"
 # A Spark Thrift Server with this conf true serves every connection from one
 # session, whose confs are then shared like the embedded runtime's.
