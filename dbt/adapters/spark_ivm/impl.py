@@ -356,9 +356,8 @@ class SparkIvmAdapter(SparkAdapter):
         with _SHARED_SESSION_LOCK:
             shared = _SHARED_SESSION.get(key)
         if shared is None:
-            _, table = self.execute(delta.read_conf(delta.SINGLE_SESSION_CONF), fetch=True)
-            rows = [list(row.values()) for row in table.rows]
-            value = delta.conf_value(list(table.column_names), rows)
+            answer = _AdapterRunner(self).query(delta.read_conf(delta.SINGLE_SESSION_CONF))
+            value = delta.conf_value(*answer)
             shared = (value or "false").strip().lower() == "true"
             with _SHARED_SESSION_LOCK:
                 _SHARED_SESSION[key] = shared
