@@ -24,10 +24,18 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from ivm_compiler import changes, join_states, key_bounds, names, reads, state_rows
+from ivm_compiler import (
+    changes,
+    join_states,
+    key_bounds,
+    merge_source,
+    names,
+    reads,
+    state_rows,
+)
 from ivm_compiler.compile import view_class_rule
 from ivm_compiler.plan import MergeRule, StateColumn, ViewClass, ViewPlan
-from ivm_compiler.rules import covariance, floating, moments
+from ivm_compiler.rules import floating
 from ivm_compiler.sql import (
     DIALECT,
     TableName,
@@ -269,6 +277,8 @@ def merge_changes(
     source = rule.change_query(plan, ranges, state, bounds, join_reads)
     if staged is not None:
         source = _reading_staged(source, staged)
+    if merge_source.merged_columns(plan):
+        source = merge_source.with_merged_values(plan, source, state)
     # The guard row (NULL keys) matches the guard source row only, never a
     # change row of a NULL group.
     on: exp.Expr = exp.and_(
@@ -291,7 +301,8 @@ def merge_changes(
             exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
         )
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=_updates(plan))))
-    # A new state row is its change merged into an empty row.
+    # A new state row is its change merged into an empty row (for moments,
+    # what the source merged with the NULLs its LEFT JOIN found).
     first_values = {
         c.name: _merged(c, lambda _: exp.null(), _source_column)
         for c in plan.value_columns
@@ -312,6 +323,11 @@ def merge_changes(
         whens=exp.Whens(expressions=whens),
     )
     return _sql(merge)
+
+
+def merge_settings(plan: ViewPlan) -> dict[str, str]:
+    """Spark session settings merge_changes's statement must run under (merge_source.py)."""
+    return merge_source.session_settings(plan)
 
 
 def stages_changes(plan: ViewPlan) -> bool:
@@ -382,11 +398,12 @@ def _merged(
     stored: Callable[[str], exp.Expr],
     change: Callable[[str], exp.Expr],
 ) -> exp.Expr:
-    """A COMBINED_RULES column's new value, from the stored row's columns and the change row's."""
-    if column.rule is MergeRule.MOMENT:
-        return moments.merged(column, stored, change)
-    if column.rule is MergeRule.CO_MOMENT:
-        return covariance.merged(column, stored, change)
+    """A COMBINED_RULES column's new value, from the stored row's columns and the change row's.
+
+    Moments and co-moments are merged in the MERGE's source (merge_source.py).
+    """
+    if column.rule in merge_source.MERGED_RULES:
+        return _source_column(names.merged_value_of(column.name))
     return floating.merged(column, stored, change)
 
 

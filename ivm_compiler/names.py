@@ -98,6 +98,27 @@ def removed_co_moment_of(x_index: int, y_index: int) -> str:
     return f"{RESERVED_PREFIX}c2_removed_a{x_index}_a{y_index}"
 
 
+# The MERGE's source of a model with moments (merge_source.py): the change rows
+# joined with their stored rows, each intermediate of the merge a column.
+MERGING_ALIAS = f"{RESERVED_PREFIX}merging"
+STORED_ALIAS = f"{RESERVED_PREFIX}stored"
+
+
+def stored_value_of(column: str) -> str:
+    """A state column's stored value, beside the change row that merges into it."""
+    return f"{column}_stored"
+
+
+def merge_step_of(step: str, argument_index: int) -> str:
+    """One of an argument's counts or means through the merge (moments.MergedCounts fields)."""
+    return f"{RESERVED_PREFIX}merge_{step}_a{argument_index}"
+
+
+def merged_value_of(column: str) -> str:
+    """A MOMENT or CO_MOMENT column's value after the merge, which the MERGE sets."""
+    return f"{column}_merged"
+
+
 def is_reserved(name: str) -> bool:
     return name.lower().startswith(RESERVED_PREFIX)
 

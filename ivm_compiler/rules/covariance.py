@@ -175,17 +175,23 @@ def columns(x_index: int, y_index: int) -> list[StateColumn]:
     ]
 
 
-def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:
+def merged(
+    column: StateColumn, stored: Columns, change: Columns, counts: moments.CountsOf | None = None
+) -> exp.Expr:
     """The new co-moment of a group: stored (+) inserted (-) removed.
 
-    With each argument's counts and means as rules/moments.py merges them:
+    With each argument's counts and means as rules/moments.py merges them
+    (or as `counts` gives them):
     adding b to a, C = Ca + Cb + dx * dy * na * nb / n (d: mean_b - mean_a);
     taking b out of s, Ca = Cs - Cb - dx * dy * na * nb / ns, where a's means
     are those after the removal. A new group's stored co-moment is NULL: 0.
     """
     assert column.argument is not None and column.partner is not None
-    x = moments.merged_counts(column.argument, stored, change)
-    y = moments.merged_counts(column.partner, stored, change)
+
+    def counted(index: int) -> moments.MergedCounts:
+        return counts(index) if counts else moments.merged_counts(index, stored, change)
+
+    x, y = counted(column.argument), counted(column.partner)
     name = names.co_moment_of(column.argument, column.partner)
     removed_name = names.removed_co_moment_of(column.argument, column.partner)
     c_s = floating.zero_if_null(stored(name))

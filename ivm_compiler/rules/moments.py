@@ -26,6 +26,7 @@ rules/floating.py and left out of the moments: Spark's result is NaN then.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -175,7 +176,17 @@ def merged_counts(index: int, stored: Columns, change: Columns) -> MergedCounts:
     )
     # Step 2: the removed values taken out of that union.
     n_new = minus(n_union, n_out)
-    mean_new = _when(
+    mean_new = mean_after_removal(mean_union, n_out, n_new, mean_out)
+    return MergedCounts(
+        n_s, n_in, n_union, n_out, n_new, mean_s, mean_in, mean_union, mean_out, mean_new
+    )
+
+
+def mean_after_removal(
+    mean_union: exp.Expr, n_out: exp.Expr, n_new: exp.Expr, mean_out: exp.Expr
+) -> exp.Expr:
+    """The mean of what remains when n_out values of mean mean_out leave the union."""
+    return _when(
         is_zero(n_out),
         mean_union.copy(),
         _when(
@@ -187,22 +198,25 @@ def merged_counts(index: int, stored: Columns, change: Columns) -> MergedCounts:
             ),
         ),
     )
-    return MergedCounts(
-        n_s, n_in, n_union, n_out, n_new, mean_s, mean_in, mean_union, mean_out, mean_new
-    )
 
 
-def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:
+# An argument's MergedCounts: merged_counts's expressions, or columns that hold them.
+CountsOf = Callable[[int], MergedCounts]
+
+
+def merged(
+    column: StateColumn, stored: Columns, change: Columns, counts: CountsOf | None = None
+) -> exp.Expr:
     """The new mean or M2 of a group: stored (+) inserted (-) removed.
 
-    The means as merged_counts; adding part b to a, with d = mean_b - mean_a:
-    M2 = M2_a + M2_b + d^2 * na * nb / n. Taking part b out of s:
-    M2_a = M2_s - M2_b - (mean_b - mean_a)^2 * na * nb / ns.
+    The means as merged_counts (or as `counts` gives them); adding part b to
+    a, with d = mean_b - mean_a: M2 = M2_a + M2_b + d^2 * na * nb / n. Taking
+    part b out of s: M2_a = M2_s - M2_b - (mean_b - mean_a)^2 * na * nb / ns.
     A new group's stored M2 is NULL: 0.
     """
     index = column.argument
     assert index is not None
-    c = merged_counts(index, stored, change)
+    c = counts(index) if counts else merged_counts(index, stored, change)
     if column.name == names.mean_of(index):
         return c.mean_new
     assert column.name == names.squared_deviations_of(index)

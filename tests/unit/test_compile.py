@@ -880,3 +880,19 @@ def test_a_moments_change_whose_parts_cancel_inserts_no_row() -> None:
         "`__ivm_d`.`__ivm_guard` IS NULL AND `__ivm_d`.`__ivm_count` <> 0"
     )
     assert refuse.args["condition"] is not None
+
+
+def test_only_a_merge_over_moments_turns_constraint_propagation_off() -> None:
+    """The merged moments' layers (merge_source.py) need it off; every other MERGE keeps it."""
+    moments_plan, _ = compile_with(
+        "SELECT customer, STDDEV(qty) AS sd FROM shop.orders GROUP BY customer",
+        [("customer", "string"), ("sd", "double")],
+        [("key_0", "string"), ("sum_0", "bigint")],
+    )
+    sums_plan, _ = compile_with(
+        "SELECT customer, SUM(qty) AS total FROM shop.orders GROUP BY customer",
+        [("customer", "string"), ("total", "bigint")],
+        [("key_0", "string"), ("sum_0", "bigint")],
+    )
+    assert emit.merge_settings(moments_plan) == {"spark.sql.constraintPropagation.enabled": "false"}
+    assert emit.merge_settings(sums_plan) == {}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.state_history import StateHistory
 from dbt.adapters.spark_ivm.writes import StateWrites
@@ -74,3 +76,33 @@ def test_a_shared_session_never_reads_the_conf():
     assert history.latest_version() == 7
     assert delta.forget_last_commit() not in runner.statements
     assert delta.read_conf(delta.LAST_COMMIT_CONF) not in runner.statements
+
+
+class FailingRunner(SessionRunner):
+    def query(self, sql: str):
+        if sql == MERGE:
+            self.statements.append(sql)
+            raise RuntimeError("the MERGE failed")
+        return super().query(sql)
+
+
+SETTINGS = {"spark.sql.constraintPropagation.enabled": "false"}
+
+
+def test_settings_hold_for_the_statement_only():
+    runner = SessionRunner(last="12")
+    writes, _ = _writes(runner, own_session=False)
+    writes.commit(MERGE, {"refresh": "r"}, SETTINGS)
+    merge = runner.statements.index(MERGE)
+    key, value = next(iter(SETTINGS.items()))
+    assert runner.statements.index(delta.set_conf(key, value)) < merge
+    assert runner.statements.index(delta.reset_conf(key)) > merge
+
+
+def test_settings_are_reset_when_the_statement_fails():
+    runner = FailingRunner(last="12")
+    writes, _ = _writes(runner, own_session=False)
+    with pytest.raises(RuntimeError, match="the MERGE failed"):
+        writes.commit(MERGE, {"refresh": "r"}, SETTINGS)
+    key = next(iter(SETTINGS))
+    assert runner.statements[-1] == delta.reset_conf(key)

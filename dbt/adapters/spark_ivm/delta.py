@@ -229,6 +229,15 @@ def reset_commit_metadata() -> str:
     return f"RESET {USER_METADATA_CONF}"
 
 
+def set_conf(key: str, value: str) -> str:
+    return f"SET {key}={value}"
+
+
+def reset_conf(key: str) -> str:
+    """RESET <key>: back to the value the session started with."""
+    return f"RESET {key}"
+
+
 def read_conf(key: str) -> str:
     """SET <key>: one row, (key, value); the value '<undefined>' when it is not set."""
     return f"SET {key}"

@@ -67,11 +67,17 @@ class StateWrites:
     committed: Callable[[int], None] = field(default=lambda version: None)
 
     def commit(
-        self, statement: str, metadata: dict[str, Any]
+        self, statement: str, metadata: dict[str, Any], settings: Mapping[str, str] = {}
     ) -> tuple[list[str], Sequence[Sequence[Any]]]:
-        """Run one committing statement with `metadata` attached to its Delta commit."""
+        """Run one committing statement with `metadata` attached to its Delta commit.
+
+        `settings` are session confs the statement runs under (emit.merge_settings),
+        set just before it and reset just after, inside the lock as the metadata is.
+        """
         with delta.COMMIT_LOCK:
             self.runner.execute(delta.set_commit_metadata(metadata))
+            for key, value in settings.items():
+                self.runner.execute(delta.set_conf(key, value))
             if self.own_session:
                 # Unset first: a version left by an earlier commit of this
                 # session (the previous model's, on a reused connection) must
@@ -81,6 +87,8 @@ class StateWrites:
                 answer = self.runner.query(statement)
             finally:
                 self.runner.execute(delta.reset_commit_metadata())
+                for key in settings:
+                    self.runner.execute(delta.reset_conf(key))
             if self.own_session:
                 version = delta.conf_value(
                     *self.runner.query(delta.read_conf(delta.LAST_COMMIT_CONF))
@@ -124,6 +132,7 @@ class StateWrites:
             written = self._merge(
                 emit.merge_changes(plan, self.state, ranges, guard, bounds, join_reads, staged),
                 self.metadata(refresh_id, None),
+                emit.merge_settings(plan),
             )
         finally:
             for statement in emit.drop_staged(staged) if staged is not None else ():
@@ -182,7 +191,9 @@ class StateWrites:
         self.log.debug(f"{self.model}: recomputing {len(touched)} window partitions")
         return self._merge(statement, self.metadata(refresh_id, None))
 
-    def _merge(self, statement: str, metadata: dict[str, Any]) -> Written:
+    def _merge(
+        self, statement: str, metadata: dict[str, Any], settings: Mapping[str, str] = {}
+    ) -> Written:
         """Run a guarded MERGE (emit.Guard); it always commits, as it moves the guard row.
 
         When another refresh of the model committed after this one read the
@@ -190,7 +201,7 @@ class StateWrites:
         so (the other refresh applied the change, or a newer one).
         """
         try:
-            columns, rows = self.commit(statement, metadata)
+            columns, rows = self.commit(statement, metadata, settings)
         except Exception as error:
             if delta.is_concurrent_refresh(error):
                 raise ConcurrentRefresh(self.model, self.state, error) from error
