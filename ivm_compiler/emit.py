@@ -94,6 +94,35 @@ def stale_guard_error(state: TableName, guard: Guard) -> exp.Expr:
     return exp.Anonymous(this="RAISE_ERROR", expressions=[exp.Literal.string(message)])
 
 
+# The start of the error a MERGE raises, having written nothing, where taking
+# a change's removed values out of a group's moments would cancel most of
+# their digits (rules/moments.cancels): the refresh recomputes the model.
+CANCELLED = "ivm cancelled"
+
+
+def _refuse_cancelled(state: TableName, matched: bool) -> exp.When:
+    """A clause that fails the MERGE on a change row whose removal cancels (names.CANCELLED)."""
+    error = exp.Anonymous(
+        this="RAISE_ERROR",
+        expressions=[
+            exp.Literal.string(
+                f"{CANCELLED}: taking deleted values out of a group's moments in {state} "
+                "would leave fewer than 33 of their 53 bits"
+            )
+        ],
+    )
+    condition = exp.column(names.CANCELLED, table=ident(names.CHANGE_ALIAS), quoted=True)
+    if matched:
+        then: exp.Expr = exp.Update(
+            expressions=[exp.EQ(this=_guard_column(names.TARGET_ALIAS), expression=error)]
+        )
+    else:
+        then = exp.Insert(
+            this=exp.Tuple(expressions=[_guard_column()]), expression=exp.Tuple(expressions=[error])
+        )
+    return exp.When(matched=matched, source=False, condition=condition, then=then)
+
+
 def _guarded(source: exp.Query, guard: Guard) -> exp.Subquery:
     """The MERGE's source rows (guard column NULL), plus the guard source row (`guard.read`).
 
@@ -300,7 +329,12 @@ def merge_changes(
         whens.append(
             exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
         )
+    moments = bool(merge_source.merged_columns(plan))
+    if moments:
+        whens.append(_refuse_cancelled(state, matched=True))
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=_updates(plan))))
+    if moments:
+        whens.append(_refuse_cancelled(state, matched=False))
     # A new state row is its change merged into an empty row (for moments,
     # what the source merged with the NULLs its LEFT JOIN found).
     first_values = {

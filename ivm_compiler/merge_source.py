@@ -16,7 +16,9 @@ computed once, layer by layer:
 2. each argument's counts and the mean of the union (names.merge_step_of);
 3. each argument's mean once the removed values are out;
 4. each MOMENT and CO_MOMENT column's new value (names.merged_value_of),
-   which the MERGE sets, or inserts, as it is.
+   which the MERGE sets, or inserts, as it is, and names.CANCELLED: whether
+   taking the removed values out cancelled too many bits of a moment
+   (rules/moments.cancels), on which the MERGE fails (emit.CANCELLED).
 
 The stored rows are the state's, read in the same statement as the MERGE's
 target: the guard row's match makes the MERGE fail if another refresh
@@ -109,6 +111,15 @@ def with_merged_values(plan: ViewPlan, changes: exp.Query, state: TableName) -> 
         )
         for c in columns
     }
+    # Beside them, whether any argument's removal cancels (moments.cancels).
+    cancelling = [
+        exp.paren(moments.cancels(c.argument, stored, change, counted))
+        for c in columns
+        if c.rule is MergeRule.MOMENT
+        and c.argument is not None
+        and c.name == names.squared_deviations_of(c.argument)
+    ]
+    merged[names.CANCELLED] = exp.or_(*cancelling) if cancelling else exp.false()
     joined = _joined(plan, changes, state, read)
     layer = joined
     for values in (steps, means, merged):

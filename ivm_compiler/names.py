@@ -114,6 +114,11 @@ def merge_step_of(step: str, argument_index: int) -> str:
     return f"{RESERVED_PREFIX}merge_{step}_a{argument_index}"
 
 
+# True on a change row whose removal cancels its group's moments
+# (rules/moments.cancels): the MERGE then fails, and the model is recomputed.
+CANCELLED = f"{RESERVED_PREFIX}cancelled"
+
+
 def merged_value_of(column: str) -> str:
     """A MOMENT or CO_MOMENT column's value after the merge, which the MERGE sets."""
     return f"{column}_merged"

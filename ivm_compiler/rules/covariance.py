@@ -184,7 +184,8 @@ def merged(
     (or as `counts` gives them):
     adding b to a, C = Ca + Cb + dx * dy * na * nb / n (d: mean_b - mean_a);
     taking b out of s, Ca = Cs - Cb - dx * dy * na * nb / ns, where a's means
-    are those after the removal. A new group's stored co-moment is NULL: 0.
+    are those after the removal. A new group's stored co-moment is NULL: 0;
+    one pair left has a co-moment of exactly 0.
     """
     assert column.argument is not None and column.partner is not None
 
@@ -211,6 +212,9 @@ def merged(
         x.n_union,
     )
     return _case(
-        [(is_zero(x.n_out), c_union.copy()), (is_zero(x.n_new), double("0"))],
+        [
+            (is_zero(x.n_out), c_union.copy()),
+            (exp.LTE(this=x.n_new.copy(), expression=exp.Literal.number(1)), double("0")),
+        ],
         minus(minus(c_union, c_out), removal_step),
     )

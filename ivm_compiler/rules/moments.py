@@ -212,7 +212,7 @@ def merged(
     The means as merged_counts (or as `counts` gives them); adding part b to
     a, with d = mean_b - mean_a: M2 = M2_a + M2_b + d^2 * na * nb / n. Taking
     part b out of s: M2_a = M2_s - M2_b - (mean_b - mean_a)^2 * na * nb / ns.
-    A new group's stored M2 is NULL: 0.
+    A new group's stored M2 is NULL: 0; one value left has an M2 of exactly 0.
     """
     index = column.argument
     assert index is not None
@@ -220,6 +220,24 @@ def merged(
     if column.name == names.mean_of(index):
         return c.mean_new
     assert column.name == names.squared_deviations_of(index)
+    m2_union, taken_out = _m2_steps(index, c, stored, change)
+    return _when(
+        is_zero(c.n_out),
+        m2_union,
+        _when(
+            exp.LTE(this=c.n_new.copy(), expression=exp.Literal.number(1)),
+            double("0"),
+            # Not GREATEST(taken_out, 0), which is 0 where taken_out is NULL: on a
+            # pre-aggregation's row (slot > 0) the build's NULL must stay NULL.
+            _when(exp.LT(this=taken_out, expression=double("0")), double("0"), taken_out.copy()),
+        ),
+    )
+
+
+def _m2_steps(
+    index: int, c: MergedCounts, stored: Columns, change: Columns
+) -> tuple[exp.Expr, exp.Expr]:
+    """Argument `index`'s M2 of the union, and of what remains once the removed values are out."""
     m2_s = floating.zero_if_null(stored(names.squared_deviations_of(index)))
     m2_in = floating.zero_if_null(change(names.squared_deviations_of(index)))
     m2_out = floating.zero_if_null(change(names.removed_squared_deviations_of(index)))
@@ -241,16 +259,52 @@ def merged(
         minus(m2_union.copy(), m2_out),
         divided(product(apart, apart, c.n_new, c.n_out), c.n_union),
     )
-    return _when(
-        is_zero(c.n_out),
-        m2_union,
-        _when(
-            is_zero(c.n_new),
-            double("0"),
-            # Not GREATEST(taken_out, 0), which is 0 where taken_out is NULL: on a
-            # pre-aggregation's row (slot > 0) the build's NULL must stay NULL.
-            _when(exp.LT(this=taken_out, expression=double("0")), double("0"), taken_out.copy()),
-        ),
+    return m2_union, taken_out
+
+
+# A removal leaves what remains as the difference of two larger numbers, so
+# it keeps the rounding error of those (a few units in their last place).
+# Where what remains is below this fraction of them, more than 20 of a
+# double's 53 bits cancelled, and the rest no longer holds the value to
+# the last bits a recomputation would: deleting 1e9 from {-0.2, 0.1, 1e9}
+# left an M2 of 128 where the two values left have 0.045.
+CANCELLATION_LIMIT = 2.0**-20
+
+
+def cancels(index: int, stored: Columns, change: Columns, counts: CountsOf) -> exp.Expr:
+    """Whether removing argument `index`'s removed values cancels past CANCELLATION_LIMIT.
+
+    Two ways: the remaining values' sum (n * mean) is below the limit of the
+    sums it was taken from (|union| + |removed|), unless the remaining
+    values' spread, sqrt(M2 * n), is above it (a mean near 0 is known as
+    well as their spread); or, with two values or more left, their M2 is
+    below the limit of the union's M2. NULL (no cancellation) on a row
+    without moments. The refresh then recomputes the model (emit.CANCELLED).
+    """
+    c = counts(index)
+    m2_union, taken_out = _m2_steps(index, c, stored, change)
+    limit = double(repr(CANCELLATION_LIMIT))
+
+    def magnitude(n: exp.Expr, mean: exp.Expr) -> exp.Expr:
+        return exp.Abs(this=times(n.copy(), mean.copy()))
+
+    before = times(plus(magnitude(c.n_union, c.mean_union), magnitude(c.n_out, c.mean_out)), limit)
+    spread = exp.Sqrt(
+        this=times(exp.Greatest(this=taken_out.copy(), expressions=[double("0")]), c.n_new.copy())
+    )
+    mean_lost = exp.GT(
+        this=before,
+        expression=exp.Greatest(this=magnitude(c.n_new, c.mean_new), expressions=[spread]),
+    )
+    spread_lost = exp.and_(
+        exp.GT(this=c.n_new.copy(), expression=exp.Literal.number(1)),
+        exp.GT(this=m2_union.copy(), expression=double("0")),
+        exp.LT(this=taken_out.copy(), expression=times(m2_union.copy(), limit.copy())),
+    )
+    return exp.and_(
+        exp.GT(this=c.n_out.copy(), expression=exp.Literal.number(0)),
+        exp.GT(this=c.n_new.copy(), expression=exp.Literal.number(0)),
+        exp.paren(exp.or_(mean_lost, exp.paren(spread_lost))),
     )
 
 

@@ -7,12 +7,14 @@ ALL both ways, so duplicates count).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.writes import CancellingRemoval
 from ivm_compiler import TableName
 
 
@@ -171,6 +173,18 @@ def state_builds(spark: SparkSession, schema: str, model: str) -> int:
     state = TableName(db=schema, name=f"{model}__ivm_state")
     operations = [row["operation"] for row in spark.sql(delta.describe_history(state)).collect()]
     return sum(1 for operation in operations if "CREATE" in operation or "REPLACE" in operation)
+
+
+def cancelling_recomputes(results: Iterable[Any]) -> int:
+    """How many of dbt's run results recomputed a model because a removal would cancel
+    its moments (writes.CancellingRemoval): the one rebuild an incremental model may take."""
+    return sum(
+        1
+        for result in results
+        if str((result.adapter_response or {}).get("code")) == "RECOMPUTE"
+        and CancellingRemoval.REASON
+        in f"{(result.adapter_response or {}).get('_message')} {result.message}"
+    )
 
 
 def all_node_models(spark: SparkSession, schema: str) -> list[str]:

@@ -781,10 +781,13 @@ def _duckdb_statement(tree: exp.Expression) -> exp.Expression:
             target = node.this
             if isinstance(target, exp.Column) and target.table:
                 target.set("table", None)
-        if isinstance(node, exp.When) and isinstance(node.args.get("then"), exp.Insert):
+        if isinstance(node, exp.When) and isinstance(
+            node.args.get("then"), exp.Insert | exp.Update
+        ):
             raised = node.args["then"].find(exp.Anonymous)
             if raised is not None and raised.name.upper() == "RAISE_ERROR":
-                # The guard check's insert clause (emit._refuse_stale_guard).
+                # The guard check's insert clause (emit._refuse_stale_guard), and
+                # the clauses refusing a cancelling removal (emit._refuse_cancelled).
                 # DuckDB evaluates a clause's values for rows it does not
                 # apply to (and folds a constant error() while planning), so
                 # the clause becomes its own way to fail a MERGE.

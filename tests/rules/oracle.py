@@ -36,6 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+import duckdb
+
 from ivm_compiler import TableName, ViewClass, ViewPlan, compile_model, emit, names
 from ivm_compiler import state_rows as state_queries
 from ivm_compiler.compile import view_class_rule
@@ -298,7 +300,7 @@ def _moments(stored: dict, change: dict, index: int) -> tuple[float | None, floa
         m2_out = change[names.removed_squared_deviations_of(index)] or 0.0
         new_mean = mean + (mean - mean_out) * n_out / rest
         apart = mean_out - new_mean
-        m2 = max(m2 - m2_out - apart * apart * rest * n_out / n, 0.0)
+        m2 = max(m2 - m2_out - apart * apart * rest * n_out / n, 0.0) if rest > 1 else 0.0
         mean = new_mean
     return mean, m2
 
@@ -327,7 +329,7 @@ def _co_moment(stored: dict, change: dict, x: int, y: int) -> float:
     n_out = float(change[names.removed_count_of(x)])
     if n_out:
         rest = n - n_out
-        if not rest:
+        if rest <= 1:
             return 0.0
         means_out = {i: change[names.removed_mean_of(i)] for i in (x, y)}
         new = {i: means[i] + (means[i] - means_out[i]) * n_out / rest for i in (x, y)}
@@ -374,6 +376,9 @@ class Refreshes:
         self.versions: dict[TableName, int] = {}
         self.history: list[str] = []
         self.view = emit.view_query(self.plan, STATE).sql(dialect=SPARK)
+        # The refreshes whose MERGE refused a cancelling removal (emit.CANCELLED)
+        # and were recomputed instead, as refresh.py does: their commit lists.
+        self.recomputed: list[str] = []
 
     # -- sources --------------------------------------------------------------------
 
@@ -414,7 +419,14 @@ class Refreshes:
         if self.plan.view_class is ViewClass.WINDOW:
             applied = self._refresh_partitions(windows, pinned, guard, before)
         else:
-            applied = self._merge_changes(windows, guard, before)
+            try:
+                applied = self._merge_changes(windows, guard, before)
+            except duckdb.Error as error:
+                if emit.CANCELLED not in str(error):
+                    raise
+                self.recomputed.append(self.history[-1])
+                self.build()  # at the newest versions: the pinned ones
+                return
         self.versions = pinned
         self._check_state(applied)
         self.check_view()
@@ -434,9 +446,11 @@ class Refreshes:
         if staged is not None:
             self.engine.execute(emit.stage_changes(self.plan, windows, staged, bounds))
         merge = emit.merge_changes(self.plan, STATE, windows, guard, bounds, staged=staged)
-        delta = self._apply(merge, guard, self.plan.merge_keys)
-        for statement in emit.drop_staged(staged) if staged is not None else ():
-            self.engine.execute(statement)
+        try:
+            delta = self._apply(merge, guard, self.plan.merge_keys)
+        finally:
+            for statement in emit.drop_staged(staged) if staged is not None else ():
+                self.engine.execute(statement)
         return apply_changes(self.plan, before, delta)
 
     def _refresh_partitions(

@@ -8,8 +8,8 @@ import pytest
 
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.state_history import StateHistory
-from dbt.adapters.spark_ivm.writes import StateWrites
-from ivm_compiler import TableName
+from dbt.adapters.spark_ivm.writes import CancellingRemoval, StateWrites
+from ivm_compiler import TableName, emit
 
 STATE = TableName(db="analytics", name="m__ivm_state")
 MERGE = "MERGE INTO analytics.m__ivm_state ..."
@@ -106,3 +106,19 @@ def test_settings_are_reset_when_the_statement_fails():
         writes.commit(MERGE, {"refresh": "r"}, SETTINGS)
     key = next(iter(SETTINGS))
     assert runner.statements[-1] == delta.reset_conf(key)
+
+
+class CancellingRunner(SessionRunner):
+    def query(self, sql: str):
+        if sql == MERGE:
+            raise RuntimeError(f"[USER_RAISED_EXCEPTION] {emit.CANCELLED}: taking deleted values")
+        return super().query(sql)
+
+
+def test_a_refused_cancelling_removal_is_told_apart_from_other_errors():
+    writes, _ = _writes(CancellingRunner(last="12"), own_session=False)
+    with pytest.raises(CancellingRemoval, match="dominated a group"):
+        writes._merge(MERGE, {"refresh": "r"})
+    writes, _ = _writes(FailingRunner(last="12"), own_session=False)
+    with pytest.raises(RuntimeError, match="the MERGE failed"):
+        writes._merge(MERGE, {"refresh": "r"})

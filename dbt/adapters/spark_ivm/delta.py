@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from dbt.adapters.spark_ivm.schema_changes import SchemaCommit
 from ivm_compiler import TableName
-from ivm_compiler.emit import GUARD_FAILED
+from ivm_compiler.emit import CANCELLED, GUARD_FAILED
 from ivm_compiler.errors import first_line
 from ivm_compiler.sql import DIALECT
 
@@ -372,6 +372,17 @@ def error_summary(error: BaseException, limit: int = 300) -> str:
     """
     found = _ERROR_CLASS_LINE.search(str(error))
     return found.group(0).strip()[:limit] if found else first_line(error, limit=limit)
+
+
+def is_cancelling_removal(error: BaseException) -> bool:
+    """Whether a state MERGE refused a removal that would cancel a group's moments.
+
+    >>> is_cancelling_removal(Exception("[USER_RAISED_EXCEPTION] ivm cancelled: taking ..."))
+    True
+    >>> is_cancelling_removal(Exception("[USER_RAISED_EXCEPTION] ivm guard: a.m__ivm_state"))
+    False
+    """
+    return CANCELLED in str(error)
 
 
 def is_change_history_unavailable(error: BaseException) -> bool:

@@ -30,7 +30,7 @@ from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from dbt.adapters.spark_ivm.settings import Action, Fallback, RefreshSettings
 from dbt.adapters.spark_ivm.state_history import StateHistory, table_name_of
 from dbt.adapters.spark_ivm.upstreams import properties, published_version, upstream_models
-from dbt.adapters.spark_ivm.writes import ConcurrentRefresh, StateWrites
+from dbt.adapters.spark_ivm.writes import CancellingRemoval, ConcurrentRefresh, StateWrites
 from ivm_compiler import NotMaintainable, TableName, ViewPlan, compile_model, emit, names, nodes
 from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import first_line
@@ -411,6 +411,13 @@ class Refresh:
                 )
         except ConcurrentRefresh:
             raise
+        except CancellingRemoval:
+            # The MERGE wrote nothing: a recomputation at the pinned versions
+            # gives the remaining values' moments to the last bits.
+            reason = CancellingRemoval.REASON
+            self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
+            result.action, result.reason = Action.RECOMPUTE, reason
+            return self._build(plan, pinned, result, shown_version, facts.history, found)
         except Exception as error:
             if not delta.is_change_history_unavailable(error):
                 raise

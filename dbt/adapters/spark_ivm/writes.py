@@ -39,6 +39,21 @@ class ConcurrentRefresh(IvmError):
         )
 
 
+class CancellingRemoval(Exception):
+    """The MERGE refused to take removed values out of a group's moments (emit.CANCELLED).
+
+    It wrote nothing: the refresh recomputes the model instead (refresh.py).
+    """
+
+    REASON = (
+        "the change deletes values that dominated a group's STDDEV/VARIANCE/COVAR/CORR "
+        "(taking them out would cancel more than 20 of a double's 53 bits)"
+    )
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{self.REASON} ({first_line(error, limit=300)})")
+
+
 @dataclass
 class Written:
     """What a change's commit did to the state rows (Delta's MERGE counts)."""
@@ -205,6 +220,8 @@ class StateWrites:
         except Exception as error:
             if delta.is_concurrent_refresh(error):
                 raise ConcurrentRefresh(self.model, self.state, error) from error
+            if delta.is_cancelling_removal(error):
+                raise CancellingRemoval(error) from error
             raise
         # Delta's MERGE answers with one row of counts (num_affected_rows, ...);
         # the guard row's move is one of the updated rows, not a model row.
