@@ -302,12 +302,74 @@ def merge_changes(
     The change query and which rows leave the state are the view class's
     (a WINDOW model has no change query: see merge_partitions).
     """
-    rule = view_class_rule(plan.view_class)
-    source = rule.change_query(plan, ranges, state, bounds, join_reads)
-    if staged is not None:
-        source = _reading_staged(source, staged)
+    source = _change_source(plan, state, ranges, bounds, join_reads, staged)
     if merge_source.merged_columns(plan):
         source = merge_source.with_merged_values(plan, source, state)
+    return _merge_into(plan, state, source, guard, _change_clauses(plan, state, guard))
+
+
+def merge_changes_recomputing_cancelled(
+    plan: ViewPlan,
+    state: TableName,
+    ranges: Mapping[TableName, reads.VersionRange],
+    versions: Mapping[TableName, int],
+    guard: Guard,
+    bounds: key_bounds.Bounds | None = None,
+    join_reads: changes.JoinReads | None = None,
+    staged: str | None = None,
+) -> str:
+    """merge_changes, with the groups whose removal cancels recomputed at `versions` instead.
+
+    For a plan merge_source.recomputes_groups accepts, after merge_changes
+    failed with CANCELLED: the change is merged into every other group as
+    there, and each cancelled group's state row is replaced by its row
+    computed from the sources, in the same commit.
+    """
+    assert merge_source.recomputes_groups(plan)
+    source = merge_source.with_cancelled_groups_recomputed(
+        plan,
+        _change_source(plan, state, ranges, bounds, join_reads, staged),
+        state,
+        _build_query(plan, versions),
+    )
+    replacing = exp.column(names.REPLACING, table=ident(names.CHANGE_ALIAS), quoted=True)
+    columns = state_rows.state_table_columns(plan)
+    values = [c for c in columns if c not in plan.merge_keys]
+    replace = exp.When(
+        matched=True,
+        source=False,
+        condition=replacing,
+        then=exp.Update(
+            expressions=[
+                exp.EQ(this=_target_column(c), expression=_source_column(c)) for c in values
+            ]
+        ),
+    )
+    insert = _insert_row(columns, condition=replacing.copy())
+    move, *rest = _change_clauses(plan, state, guard)
+    # Spark's grammar takes every WHEN MATCHED clause before any WHEN NOT MATCHED.
+    matched = [w for w in rest if w.args.get("matched")]
+    unmatched = [w for w in rest if not w.args.get("matched")]
+    return _merge_into(plan, state, source, guard, [move, replace, *matched, insert, *unmatched])
+
+
+def _change_source(
+    plan: ViewPlan,
+    state: TableName,
+    ranges: Mapping[TableName, reads.VersionRange],
+    bounds: key_bounds.Bounds | None,
+    join_reads: changes.JoinReads | None,
+    staged: str | None,
+) -> exp.Query:
+    """The view class's change query, reading the staged signed rows when there are."""
+    source = view_class_rule(plan.view_class).change_query(plan, ranges, state, bounds, join_reads)
+    return _reading_staged(source, staged) if staged is not None else source
+
+
+def _merge_into(
+    plan: ViewPlan, state: TableName, source: exp.Query, guard: Guard, whens: list[exp.When]
+) -> str:
+    """MERGE INTO the state USING the guarded `source`, matching on the merge keys."""
     # The guard row (NULL keys) matches the guard source row only, never a
     # change row of a NULL group.
     on: exp.Expr = exp.and_(
@@ -317,6 +379,19 @@ def merge_changes(
         ],
         _same_guard(),
     )
+    merge = exp.Merge(
+        this=aliased(state.to_table(), names.TARGET_ALIAS),
+        using=_guarded(source, guard),
+        on=on,
+        whens=exp.Whens(expressions=whens),
+    )
+    return _sql(merge)
+
+
+def _change_clauses(plan: ViewPlan, state: TableName, guard: Guard) -> list[exp.When]:
+    """merge_changes's clauses, in order: the guard's move, a row emptied, a refused
+    cancelling removal (moments), the update, the insert, the stale guard's refusal."""
+    rule = view_class_rule(plan.view_class)
     whens = [_move_guard(guard)]
     emptied = rule.leaves_state(
         plan,
@@ -350,13 +425,7 @@ def merge_changes(
         has_rows = exp.NEQ(this=_source_column(names.COUNT), expression=exp.Literal.number(0))
     whens.append(_insert_row(state_rows.state_table_columns(plan), first_values, has_rows))
     whens.append(_refuse_stale_guard(state, guard))
-    merge = exp.Merge(
-        this=aliased(state.to_table(), names.TARGET_ALIAS),
-        using=_guarded(source, guard),
-        on=on,
-        whens=exp.Whens(expressions=whens),
-    )
-    return _sql(merge)
+    return whens
 
 
 def merge_settings(plan: ViewPlan) -> dict[str, str]:

@@ -31,9 +31,10 @@ from dataclasses import fields
 
 from sqlglot import exp
 
-from ivm_compiler import names
+from ivm_compiler import names, state_rows
 from ivm_compiler.plan import MergeRule, StateColumn, ViewPlan
 from ivm_compiler.rules import covariance, moments
+from ivm_compiler.rules.floating import Columns
 from ivm_compiler.sql import TableName, aliased, ident
 
 MERGED_RULES = (MergeRule.MOMENT, MergeRule.CO_MOMENT)
@@ -61,6 +62,83 @@ def session_settings(plan: ViewPlan) -> dict[str, str]:
 
 def with_merged_values(plan: ViewPlan, changes: exp.Query, state: TableName) -> exp.Select:
     """`changes`, each row with its stored values and merged values beside it (module docstring)."""
+    return _merging(plan, changes, state)[0]
+
+
+def recomputes_groups(plan: ViewPlan) -> bool:
+    """Whether a cancelling removal is met by recomputing its groups alone (else the model).
+
+    Without pre-aggregations a group is one state row, which the recomputed
+    row replaces; a group's pre-aggregation rows that the recomputation no
+    longer has would need deleting as well.
+    """
+    return bool(merged_columns(plan)) and not plan.preaggregations
+
+
+def with_cancelled_groups_recomputed(
+    plan: ViewPlan, changes: exp.Query, state: TableName, built: exp.Query
+) -> exp.Query:
+    """with_merged_values's rows but those of cancelled groups, plus those groups' rows of `built`.
+
+    `built` is the state computed from the sources at the pinned versions
+    (emit._build_query). Its rows for the groups whose removal cancels
+    (names.CANCELLED) come with names.REPLACING TRUE, their state columns
+    under the same names as the change rows', every other column NULL: the
+    MERGE replaces those groups' rows with them and merges the rest.
+    """
+    merging, columns = _merging(plan, changes, state)
+    # Both sides name every column, in one order: UNION ALL matches by position.
+    kept = (
+        exp.select(
+            *(_column(n) for n in columns), exp.alias_(exp.false(), names.REPLACING, quoted=True)
+        )
+        .from_(merging.subquery(ident(names.MERGING_ROWS_ALIAS)))
+        .where(exp.not_(exp.Coalesce(this=_column(names.CANCELLED), expressions=[exp.false()])))
+    )
+    stored = set(state_rows.state_table_columns(plan))
+    # The cancelled groups' keys; a semi join, not EXISTS: Delta refuses a
+    # MERGE whose source reads its target in a subquery expression ("Table
+    # does not support reads"), and a CTE the same.
+    keys: list[exp.Expr] = [_column(k) for k in plan.merge_keys]
+    cancelled = (
+        exp.select(*(keys or [exp.Literal.number(1)]))
+        .from_(merging.subquery(ident(names.MERGING_ROWS_ALIAS)))
+        .where(_column(names.CANCELLED))
+    )
+    on: exp.Expr = (
+        exp.and_(
+            *(
+                exp.NullSafeEQ(
+                    this=exp.column(k, table=names.STORED_ALIAS, quoted=True),
+                    expression=exp.column(k, table=names.BUILT_ALIAS, quoted=True),
+                )
+                for k in plan.merge_keys
+            )
+        )
+        if plan.merge_keys
+        else exp.true()
+    )
+    recomputed = (
+        exp.select(
+            *(
+                exp.column(n, table=names.BUILT_ALIAS, quoted=True)
+                if n in stored
+                else exp.alias_(exp.null(), n, quoted=True)
+                for n in columns
+            ),
+            exp.alias_(exp.true(), names.REPLACING, quoted=True),
+        )
+        .from_(built.subquery(ident(names.BUILT_ALIAS)))
+        .join(cancelled.subquery(ident(names.STORED_ALIAS)), on=on, join_type="LEFT SEMI")
+    )
+    # The change rows are read twice, in two subqueries: a CTE would do the
+    # same (Spark inlines it), but Delta refuses a MERGE whose source reads
+    # its target inside a CTE ("Table does not support reads").
+    return exp.union(kept, recomputed, distinct=False)
+
+
+def _merging(plan: ViewPlan, changes: exp.Query, state: TableName) -> tuple[exp.Select, list[str]]:
+    """with_merged_values's query and its columns, in order."""
     columns = merged_columns(plan)
     arguments = sorted(
         {c.argument for c in columns if c.argument is not None}
@@ -73,60 +151,74 @@ def with_merged_values(plan: ViewPlan, changes: exp.Query, state: TableName) -> 
             read.append(name)
         return _column(names.stored_value_of(name))
 
-    def change(name: str) -> exp.Expr:
-        return _column(name)
+    layers = [
+        _count_steps(arguments, stored),
+        _means_after_removal(arguments),
+        _merged_values(columns, stored),
+    ]
+    layer = _joined(plan, changes, state, read)
+    output = [*state_rows.change_columns(plan), *(names.stored_value_of(n) for n in read)]
+    for values in layers:
+        layer = exp.select(
+            exp.Star(), *(exp.alias_(v, n, quoted=True) for n, v in values.items())
+        ).from_(layer.subquery(ident(names.MERGING_ALIAS)))
+        output += values
+    return layer, output
 
-    # Layer 2: counts and the union's mean, from the joined row (layer 1).
+
+def _counted(index: int) -> moments.MergedCounts:
+    """Argument `index`'s counts and means, as the columns layers 2 and 3 hold them in."""
+    return moments.MergedCounts(
+        **{
+            f.name: _column(names.merge_step_of(f.name, index))
+            for f in fields(moments.MergedCounts)
+        }
+    )
+
+
+def _count_steps(arguments: list[int], stored: Columns) -> dict[str, exp.Expr]:
+    """Layer 2: each argument's counts and the union's mean, from the joined row (layer 1)."""
     steps: dict[str, exp.Expr] = {}
     for index in arguments:
-        counts = moments.merged_counts(index, stored, change)
+        counts = moments.merged_counts(index, stored, _column)
         for field in fields(moments.MergedCounts):
             if field.name != "mean_new":
                 steps[names.merge_step_of(field.name, index)] = getattr(counts, field.name)
+    return steps
 
-    def counted(index: int) -> moments.MergedCounts:
-        return moments.MergedCounts(
-            **{
-                f.name: _column(names.merge_step_of(f.name, index))
-                for f in fields(moments.MergedCounts)
-            }
-        )
 
-    # Layer 3: the mean once the removed values are out.
-    means = {
+def _means_after_removal(arguments: list[int]) -> dict[str, exp.Expr]:
+    """Layer 3: each argument's mean once the removed values are out."""
+    return {
         names.merge_step_of("mean_new", index): moments.mean_after_removal(
-            counted(index).mean_union,
-            counted(index).n_out,
-            counted(index).n_new,
-            counted(index).mean_out,
+            _counted(index).mean_union,
+            _counted(index).n_out,
+            _counted(index).n_new,
+            _counted(index).mean_out,
         )
         for index in arguments
     }
-    # Layer 4: the merged values.
+
+
+def _merged_values(columns: list[StateColumn], stored: Columns) -> dict[str, exp.Expr]:
+    """Layer 4: the merged values, and whether any argument's removal cancels (moments.cancels)."""
     merged = {
         names.merged_value_of(c.name): (
-            covariance.merged(c, stored, change, counted)
+            covariance.merged(c, stored, _column, _counted)
             if c.rule is MergeRule.CO_MOMENT
-            else moments.merged(c, stored, change, counted)
+            else moments.merged(c, stored, _column, _counted)
         )
         for c in columns
     }
-    # Beside them, whether any argument's removal cancels (moments.cancels).
     cancelling = [
-        exp.paren(moments.cancels(c.argument, stored, change, counted))
+        exp.paren(moments.cancels(c.argument, stored, _column, _counted))
         for c in columns
         if c.rule is MergeRule.MOMENT
         and c.argument is not None
         and c.name == names.squared_deviations_of(c.argument)
     ]
     merged[names.CANCELLED] = exp.or_(*cancelling) if cancelling else exp.false()
-    joined = _joined(plan, changes, state, read)
-    layer = joined
-    for values in (steps, means, merged):
-        layer = exp.select(
-            exp.Star(), *(exp.alias_(v, n, quoted=True) for n, v in values.items())
-        ).from_(layer.subquery(ident(names.MERGING_ALIAS)))
-    return layer
+    return merged
 
 
 def _joined(plan: ViewPlan, changes: exp.Query, state: TableName, read: list[str]) -> exp.Select:

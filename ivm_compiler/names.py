@@ -117,6 +117,10 @@ def merge_step_of(step: str, argument_index: int) -> str:
 # True on a change row whose removal cancels its group's moments
 # (rules/moments.cancels): the MERGE then fails, and the model is recomputed.
 CANCELLED = f"{RESERVED_PREFIX}cancelled"
+# TRUE on a MERGE source row that replaces its group's state row: the group
+# recomputed from the sources because its removal cancelled (merge_source.py).
+REPLACING = f"{RESERVED_PREFIX}replacing"
+MERGING_ROWS_ALIAS = f"{RESERVED_PREFIX}merging_rows"
 
 
 def merged_value_of(column: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.refresh import RECOMPUTED_GROUPS
 from dbt.adapters.spark_ivm.writes import CancellingRemoval
 from ivm_compiler import TableName
 
@@ -175,16 +176,20 @@ def state_builds(spark: SparkSession, schema: str, model: str) -> int:
     return sum(1 for operation in operations if "CREATE" in operation or "REPLACE" in operation)
 
 
-def cancelling_recomputes(results: Iterable[Any]) -> int:
-    """How many of dbt's run results recomputed a model because a removal would cancel
-    its moments (writes.CancellingRemoval): the one rebuild an incremental model may take."""
-    return sum(
-        1
-        for result in results
-        if str((result.adapter_response or {}).get("code")) == "RECOMPUTE"
-        and CancellingRemoval.REASON
-        in f"{(result.adapter_response or {}).get('_message')} {result.message}"
-    )
+def cancelling_recomputes(results: Iterable[Any]) -> dict[str, str]:
+    """The models dbt's run results say recomputed because a removal would cancel their
+    moments (writes.CancellingRemoval): 'model' (the whole state rebuilt, the one rebuild
+    an incremental model may take) or 'groups' (an incremental refresh that recomputed
+    the groups concerned)."""
+    found = {}
+    for result in results:
+        code = str((result.adapter_response or {}).get("code"))
+        message = f"{(result.adapter_response or {}).get('_message')} {result.message}"
+        if code == "RECOMPUTE" and CancellingRemoval.REASON in message:
+            found[result.node.name] = "model"
+        elif code == "INCREMENTAL" and RECOMPUTED_GROUPS in message:
+            found[result.node.name] = "groups"
+    return found
 
 
 def all_node_models(spark: SparkSession, schema: str) -> list[str]:

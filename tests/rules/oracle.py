@@ -38,7 +38,7 @@ from decimal import Decimal
 
 import duckdb
 
-from ivm_compiler import TableName, ViewClass, ViewPlan, compile_model, emit, names
+from ivm_compiler import TableName, ViewClass, ViewPlan, compile_model, emit, merge_source, names
 from ivm_compiler import state_rows as state_queries
 from ivm_compiler.compile import view_class_rule
 from ivm_compiler.key_bounds import parse_probe
@@ -379,6 +379,8 @@ class Refreshes:
         # The refreshes whose MERGE refused a cancelling removal (emit.CANCELLED)
         # and were recomputed instead, as refresh.py does: their commit lists.
         self.recomputed: list[str] = []
+        # The groups those refreshes recomputed, by merge keys (none: the model was).
+        self.replaced_groups: list[tuple] = []
 
     # -- sources --------------------------------------------------------------------
 
@@ -424,9 +426,13 @@ class Refreshes:
             except duckdb.Error as error:
                 if emit.CANCELLED not in str(error):
                     raise
+                # As writes.StateWrites.apply_change: the cancelled groups
+                # recomputed where the plan allows it, else the whole model.
                 self.recomputed.append(self.history[-1])
-                self.build()  # at the newest versions: the pinned ones
-                return
+                if not merge_source.recomputes_groups(self.plan):
+                    self.build()  # at the newest versions: the pinned ones
+                    return
+                applied = self._merge_recomputing(windows, pinned, guard, before)
         self.versions = pinned
         self._check_state(applied)
         self.check_view()
@@ -452,6 +458,33 @@ class Refreshes:
             for statement in emit.drop_staged(staged) if staged is not None else ():
                 self.engine.execute(statement)
         return apply_changes(self.plan, before, delta)
+
+    def _merge_recomputing(
+        self,
+        windows: Mapping[TableName, VersionRange],
+        pinned: Mapping[TableName, int],
+        guard: emit.Guard,
+        before: list[dict],
+    ) -> list[dict]:
+        """The change merged into all groups but the cancelled ones, which are recomputed."""
+        bounds = {}
+        probe = emit.probe_join_keys(self.plan, windows)
+        if probe is not None:
+            sql, keys = probe
+            _, rows = self.engine.query(sql)
+            bounds = parse_probe(keys, rows)
+        merge = emit.merge_changes_recomputing_cancelled(
+            self.plan, STATE, windows, pinned, guard, bounds
+        )
+        rows = self._apply(merge, guard, self.plan.merge_keys)
+        replacing = [row for row in rows if row[names.REPLACING]]
+        self.replaced_groups += [tuple(row[k] for k in self.plan.merge_keys) for row in replacing]
+        applied = apply_changes(self.plan, before, [r for r in rows if not r[names.REPLACING]])
+        keys = {tuple(row[k] for k in self.plan.merge_keys) for row in replacing}
+        columns = state_queries.state_table_columns(self.plan)
+        return [
+            row for row in applied if tuple(row[k] for k in self.plan.merge_keys) not in keys
+        ] + [{c: row[c] for c in columns} for row in replacing]
 
     def _refresh_partitions(
         self,

@@ -173,26 +173,51 @@ def test_hypothesis_finds_a_flipped_sign(scenario: Scenario) -> None:
         run(MODEL_BY_NAME["grouped"], scenario, hook=_flip_first_insert)
 
 
-def _dominated(name: str, aggregate: str, rows: tuple) -> Refreshes:
-    """Build over `rows`, then delete the rows with v = 2 (the dominating value)."""
+def _dominated(name: str, aggregate: str, rows: tuple, *also: Change) -> Refreshes:
+    """Build over `rows`, then delete the rows with v = 2 (the dominating value), with `also`."""
     model = Model(
         f"dominated_{name}", f"select g, {aggregate} as a from {SRC.name} group by g", (SRC,)
     )
-    return run(model, Scenario(((SRC.name, Insert(rows)),), (((SRC.name, Delete("v", 2)),),)))
+    step = ((SRC.name, Delete("v", 2)), *((SRC.name, change) for change in also))
+    return run(model, Scenario(((SRC.name, Insert(rows)),), (step,)))
 
 
 # Deleting 1e9 from {-0.2, 0.1, 1e9 + 0.5}: taking it out of the moments by
 # Chan's rule subtracts two numbers as large as the M2 with it, which kept the
 # M2 of {-0.2, 0.1} (0.045) as 128 (STDDEV 11.3 for 0.21). The MERGE now
 # refuses a removal that cancels that much (rules/moments.cancels), and the
-# model is recomputed; run() checks the view against the query.
-def test_deleting_a_value_that_dominates_its_moments_recomputes_the_model() -> None:
+# refresh recomputes that group from the sources while it merges the change
+# into the others; run() checks state and view against a rebuild.
+def test_deleting_a_value_that_dominates_its_moments_recomputes_its_group() -> None:
     refreshes = _dominated(
         "moments",
         "stddev(case when v = 2 then 1e9 + 0.5 else cast(v as double) / 10 end)",
-        ((0, "a", -2, None), (0, "a", 1, None), (0, "a", 2, None)),
+        ((0, "a", -2, None), (0, "a", 1, None), (0, "a", 2, None), (0, "b", 5, None)),
+        Insert(((0, "b", 7, None),)),
     )
     assert len(refreshes.recomputed) == 1
+    assert refreshes.replaced_groups == [("a",)]
+
+
+def test_a_global_aggregate_recomputes_its_one_group() -> None:
+    model = Model(
+        "dominated_global",
+        "select stddev(case when v = 2 then 1e9 + 0.5 else cast(v as double) / 10 end) as a "
+        f"from {SRC.name}",
+        (SRC,),
+    )
+    rows = ((0, "a", -2, None), (0, "a", 1, None), (0, "b", 2, None))
+    refreshes = run(model, Scenario(((SRC.name, Insert(rows)),), (((SRC.name, Delete("v", 2)),),)))
+    assert refreshes.replaced_groups == [()]
+
+
+def test_a_cancelling_removal_beside_a_pre_aggregation_recomputes_the_model() -> None:
+    refreshes = _dominated(
+        "moments_and_max",
+        "stddev(case when v = 2 then 1e9 + 0.5 else cast(v as double) / 10 end) + max(v)",
+        ((0, "a", -2, None), (0, "a", 1, None), (0, "a", 2, None)),
+    )
+    assert len(refreshes.recomputed) == 1 and refreshes.replaced_groups == []
 
 
 def test_deleting_a_value_that_does_not_dominate_is_merged() -> None:

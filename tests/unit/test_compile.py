@@ -10,7 +10,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from ivm_compiler import NotMaintainable, TableName, ViewClass, compile_model, emit
+from ivm_compiler import NotMaintainable, TableName, ViewClass, compile_model, emit, merge_source
 from ivm_compiler import compile as compile_module
 from ivm_compiler.changes import signed_rows
 from ivm_compiler.plan import MergeRule, PreAggregation, SourceRef
@@ -896,3 +896,35 @@ def test_only_a_merge_over_moments_turns_constraint_propagation_off() -> None:
     )
     assert emit.merge_settings(moments_plan) == {"spark.sql.constraintPropagation.enabled": "false"}
     assert emit.merge_settings(sums_plan) == {}
+
+
+def test_recomputing_cancelled_groups_replaces_them_before_merging_the_rest() -> None:
+    plan, _ = compile_with(
+        "SELECT customer, STDDEV(qty) AS sd FROM shop.orders GROUP BY customer",
+        [("customer", "string"), ("sd", "double")],
+        [("key_0", "string"), ("sum_0", "bigint")],
+    )
+    merge = sqlglot.parse_one(
+        emit.merge_changes_recomputing_cancelled(
+            plan, STATE, {ORDERS_TABLE: Window(recorded=1, pinned=2)}, {ORDERS_TABLE: 2}, GUARD
+        ),
+        read="spark",
+    )
+    move, replace, *_ = merge.args["whens"].expressions
+    assert move.args["condition"].sql("spark") == "NOT `__ivm_d`.`__ivm_guard` IS NULL"
+    assert replace.args["condition"].sql("spark") == "`__ivm_d`.`__ivm_replacing`"
+    inserts = [w for w in merge.args["whens"].expressions if not w.args.get("matched")]
+    assert "`__ivm_d`.`__ivm_replacing`" in inserts[0].args["condition"].sql("spark")
+    source = merge.args["using"].sql("spark")
+    # The recomputed rows read the source at the pinned version, only for cancelled groups.
+    assert "VERSION AS OF 2" in source and "LEFT SEMI JOIN" in source
+    assert "NOT COALESCE(`__ivm_cancelled`, FALSE)" in source
+
+
+def test_a_plan_with_pre_aggregations_recomputes_the_model_instead() -> None:
+    plan, _ = compile_with(
+        "SELECT customer, STDDEV(qty) AS sd, MAX(qty) AS mx FROM shop.orders GROUP BY customer",
+        [("customer", "string"), ("sd", "double"), ("mx", "bigint")],
+        [("key_0", "string"), ("sum_0", "bigint"), ("value_0", "bigint")],
+    )
+    assert plan.preaggregations and not merge_source.recomputes_groups(plan)

@@ -374,15 +374,24 @@ def error_summary(error: BaseException, limit: int = 300) -> str:
     return found.group(0).strip()[:limit] if found else first_line(error, limit=limit)
 
 
+# How Spark's RAISE_ERROR starts the error it raises.
+RAISED = "[USER_RAISED_EXCEPTION]"
+
+
 def is_cancelling_removal(error: BaseException) -> bool:
     """Whether a state MERGE refused a removal that would cancel a group's moments.
+
+    Only as the message RAISE_ERROR raised: a statement's other errors (a
+    syntax error, say) may quote its SQL, which holds the message too.
 
     >>> is_cancelling_removal(Exception("[USER_RAISED_EXCEPTION] ivm cancelled: taking ..."))
     True
     >>> is_cancelling_removal(Exception("[USER_RAISED_EXCEPTION] ivm guard: a.m__ivm_state"))
     False
+    >>> is_cancelling_removal(Exception("[PARSE_SYNTAX_ERROR] ... RAISE_ERROR('ivm cancelled: ...')"))
+    False
     """
-    return CANCELLED in str(error)
+    return f"{RAISED} {CANCELLED}" in str(error)
 
 
 def is_change_history_unavailable(error: BaseException) -> bool:
@@ -395,7 +404,7 @@ def is_change_history_unavailable(error: BaseException) -> bool:
 # a concurrent commit to the files it read (DeltaConcurrentModificationException
 # and its subclasses, by class name and by error class).
 CONCURRENT_REFRESH = (
-    f"{GUARD_FAILED}:",
+    f"{RAISED} {GUARD_FAILED}:",
     "ConcurrentAppendException",
     "ConcurrentDeleteReadException",
     "ConcurrentDeleteDeleteException",
@@ -417,6 +426,8 @@ def is_concurrent_refresh(error: BaseException) -> bool:
     >>> is_concurrent_refresh(Exception("io.delta.exceptions.ConcurrentAppendException: Files"))
     True
     >>> is_concurrent_refresh(Exception("[DIVIDE_BY_ZERO] Division by zero"))
+    False
+    >>> is_concurrent_refresh(Exception("[PARSE_SYNTAX_ERROR] ... RAISE_ERROR('ivm guard: a')"))
     False
     """
     text = str(error)

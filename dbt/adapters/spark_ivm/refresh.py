@@ -56,6 +56,9 @@ class RefreshResult:
     # Why the view does not show the new state after this refresh (a
     # consistency group that waits or failed), else None.
     publication: str | None = None
+    # An incremental refresh that recomputed the groups whose removal would
+    # have cancelled their moments (writes.CancellingRemoval).
+    recomputed_groups: bool = False
 
     @property
     def rows_affected(self) -> int:
@@ -90,6 +93,8 @@ class RefreshResult:
         )
         if self.action is Action.INCREMENTAL:
             counts = f"+{self.rows_inserted} ~{self.rows_updated} -{self.rows_deleted} state rows"
+            if self.recomputed_groups:
+                counts += f", {RECOMPUTED_GROUPS}"
             return f"IVM incremental {counts} ({versions})"
         if self.action is Action.NO_CHANGE:
             if self.reason != NO_SOURCE_COMMITS:
@@ -431,6 +436,12 @@ class Refresh:
         result.rows_deleted = written.deleted
         if written.nothing is not None:
             result.reason = written.nothing
+        if written.recomputed_groups:
+            result.recomputed_groups = True
+            self.log.info(
+                f"{self.model}: {CancellingRemoval.REASON}: recomputed those groups from the "
+                "sources and merged the change into the others"
+            )
         return None
 
     def join_states(self, pinned: dict[TableName, delta.SourceSnapshot]) -> join_states.JoinStates:
@@ -609,6 +620,10 @@ def _unreadable_reason(ranges: Mapping[TableName, Any], error: BaseException) ->
         f"the change feed or an old version of {changed} can no longer be read "
         f"({delta.error_summary(error)})"
     )
+
+
+# How an incremental result's message says it recomputed some groups.
+RECOMPUTED_GROUPS = "groups whose deletions cancelled their moments recomputed"
 
 
 def state_of(relation: TableName) -> TableName:

@@ -20,7 +20,7 @@ from typing import Any
 
 from dbt.adapters.spark_ivm import delta, join_states
 from dbt.adapters.spark_ivm.publish import Log, Runner
-from ivm_compiler import TableName, ViewPlan, emit, key_bounds, names
+from ivm_compiler import TableName, ViewPlan, emit, key_bounds, merge_source, names
 from ivm_compiler.errors import IvmError, first_line
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.view_classes import window as windows_rules
@@ -63,6 +63,8 @@ class Written:
     deleted: int = 0
     # Set when nothing but the record changed: why.
     nothing: str | None = None
+    # Set when the groups whose removal cancelled were recomputed (CancellingRemoval).
+    recomputed_groups: bool = False
 
 
 @dataclass
@@ -141,14 +143,30 @@ class StateWrites:
                 raise ConcurrentRefresh(self.model, self.state, error) from error
             raise
         staged = f"{names.STAGED_PREFIX}{refresh_id}" if emit.stages_changes(plan) else None
+        settings = emit.merge_settings(plan)
         try:
             if staged is not None:
                 self.runner.execute(emit.stage_changes(plan, ranges, staged, bounds, join_reads))
-            written = self._merge(
-                emit.merge_changes(plan, self.state, ranges, guard, bounds, join_reads, staged),
-                self.metadata(refresh_id, None),
-                emit.merge_settings(plan),
-            )
+            try:
+                written = self._merge(
+                    emit.merge_changes(plan, self.state, ranges, guard, bounds, join_reads, staged),
+                    self.metadata(refresh_id, None),
+                    settings,
+                )
+            except CancellingRemoval:
+                if not merge_source.recomputes_groups(plan):
+                    raise  # the refresh recomputes the model
+                # The MERGE wrote nothing; this one recomputes the cancelled
+                # groups from the sources and merges the rest, in one commit.
+                versions = {t: s.version for t, s in pinned.items()}
+                written = self._merge(
+                    emit.merge_changes_recomputing_cancelled(
+                        plan, self.state, ranges, versions, guard, bounds, join_reads, staged
+                    ),
+                    self.metadata(refresh_id, None),
+                    settings,
+                )
+                written.recomputed_groups = True
         finally:
             for statement in emit.drop_staged(staged) if staged is not None else ():
                 self.runner.execute(statement)
