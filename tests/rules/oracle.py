@@ -440,12 +440,7 @@ class Refreshes:
     def _merge_changes(
         self, windows: Mapping[TableName, VersionRange], guard: emit.Guard, before: list[dict]
     ) -> list[dict]:
-        bounds = {}
-        probe = emit.probe_join_keys(self.plan, windows)
-        if probe is not None:
-            sql, keys = probe
-            _, rows = self.engine.query(sql)
-            bounds = parse_probe(keys, rows)
+        bounds = self._join_key_bounds(windows)
         # As writes.StateWrites.apply_change runs it: the signed rows staged
         # first where the change query reads them more than once.
         staged = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(self.plan) else None
@@ -459,6 +454,15 @@ class Refreshes:
                 self.engine.execute(statement)
         return apply_changes(self.plan, before, delta)
 
+    def _join_key_bounds(self, windows: Mapping[TableName, VersionRange]) -> dict:
+        """The probe's key bounds, as writes.StateWrites.join_key_bounds reads them."""
+        probe = emit.probe_join_keys(self.plan, windows)
+        if probe is None:
+            return {}
+        sql, keys = probe
+        _, rows = self.engine.query(sql)
+        return parse_probe(keys, rows)
+
     def _merge_recomputing(
         self,
         windows: Mapping[TableName, VersionRange],
@@ -467,12 +471,7 @@ class Refreshes:
         before: list[dict],
     ) -> list[dict]:
         """The change merged into all groups but the cancelled ones, which are recomputed."""
-        bounds = {}
-        probe = emit.probe_join_keys(self.plan, windows)
-        if probe is not None:
-            sql, keys = probe
-            _, rows = self.engine.query(sql)
-            bounds = parse_probe(keys, rows)
+        bounds = self._join_key_bounds(windows)
         merge = emit.merge_changes_recomputing_cancelled(
             self.plan, STATE, windows, pinned, guard, bounds
         )
