@@ -95,30 +95,37 @@ def with_cancelled_groups_recomputed(
         .from_(merging.subquery(ident(names.MERGING_ROWS_ALIAS)))
         .where(exp.not_(exp.Coalesce(this=_column(names.CANCELLED), expressions=[exp.false()])))
     )
-    stored = set(state_rows.state_table_columns(plan))
-    # The cancelled groups' keys; a semi join, not EXISTS: Delta refuses a
-    # MERGE whose source reads its target in a subquery expression ("Table
-    # does not support reads"), and a CTE the same.
+    # Read twice, as two subqueries: the first form, a CTE that the rows and
+    # an EXISTS read, made Delta fail the MERGE ("Table does not support
+    # reads": its target read in the source's subquery expression), and so
+    # did the EXISTS alone; this semi join does not.
+    return exp.union(kept, _recomputed(plan, merging, columns, built), distinct=False)
+
+
+def _recomputed(
+    plan: ViewPlan, merging: exp.Select, columns: list[str], built: exp.Query
+) -> exp.Select:
+    """`built`'s rows of the cancelled groups, in `columns` (NULL where not a state column)."""
     keys: list[exp.Expr] = [_column(k) for k in plan.merge_keys]
     cancelled = (
         exp.select(*(keys or [exp.Literal.number(1)]))
         .from_(merging.subquery(ident(names.MERGING_ROWS_ALIAS)))
         .where(_column(names.CANCELLED))
     )
-    on: exp.Expr = (
-        exp.and_(
+    # A global aggregate has no key: its one group is cancelled or not.
+    on: exp.Expr = exp.true()
+    if plan.merge_keys:
+        on = exp.and_(
             *(
                 exp.NullSafeEQ(
-                    this=exp.column(k, table=names.STORED_ALIAS, quoted=True),
+                    this=exp.column(k, table=names.CANCELLED_KEYS_ALIAS, quoted=True),
                     expression=exp.column(k, table=names.BUILT_ALIAS, quoted=True),
                 )
                 for k in plan.merge_keys
             )
         )
-        if plan.merge_keys
-        else exp.true()
-    )
-    recomputed = (
+    stored = set(state_rows.state_table_columns(plan))
+    return (
         exp.select(
             *(
                 exp.column(n, table=names.BUILT_ALIAS, quoted=True)
@@ -129,12 +136,8 @@ def with_cancelled_groups_recomputed(
             exp.alias_(exp.true(), names.REPLACING, quoted=True),
         )
         .from_(built.subquery(ident(names.BUILT_ALIAS)))
-        .join(cancelled.subquery(ident(names.STORED_ALIAS)), on=on, join_type="LEFT SEMI")
+        .join(cancelled.subquery(ident(names.CANCELLED_KEYS_ALIAS)), on=on, join_type="LEFT SEMI")
     )
-    # The change rows are read twice, in two subqueries: a CTE would do the
-    # same (Spark inlines it), but Delta refuses a MERGE whose source reads
-    # its target inside a CTE ("Table does not support reads").
-    return exp.union(kept, recomputed, distinct=False)
 
 
 def _merging(plan: ViewPlan, changes: exp.Query, state: TableName) -> tuple[exp.Select, list[str]]:

@@ -121,6 +121,7 @@ CANCELLED = f"{RESERVED_PREFIX}cancelled"
 # recomputed from the sources because its removal cancelled (merge_source.py).
 REPLACING = f"{RESERVED_PREFIX}replacing"
 MERGING_ROWS_ALIAS = f"{RESERVED_PREFIX}merging_rows"
+CANCELLED_KEYS_ALIAS = f"{RESERVED_PREFIX}cancelled_keys"
 
 
 def merged_value_of(column: str) -> str:
