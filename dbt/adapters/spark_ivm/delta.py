@@ -226,7 +226,7 @@ def set_commit_metadata(metadata: dict[str, Any]) -> str:
 
 
 def reset_commit_metadata() -> str:
-    return f"RESET {USER_METADATA_CONF}"
+    return reset_conf(USER_METADATA_CONF)
 
 
 def set_conf(key: str, value: str) -> str:
@@ -245,7 +245,7 @@ def read_conf(key: str) -> str:
 
 def forget_last_commit() -> str:
     """Unset LAST_COMMIT_CONF, so that only a commit made after it can set it."""
-    return f"RESET {LAST_COMMIT_CONF}"
+    return reset_conf(LAST_COMMIT_CONF)
 
 
 def conf_value(columns: list[str], rows: Rows) -> str | None:
