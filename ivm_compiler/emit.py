@@ -94,24 +94,44 @@ def stale_guard_error(state: TableName, guard: Guard) -> exp.Expr:
     return exp.Anonymous(this="RAISE_ERROR", expressions=[exp.Literal.string(message)])
 
 
-# The start of the error a MERGE raises, having written nothing, where taking
-# a change's removed values out of a group's moments would cancel most of
-# their digits (rules/moments.cancels): the refresh recomputes the model.
+# The start of the error a MERGE raises, having written nothing, where
+# merging a change into a group's moments or floating-point sum would cancel
+# most of their digits (rules/moments.cancels, rules/floating.cancels): the
+# refresh recomputes those groups, or the model.
 CANCELLED = "ivm cancelled"
 
 
-def _refuse_cancelled(state: TableName, matched: bool) -> exp.When:
-    """A clause that fails the MERGE on a change row whose removal cancels (names.CANCELLED)."""
+def _cancelling(plan: ViewPlan, layered: bool, matched: bool) -> exp.Expr | None:
+    """When merging a change row cancels; None when nothing in the plan can.
+
+    The layered source (merge_source.py) says so in names.CANCELLED; without
+    it the floating-point sums are tested on the target's columns (NULL for
+    a row the state lacks) and the change row's.
+    """
+    if layered:
+        return exp.column(names.CANCELLED, table=ident(names.CHANGE_ALIAS), quoted=True)
+
+    def stored(name: str) -> exp.Expr:
+        return _target_column(name) if matched else exp.null()
+
+    cancelling = [
+        exp.paren(floating.cancels(index, stored, _source_column))
+        for index in merge_source.cancellable_sums(plan)
+    ]
+    return exp.or_(*cancelling) if cancelling else None
+
+
+def _refuse_cancelled(state: TableName, matched: bool, condition: exp.Expr) -> exp.When:
+    """A clause that fails the MERGE on a change row whose merge cancels (`condition`)."""
     error = exp.Anonymous(
         this="RAISE_ERROR",
         expressions=[
             exp.Literal.string(
-                f"{CANCELLED}: taking deleted values out of a group's moments in {state} "
-                "would leave fewer than 33 of their 53 bits"
+                f"{CANCELLED}: merging the change into a group's floating-point sums or "
+                f"moments in {state} would leave fewer than 33 of their 53 bits"
             )
         ],
     )
-    condition = exp.column(names.CANCELLED, table=ident(names.CHANGE_ALIAS), quoted=True)
     if matched:
         then: exp.Expr = exp.Update(
             expressions=[exp.EQ(this=_guard_column(names.TARGET_ALIAS), expression=error)]
@@ -303,9 +323,10 @@ def merge_changes(
     (a WINDOW model has no change query: see merge_partitions).
     """
     source = _change_source(plan, state, ranges, bounds, join_reads, staged)
-    if merge_source.merged_columns(plan):
+    layered = bool(merge_source.merged_columns(plan))
+    if layered:
         source = merge_source.with_merged_values(plan, source, state)
-    return _merge_into(plan, state, source, guard, _change_clauses(plan, state, guard))
+    return _merge_into(plan, state, source, guard, _change_clauses(plan, state, guard, layered))
 
 
 def merge_changes_recomputing_cancelled(
@@ -346,7 +367,7 @@ def merge_changes_recomputing_cancelled(
         ),
     )
     insert = _insert_row(columns, condition=replacing.copy())
-    move, *rest = _change_clauses(plan, state, guard)
+    move, *rest = _change_clauses(plan, state, guard, layered=True)
     # Spark's grammar takes every WHEN MATCHED clause before any WHEN NOT MATCHED.
     matched = [w for w in rest if w.args.get("matched")]
     unmatched = [w for w in rest if not w.args.get("matched")]
@@ -388,9 +409,12 @@ def _merge_into(
     return _sql(merge)
 
 
-def _change_clauses(plan: ViewPlan, state: TableName, guard: Guard) -> list[exp.When]:
+def _change_clauses(
+    plan: ViewPlan, state: TableName, guard: Guard, layered: bool
+) -> list[exp.When]:
     """merge_changes's clauses, in order: the guard's move, a row emptied, a refused
-    cancelling removal (moments), the update, the insert, the stale guard's refusal."""
+    cancelling merge (moments, floating-point sums), the update, the insert, the
+    stale guard's refusal. `layered`: the source is merge_source.py's."""
     rule = view_class_rule(plan.view_class)
     whens = [_move_guard(guard)]
     emptied = rule.leaves_state(
@@ -404,12 +428,13 @@ def _change_clauses(plan: ViewPlan, state: TableName, guard: Guard) -> list[exp.
         whens.append(
             exp.When(matched=True, source=False, condition=emptied, then=exp.var("DELETE"))
         )
-    moments = bool(merge_source.merged_columns(plan))
-    if moments:
-        whens.append(_refuse_cancelled(state, matched=True))
+    cancelling = _cancelling(plan, layered, matched=True)
+    if cancelling is not None:
+        whens.append(_refuse_cancelled(state, True, cancelling))
     whens.append(exp.When(matched=True, source=False, then=exp.Update(expressions=_updates(plan))))
-    if moments:
-        whens.append(_refuse_cancelled(state, matched=False))
+    cancelling = _cancelling(plan, layered, matched=False)
+    if cancelling is not None:
+        whens.append(_refuse_cancelled(state, False, cancelling))
     # A new state row is its change merged into an empty row (for moments,
     # what the source merged with the NULLs its LEFT JOIN found).
     first_values = {

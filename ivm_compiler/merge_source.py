@@ -18,7 +18,12 @@ computed once, layer by layer:
 4. each MOMENT and CO_MOMENT column's new value (names.merged_value_of),
    which the MERGE sets, or inserts, as it is, and names.CANCELLED: whether
    taking the removed values out cancelled too many bits of a moment
-   (rules/moments.cancels), on which the MERGE fails (emit.CANCELLED).
+   (rules/moments.cancels) or of a floating-point sum (rules/floating.cancels),
+   on which the MERGE fails (emit.CANCELLED).
+
+A model with floating-point sums and no moments has layers 1 and 4 alone,
+and only in the MERGE that recomputes its cancelled groups; its first MERGE
+tests the sums on the target's columns (emit.py).
 
 The stored rows are the state's, read in the same statement as the MERGE's
 target: the guard row's match makes the MERGE fail if another refresh
@@ -33,7 +38,7 @@ from sqlglot import exp
 
 from ivm_compiler import names, state_rows
 from ivm_compiler.plan import MergeRule, StateColumn, ViewPlan
-from ivm_compiler.rules import covariance, moments
+from ivm_compiler.rules import covariance, floating, moments
 from ivm_compiler.rules.floating import Columns
 from ivm_compiler.sql import TableName, aliased, ident
 
@@ -65,6 +70,15 @@ def with_merged_values(plan: ViewPlan, changes: exp.Query, state: TableName) -> 
     return _merging(plan, changes, state)[0]
 
 
+def cancellable_sums(plan: ViewPlan) -> list[int]:
+    """The arguments of the plan's floating-point sums, whose merge may cancel (rules/floating.py)."""
+    return [
+        c.argument
+        for c in plan.value_columns
+        if c.rule is MergeRule.COMPENSATED_SUM and c.argument is not None
+    ]
+
+
 def recomputes_groups(plan: ViewPlan) -> bool:
     """Whether a cancelling removal is met by recomputing its groups alone (else the model).
 
@@ -72,7 +86,8 @@ def recomputes_groups(plan: ViewPlan) -> bool:
     row replaces; a group's pre-aggregation rows that the recomputation no
     longer has would need deleting as well.
     """
-    return bool(merged_columns(plan)) and not plan.preaggregations
+    cancellable = merged_columns(plan) or cancellable_sums(plan)
+    return bool(cancellable) and not plan.preaggregations
 
 
 def with_cancelled_groups_recomputed(
@@ -157,11 +172,11 @@ def _merging(plan: ViewPlan, changes: exp.Query, state: TableName) -> tuple[exp.
     layers = [
         _count_steps(arguments, stored),
         _means_after_removal(arguments),
-        _merged_values(columns, stored),
+        {**_merged_values(columns, stored), **_cancelled(plan, columns, stored)},
     ]
     layer = _joined(plan, changes, state, read)
     output = [*state_rows.change_columns(plan), *(names.stored_value_of(n) for n in read)]
-    for values in layers:
+    for values in filter(None, layers):
         layer = exp.select(
             exp.Star(), *(exp.alias_(v, n, quoted=True) for n, v in values.items())
         ).from_(layer.subquery(ident(names.MERGING_ALIAS)))
@@ -204,8 +219,8 @@ def _means_after_removal(arguments: list[int]) -> dict[str, exp.Expr]:
 
 
 def _merged_values(columns: list[StateColumn], stored: Columns) -> dict[str, exp.Expr]:
-    """Layer 4: the merged values, and whether any argument's removal cancels (moments.cancels)."""
-    merged = {
+    """Layer 4: the merged values."""
+    return {
         names.merged_value_of(c.name): (
             covariance.merged(c, stored, _column, _counted)
             if c.rule is MergeRule.CO_MOMENT
@@ -213,6 +228,10 @@ def _merged_values(columns: list[StateColumn], stored: Columns) -> dict[str, exp
         )
         for c in columns
     }
+
+
+def _cancelled(plan: ViewPlan, columns: list[StateColumn], stored: Columns) -> dict[str, exp.Expr]:
+    """Also layer 4: whether merging the row cancels a moment's or a sum's bits (names.CANCELLED)."""
     cancelling = [
         exp.paren(moments.cancels(c.argument, stored, _column, _counted))
         for c in columns
@@ -220,8 +239,10 @@ def _merged_values(columns: list[StateColumn], stored: Columns) -> dict[str, exp
         and c.argument is not None
         and c.name == names.squared_deviations_of(c.argument)
     ]
-    merged[names.CANCELLED] = exp.or_(*cancelling) if cancelling else exp.false()
-    return merged
+    cancelling += [
+        exp.paren(floating.cancels(index, stored, _column)) for index in cancellable_sums(plan)
+    ]
+    return {names.CANCELLED: exp.or_(*cancelling) if cancelling else exp.false()}
 
 
 def _joined(plan: ViewPlan, changes: exp.Query, state: TableName, read: list[str]) -> exp.Select:

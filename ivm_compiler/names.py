@@ -56,6 +56,11 @@ def sum_error_of(argument_index: int) -> str:
     return f"{RESERVED_PREFIX}err_a{argument_index}"
 
 
+def sum_mass_of(argument_index: int) -> str:
+    """The absolute values a floating-point sum took in through SUMs that may have rounded."""
+    return f"{RESERVED_PREFIX}mass_a{argument_index}"
+
+
 # An argument's moments (rules/moments.py): the count, mean and sum of squared
 # deviations of its finite values; and on change rows, those of the inserted
 # values (under the same names and `added_count_of`) and of the removed ones.

@@ -55,6 +55,10 @@ class MergeRule(str, Enum):
     # what inserts added instead of leaving their rounding behind.
     COMPENSATED_SUM = "compensated_sum"
     SUM_ERROR = "sum_error"
+    # What went through a floating-point sum's SUMs that may have rounded:
+    # stored + change, as ADD, but it never decreases, so it tells the sum's
+    # history, not its rows, and a rebuild's differs (rules/floating.py).
+    MASS = "mass"
     # A mean or sum of squared deviations (rules/moments.py): the change's
     # inserted and removed values combined into the stored moments.
     MOMENT = "moment"

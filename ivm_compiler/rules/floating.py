@@ -17,6 +17,16 @@ that, where a plain stored sum would not, for two reasons:
   values only, and the result follows Spark's arithmetic: NaN when the group
   has a NaN or both infinities, else the infinity it has, else the sum.
 
+- Rounding within one SUM that a delete then exposes. Build over 1e17 and
+  1.0 and Spark's SUM reads 1e17; delete the 1e17 and the stored sum is 0.0.
+  No stored pair can know what a SUM rounded away, so each sum also keeps the
+  mass that went through an inexact SUM (names.sum_mass_of: the absolute
+  values summed, added on every build and change whose SUM may have rounded,
+  never taken out), and the MERGE refuses a change that leaves the sum below
+  CANCELLATION_LIMIT of that mass (`cancels`): the refresh recomputes the
+  group from the sources (emit.CANCELLED). A SUM is exact, and adds no mass,
+  over one value, or over integers whose absolute sum is at most 2**53.
+
 These counts also decide STDDEV and VARIANCE over a floating-point argument
 (rules/moments.py).
 """
@@ -30,9 +40,21 @@ from sqlglot import exp
 from ivm_compiler import names
 from ivm_compiler.plan import MergeRule, StateColumn
 from ivm_compiler.rules.counting import sign
-from ivm_compiler.sql import minus, plus
+from ivm_compiler.sql import minus, plus, times
 
 DOUBLE = exp.DataType.build("DOUBLE")
+
+# A removal leaves what remains as the difference of two larger numbers, so
+# it keeps the rounding error of those (a few units in their last place).
+# Where what remains is below this fraction of them, more than 20 of a
+# double's 53 bits cancelled, and the rest no longer holds the value to
+# the last bits a recomputation would: deleting 1e9 from {-0.2, 0.1, 1e9}
+# left an M2 of 128 where the two values left have 0.045 (rules/moments.py),
+# and deleting 1e17 from a SUM built over {1e17, 1.0} left 0.0.
+CANCELLATION_LIMIT = 2.0**-20
+# Integers up to this magnitude are doubles, and so is every sum of them
+# that stays within it: such a SUM does not round.
+EXACT_INTEGERS = 2.0**53
 
 # The stored value of a state column by name (the MERGE target's, or NULL for a new row),
 # and the change row's.
@@ -124,8 +146,83 @@ def columns(index: int, argument: exp.Expr, needs_sum: bool) -> list[StateColumn
                 change=double("0"),
                 argument=index,
             ),
+            StateColumn(
+                name=names.sum_mass_of(index),
+                rule=MergeRule.MASS,
+                build=inexact_mass(finite_value.copy()),
+                change=inexact_mass(finite_value.copy()),
+            ),
         ]
     return state
+
+
+def inexact_mass(value: exp.Expr) -> exp.Expr:
+    """The group's SUM(ABS(value)), or 0 where its SUM(value) cannot have rounded.
+
+    It cannot over one value, nor over integers whose absolute sum is at
+    most EXACT_INTEGERS (every partial sum is then an integer within it).
+
+    >>> inexact_mass(exp.column("x")).sql(dialect="spark")  # doctest: +ELLIPSIS
+    "IF(COUNT(x) <= 1 OR (SUM(ABS(x)) <= CAST('9007199254740992.0' AS DOUBLE) AND SUM(IF(x % 1 <> 0, 1, 0)) = 0), CAST('0' AS DOUBLE), COALESCE(SUM(ABS(x)), ...))"
+    """
+    magnitude = exp.Sum(this=exp.Abs(this=value.copy()))
+    # A NULL value (NULL, or not finite) is no fraction: x % 1 <> 0 is NULL there.
+    fractions = exp.Sum(
+        this=exp.If(
+            this=exp.NEQ(
+                this=exp.Mod(this=value.copy(), expression=exp.Literal.number(1)),
+                expression=exp.Literal.number(0),
+            ),
+            true=exp.Literal.number(1),
+            false=exp.Literal.number(0),
+        )
+    )
+    exact = exp.or_(
+        exp.LTE(this=exp.Count(this=value.copy()), expression=exp.Literal.number(1)),
+        exp.paren(
+            exp.and_(
+                exp.LTE(this=magnitude.copy(), expression=double(repr(EXACT_INTEGERS))),
+                exp.EQ(this=fractions, expression=exp.Literal.number(0)),
+            )
+        ),
+    )
+    return exp.If(this=exact, true=double("0"), false=zero_if_null(magnitude))
+
+
+def cancels(index: int, stored: Columns, change: Columns) -> exp.Expr:
+    """Whether merging the change leaves the sum below CANCELLATION_LIMIT of its inexact mass.
+
+    Only while finite values are left (over none the sum is NULL, NaN or an
+    infinity, whatever is stored); the sum and mass are those merged().
+    """
+
+    def merged_count(name: Callable[[int], str]) -> exp.Expr:
+        return plus(
+            exp.Coalesce(this=stored(name(index)), expressions=[exp.Literal.number(0)]),
+            exp.Coalesce(this=change(name(index)), expressions=[exp.Literal.number(0)]),
+        )
+
+    finite_left = merged_count(names.non_null_count_of)
+    for name in NON_FINITE_COUNTS:
+        finite_left = minus(finite_left, merged_count(name))
+    total = plus(
+        plus(
+            zero_if_null(stored(names.sum_of(index))),
+            zero_if_null(stored(names.sum_error_of(index))),
+        ),
+        zero_if_null(change(names.sum_of(index))),
+    )
+    mass = plus(
+        zero_if_null(stored(names.sum_mass_of(index))),
+        zero_if_null(change(names.sum_mass_of(index))),
+    )
+    return exp.and_(
+        exp.GT(this=finite_left, expression=exp.Literal.number(0)),
+        exp.GT(
+            this=times(mass, double(repr(CANCELLATION_LIMIT))),
+            expression=exp.Abs(this=total),
+        ),
+    )
 
 
 def merged(column: StateColumn, stored: Columns, change: Columns) -> exp.Expr:

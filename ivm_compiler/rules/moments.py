@@ -262,17 +262,8 @@ def _m2_steps(
     return m2_union, taken_out
 
 
-# A removal leaves what remains as the difference of two larger numbers, so
-# it keeps the rounding error of those (a few units in their last place).
-# Where what remains is below this fraction of them, more than 20 of a
-# double's 53 bits cancelled, and the rest no longer holds the value to
-# the last bits a recomputation would: deleting 1e9 from {-0.2, 0.1, 1e9}
-# left an M2 of 128 where the two values left have 0.045.
-CANCELLATION_LIMIT = 2.0**-20
-
-
 def cancels(index: int, stored: Columns, change: Columns, counts: CountsOf) -> exp.Expr:
-    """Whether removing argument `index`'s removed values cancels past CANCELLATION_LIMIT.
+    """Whether removing argument `index`'s removed values cancels past floating.CANCELLATION_LIMIT.
 
     Two ways: the remaining values' sum (n * mean) is below the limit of the
     sums it was taken from (|union| + |removed|), unless the remaining
@@ -283,7 +274,7 @@ def cancels(index: int, stored: Columns, change: Columns, counts: CountsOf) -> e
     """
     c = counts(index)
     m2_union, taken_out = _m2_steps(index, c, stored, change)
-    limit = double(repr(CANCELLATION_LIMIT))
+    limit = double(repr(floating.CANCELLATION_LIMIT))
 
     def magnitude(n: exp.Expr, mean: exp.Expr) -> exp.Expr:
         return exp.Abs(this=times(n.copy(), mean.copy()))

@@ -160,7 +160,7 @@ def state_rows(plan: ViewPlan, columns: Sequence[str], rows: Sequence[Row]) -> l
         for c in plan.state_columns
         if c.rule in (MergeRule.ADD_NULLABLE, MergeRule.COMPENSATED_SUM)
     }
-    wanted = state_queries.state_table_columns(plan)
+    wanted = [n for n in state_queries.state_table_columns(plan) if n not in history_columns(plan)]
     position = {name: i for i, name in enumerate(columns)}
     return [
         tuple(
@@ -171,6 +171,15 @@ def state_rows(plan: ViewPlan, columns: Sequence[str], rows: Sequence[Row]) -> l
         )
         for row in rows
     ]
+
+
+def history_columns(plan: ViewPlan) -> list[str]:
+    """The state columns that tell the rows' history, not the rows (MergeRule.MASS).
+
+    A rebuild's differ from a refreshed state's: state_rows leaves them out,
+    and _check_state compares the MERGE's with the Python rule's instead.
+    """
+    return [c.name for c in plan.state_columns if c.rule is MergeRule.MASS]
 
 
 # -- (+) in Python ----------------------------------------------------------------------
@@ -551,6 +560,19 @@ class Refreshes:
                     self._where(
                         f"{what} differs from the build at {self._shown()}: {diff}\n"
                         f"columns: {', '.join(columns)}"
+                    )
+                )
+        history = [*self.plan.merge_keys, *history_columns(self.plan)]
+        if len(history) > len(self.plan.merge_keys):
+            diff = _difference(
+                [tuple(r[c] for c in history) for r in applied],
+                [tuple(r[c] for c in history) for r in merged],
+            )
+            if diff:
+                raise Mismatch(
+                    self._where(
+                        f"the compiler's MERGE differs from the Python rule at {self._shown()} "
+                        f"in {', '.join(history)}: {diff}"
                     )
                 )
 

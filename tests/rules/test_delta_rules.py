@@ -229,17 +229,48 @@ def test_deleting_a_value_that_does_not_dominate_is_merged() -> None:
     assert refreshes.recomputed == []
 
 
-# Known gap (CONTRIBUTING.md; issue 23): deleting 1e17 from a DOUBLE SUM built
-# over 1e17 and 1.0: the build's SUM kept 1e17 (1.0 is below its rounding), so 0
-# is left where the query says 1.0.
-@pytest.mark.xfail(
-    strict=True,
-    raises=Mismatch,
-    reason="deleting a value that dominates a DOUBLE SUM leaves what the build's SUM rounded away",
-)
-def test_deleting_a_value_that_dominates_a_double_sum_leaves_nothing_of_it() -> None:
-    _dominated(
+# Deleting 1e17 from a DOUBLE SUM built over 1e17 and 1.0: the build's SUM
+# kept 1e17 (1.0 is below its rounding), so the stored sum alone left 0.0
+# where the query says 1.0. The sum's inexact mass (rules/floating.py) makes
+# the MERGE refuse it, and the group is recomputed.
+def test_deleting_a_value_that_dominates_a_double_sum_recomputes_its_group() -> None:
+    refreshes = _dominated(
         "sum",
         "sum(case when v = 2 then 1e17 else cast(v as double) end)",
+        ((0, "a", 1, None), (0, "a", 2, None), (0, "b", 5, None), (0, "b", 6, None)),
+        Insert(((0, "b", 7, None),)),
+    )
+    assert refreshes.replaced_groups == [("a",)]
+
+
+def test_an_average_in_one_change_that_cancels_recomputes_its_group() -> None:
+    """The 1e17 inserted and deleted by the same refresh: its SUM over the change rounds too."""
+    model = Model(
+        "cancelled_in_one_change",
+        f"select g, avg(case when v = 2 then 1e17 else cast(v as double) end) as a "
+        f"from {SRC.name} group by g",
+        (SRC,),
+    )
+    step = ((SRC.name, Insert(((0, "a", 1, None), (0, "a", 2, None)))), (SRC.name, Delete("v", 2)))
+    refreshes = run(model, Scenario(((SRC.name, Insert(((0, "b", 3, None),))),), (step,)))
+    assert refreshes.replaced_groups == [("a",)]
+
+
+def test_an_exact_double_sum_returning_to_zero_is_merged() -> None:
+    """Integral doubles sum exactly, so a refund that brings a group back to 0 merges."""
+    refreshes = _dominated(
+        "exact_sum",
+        "sum(case when v = 2 then -3.0 else cast(v as double) end)",
+        ((0, "a", 1, None), (0, "a", 2, None), (0, "a", 3, None)),
+        Insert(((0, "a", -4, None),)),
+    )
+    assert refreshes.recomputed == [] and refreshes.replaced_groups == []
+
+
+def test_a_double_sum_beside_a_pre_aggregation_recomputes_the_model() -> None:
+    refreshes = _dominated(
+        "sum_and_max",
+        "sum(case when v = 2 then 1e17 else cast(v as double) end) + max(v)",
         ((0, "a", 1, None), (0, "a", 2, None)),
     )
+    assert len(refreshes.recomputed) == 1 and refreshes.replaced_groups == []

@@ -57,7 +57,7 @@ class RefreshResult:
     # consistency group that waits or failed), else None.
     publication: str | None = None
     # An incremental refresh that recomputed the groups whose removal would
-    # have cancelled their moments (writes.CancellingRemoval).
+    # have cancelled their sums or moments (writes.CancellingRemoval).
     recomputed_groups: bool = False
 
     @property
@@ -418,7 +418,7 @@ class Refresh:
             raise
         except CancellingRemoval:
             # The MERGE wrote nothing: a recomputation at the pinned versions
-            # gives the remaining values' moments to the last bits.
+            # gives the remaining values' sums and moments to the last bits.
             reason = CancellingRemoval.REASON
             self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
             result.action, result.reason = Action.RECOMPUTE, reason
@@ -623,7 +623,7 @@ def _unreadable_reason(ranges: Mapping[TableName, Any], error: BaseException) ->
 
 
 # How an incremental result's message says it recomputed some groups.
-RECOMPUTED_GROUPS = "groups whose deletions cancelled their moments recomputed"
+RECOMPUTED_GROUPS = "groups whose change cancelled their sums or moments recomputed"
 
 
 def state_of(relation: TableName) -> TableName:

@@ -40,14 +40,15 @@ class ConcurrentRefresh(IvmError):
 
 
 class CancellingRemoval(Exception):
-    """The MERGE refused to take removed values out of a group's moments (emit.CANCELLED).
+    """The MERGE refused to merge a change that cancels a group's moments or sum (emit.CANCELLED).
 
-    It wrote nothing: the refresh recomputes the model instead (refresh.py).
+    It wrote nothing: the refresh recomputes those groups, or the model (refresh.py).
     """
 
     REASON = (
-        "the change deletes values that dominated a group's STDDEV/VARIANCE/COVAR/CORR "
-        "(taking them out would cancel more than 20 of a double's 53 bits)"
+        "the change takes out values that dominated a group's floating-point "
+        "SUM/AVG or STDDEV/VARIANCE/COVAR/CORR (merging it would cancel more than 20 "
+        "of a double's 53 bits)"
     )
 
     def __init__(self, error: BaseException) -> None:
