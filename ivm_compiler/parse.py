@@ -144,9 +144,30 @@ def parse_statement(model: str, sql: str) -> exp.Expr:
         raise NotMaintainable(
             model, f"{len(statements)} SQL statements", "a model must be exactly one SELECT"
         )
+    _note_written_names(sql, statements[0])
     # Named windows as the windows they name, EVERY/SOME as BOOL_AND/BOOL_OR:
     # every later stage sees one form of each.
     return booleans.as_named(inline_named_windows(model, statements[0]))
+
+
+# The key of a function node's meta that holds its name as the model's SQL spells it.
+WRITTEN_NAME = "ivm_written_name"
+
+
+def _note_written_names(sql: str, tree: exp.Expr) -> None:
+    """Keep each function's name as written in its node's meta, for refusals to show.
+
+    sqlglot reads synonyms as one node (ARRAY_AGG and COLLECT_LIST, RANDOM and
+    RAND, CURDATE and CURRENT_DATE), which renders under one of the names; a
+    refusal must name the call the model makes. The parser marks where each
+    function's name token stands in `sql`.
+    """
+    for node in tree.find_all(exp.Func):
+        start, end = node.meta.get("start"), node.meta.get("end")
+        if isinstance(start, int) and isinstance(end, int):
+            name = sql[start : end + 1]
+            if name.replace("_", "").isalnum():
+                node.meta[WRITTEN_NAME] = name
 
 
 def check_supported(model: str, tree: exp.Expr) -> None:
@@ -463,7 +484,15 @@ def _check_aggregate(model: str, node: exp.AggFunc) -> None:
 
 
 def _written(node: exp.Expr) -> str:
-    """The function's name as Spark SQL spells it (sqlglot's node names can differ)."""
+    """The function's name as the model spells it, else as Spark SQL renders the node.
+
+    >>> tree = parse_statement("m", "select random() from t")
+    >>> _written(tree.find(exp.Rand)), tree.find(exp.Rand).sql(dialect=DIALECT)
+    ('RANDOM', 'RAND()')
+    """
+    written = node.meta.get(WRITTEN_NAME)
+    if isinstance(written, str):
+        return written.upper()
     return node.sql(dialect=DIALECT).split("(", 1)[0].strip().upper()
 
 

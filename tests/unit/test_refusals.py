@@ -803,40 +803,22 @@ def test_reserved_source_column_is_refused_before_describing_the_query() -> None
 
 
 # parse.py promises to name "the construct as a user would write it"; these
-# refusals once named sqlglot's canonical node instead.
+# refusals once named sqlglot's canonical node instead (a synonym of the call).
 MISNAMED = [
     ("SELECT s, COLLECT_LIST(a) AS l FROM shop.t GROUP BY s", "COLLECT_LIST", "ARRAY_AGG"),
+    ("SELECT s, ARRAY_AGG(a) AS l FROM shop.t GROUP BY s", "ARRAY_AGG", "COLLECT_LIST"),
     ("SELECT a, UNIX_TIMESTAMP() AS u FROM shop.t", "UNIX_TIMESTAMP", "CURRENT_TIMESTAMP"),
+    ("SELECT a, RANDOM() AS r FROM shop.t", "RANDOM", "RAND("),
+    ("SELECT a, CURDATE() AS d FROM shop.t", "CURDATE", "CURRENT_DATE"),
     ("SELECT a FROM shop.t DISTRIBUTE BY a", "DISTRIBUTE BY", "ORDER BY"),
     ("SELECT a FROM shop.t SORT BY a", "SORT BY", "ORDER BY"),
     ("SELECT a FROM shop.t CLUSTER BY a", "CLUSTER BY", "ORDER BY"),
-]
-# Spark names that sqlglot still reads as another function, and the refusal shows.
-STILL_MISNAMED = [
-    ("SELECT s, ARRAY_AGG(a) AS l FROM shop.t GROUP BY s", "ARRAY_AGG", "COLLECT_LIST"),
-    ("SELECT a, RANDOM() AS r FROM shop.t", "RANDOM", "RAND("),
-    ("SELECT a, CURDATE() AS d FROM shop.t", "CURDATE", "CURRENT_DATE"),
 ]
 
 
 @pytest.mark.parametrize(
     ("sql", "written", "shown"),
-    [
-        *[pytest.param(*case, id=case[1].lower().replace(" ", "_")) for case in MISNAMED],
-        *[
-            pytest.param(
-                *case,
-                id=case[1].lower(),
-                marks=pytest.mark.xfail(
-                    raises=AssertionError,
-                    strict=True,
-                    reason=f"refusal names {case[2].rstrip('(')} for what the model writes as "
-                    f"{case[1]} (parse._written renders sqlglot's node, not the call written)",
-                ),
-            )
-            for case in STILL_MISNAMED
-        ],
-    ],
+    [pytest.param(*case, id=case[1].lower().replace(" ", "_")) for case in MISNAMED],
 )
 def test_refusal_names_the_construct_as_written(sql: str, written: str, shown: str) -> None:
     with pytest.raises(NotMaintainable) as raised:
