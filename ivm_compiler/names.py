@@ -56,6 +56,11 @@ def sum_error_of(argument_index: int) -> str:
     return f"{RESERVED_PREFIX}err_a{argument_index}"
 
 
+def sum_magnitude_of(argument_index: int) -> str:
+    """A floating-point argument's absolute values summed over the group's rows (rules/floating.py)."""
+    return f"{RESERVED_PREFIX}abs_a{argument_index}"
+
+
 def sum_mass_of(argument_index: int) -> str:
     """The absolute values a floating-point sum took in through SUMs that may have rounded."""
     return f"{RESERVED_PREFIX}mass_a{argument_index}"

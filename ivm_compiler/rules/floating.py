@@ -22,10 +22,14 @@ that, where a plain stored sum would not, for two reasons:
   No stored pair can know what a SUM rounded away, so each sum also keeps the
   mass that went through an inexact SUM (names.sum_mass_of: the absolute
   values summed, added on every build and change whose SUM may have rounded,
-  never taken out), and the MERGE refuses a change that leaves the sum below
-  CANCELLATION_LIMIT of that mass (`cancels`): the refresh recomputes the
-  group from the sources (emit.CANCELLED). A SUM is exact, and adds no mass,
-  over one value, or over integers whose absolute sum is at most 2**53.
+  never taken out) and its values' absolute total (names.sum_magnitude_of,
+  added and taken out as the rows come and go). The MERGE refuses a change
+  that leaves both the sum and that total below CANCELLATION_LIMIT of the
+  mass (`cancels`): the refresh recomputes the group from the sources
+  (emit.CANCELLED). A SUM is exact, and adds no mass, over one value, or
+  over integers whose absolute sum is at most 2**53. The total, not the sum,
+  decides for a ledger whose entries cancel (a balance back to 0): there a
+  recomputation rounds as much as the refresh, and recomputing would not end.
 
 These counts also decide STDDEV and VARIANCE over a floating-point argument
 (rules/moments.py).
@@ -147,6 +151,12 @@ def columns(index: int, argument: exp.Expr, needs_sum: bool) -> list[StateColumn
                 argument=index,
             ),
             StateColumn(
+                name=names.sum_magnitude_of(index),
+                rule=MergeRule.ADD,
+                build=zero_if_null(exp.Sum(this=exp.Abs(this=finite_value.copy()))),
+                change=zero_if_null(exp.Sum(this=_signed_magnitude(finite_value))),
+            ),
+            StateColumn(
                 name=names.sum_mass_of(index),
                 rule=MergeRule.MASS,
                 build=inexact_mass(finite_value.copy()),
@@ -154,6 +164,16 @@ def columns(index: int, argument: exp.Expr, needs_sum: bool) -> list[StateColumn
             ),
         ]
     return state
+
+
+def _signed_magnitude(value: exp.Expr) -> exp.Expr:
+    """|value| on an added row, -|value| on a removed one."""
+    magnitude = exp.Abs(this=value.copy())
+    return exp.If(
+        this=exp.GT(this=sign(), expression=exp.Literal.number(0)),
+        true=magnitude,
+        false=exp.Neg(this=magnitude.copy()),
+    )
 
 
 def inexact_mass(value: exp.Expr) -> exp.Expr:
@@ -190,10 +210,12 @@ def inexact_mass(value: exp.Expr) -> exp.Expr:
 
 
 def cancels(index: int, stored: Columns, change: Columns) -> exp.Expr:
-    """Whether merging the change leaves the sum below CANCELLATION_LIMIT of its inexact mass.
+    """Whether merging the change leaves the sum and its values' absolute total
+    below CANCELLATION_LIMIT of the inexact mass.
 
     Only while finite values are left (over none the sum is NULL, NaN or an
-    infinity, whatever is stored); the sum and mass are those merged().
+    infinity, whatever is stored); the sum is merged()'s, the total and the
+    mass stored + change.
     """
 
     def merged_count(name: Callable[[int], str]) -> exp.Expr:
@@ -212,15 +234,15 @@ def cancels(index: int, stored: Columns, change: Columns) -> exp.Expr:
         ),
         zero_if_null(change(names.sum_of(index))),
     )
-    mass = plus(
-        zero_if_null(stored(names.sum_mass_of(index))),
-        zero_if_null(change(names.sum_mass_of(index))),
+    magnitude, mass = (
+        plus(zero_if_null(stored(name(index))), zero_if_null(change(name(index))))
+        for name in (names.sum_magnitude_of, names.sum_mass_of)
     )
     return exp.and_(
         exp.GT(this=finite_left, expression=exp.Literal.number(0)),
         exp.GT(
             this=times(mass, double(repr(CANCELLATION_LIMIT))),
-            expression=exp.Abs(this=total),
+            expression=exp.Greatest(this=exp.Abs(this=total), expressions=[magnitude]),
         ),
     )
 

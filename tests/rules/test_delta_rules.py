@@ -267,6 +267,21 @@ def test_an_exact_double_sum_returning_to_zero_is_merged() -> None:
     assert refreshes.recomputed == [] and refreshes.replaced_groups == []
 
 
+def test_a_ledger_of_fractions_back_to_zero_is_merged() -> None:
+    """Entries that cancel leave the sum at 0, not their absolute total: no recomputation.
+
+    A recomputation of such a group rounds as much as the refresh; recomputing
+    it would only repeat on every change that touches it.
+    """
+    refreshes = _dominated(
+        "ledger",
+        "sum(cast(v as double) / 4)",
+        ((0, "a", 1, None), (0, "a", -1, None), (0, "a", 2, None), (0, "a", -2, None)),
+        Insert(((0, "a", 2, None),)),
+    )
+    assert refreshes.recomputed == [] and refreshes.replaced_groups == []
+
+
 def test_a_double_sum_beside_a_pre_aggregation_recomputes_the_model() -> None:
     refreshes = _dominated(
         "sum_and_max",
