@@ -2,7 +2,7 @@
 
 Spark adds DOUBLEs in whatever order its tasks meet them, so two
 recomputations of one SUM may differ in the last bits; a refresh stays within
-that, where a plain stored sum would not, for two reasons:
+that, where a plain stored sum would not, for three reasons:
 
 - Rounding that a delete does not undo. Add 1e17, then (in a later refresh)
   1.0, and a stored sum reads 1e17: the 1.0 was rounded away. Delete the
