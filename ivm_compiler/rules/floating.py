@@ -227,13 +227,7 @@ def cancels(index: int, stored: Columns, change: Columns) -> exp.Expr:
     finite_left = merged_count(names.non_null_count_of)
     for name in NON_FINITE_COUNTS:
         finite_left = minus(finite_left, merged_count(name))
-    total = plus(
-        plus(
-            zero_if_null(stored(names.sum_of(index))),
-            zero_if_null(stored(names.sum_error_of(index))),
-        ),
-        zero_if_null(change(names.sum_of(index))),
-    )
+    total = plus(finite_sum(index, stored), zero_if_null(change(names.sum_of(index))))
     magnitude, mass = (
         plus(zero_if_null(stored(name(index))), zero_if_null(change(name(index))))
         for name in (names.sum_magnitude_of, names.sum_mass_of)
@@ -312,8 +306,8 @@ def has_non_finite(index: int) -> exp.Expr:
     return exp.or_(*[_positive(name(index)) for name in NON_FINITE_COUNTS])
 
 
-def finite_sum(index: int) -> exp.Expr:
-    """The stored sum of the finite values: sum + its rounding error."""
+def finite_sum(index: int, stored: Columns = _state) -> exp.Expr:
+    """The stored sum of the finite values: sum + its rounding error (the state's, or `stored`'s)."""
     return plus(
-        zero_if_null(_state(names.sum_of(index))), zero_if_null(_state(names.sum_error_of(index)))
+        zero_if_null(stored(names.sum_of(index))), zero_if_null(stored(names.sum_error_of(index)))
     )
