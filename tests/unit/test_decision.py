@@ -155,6 +155,40 @@ def test_a_rebuilt_upstream_ivm_model_rebuilds(plan):
     )
 
 
+def timed(version: int, second: int, operation: str = "WRITE") -> delta.CommitRows:
+    """A commit as a pin read from DESCRIBE HISTORY alone sees it (no table id)."""
+    return delta.CommitRows(
+        version, 1, operation=operation, committed_at=f"2026-11-29 10:00:{second:02d}.000"
+    )
+
+
+@pytest.mark.parametrize(
+    ("commits", "reason"),
+    [
+        ([timed(5, 5), timed(6, 6), timed(7, 7)], None),
+        # Version 5 committed later than the one recorded: the table was created again.
+        ([timed(5, 40), timed(6, 41), timed(7, 42)], "was dropped and recreated"),
+        (
+            [timed(5, 5), timed(6, 6, "CREATE OR REPLACE TABLE AS SELECT"), timed(7, 7)],
+            "was dropped and recreated",
+        ),
+    ],
+)
+def test_a_source_is_told_from_a_recreated_one_by_its_history(plan, commits, reason):
+    sources = {str(ORDERS_TABLE): {"version": 5, "committed_at": "2026-11-29 10:00:05.000"}}
+    snapshot = delta.SourceSnapshot(ORDERS_TABLE, None, 7, recent_commits=tuple(commits))
+    found = decide(
+        plan,
+        {ORDERS_TABLE: snapshot},
+        facts(recorded=recorded(plan, sources=sources)),
+        INCREMENTAL_ONLY,
+    )
+    if reason is None:
+        assert found.action is Action.INCREMENTAL
+    else:
+        assert found.action is Action.REBUILD and reason in found.reason
+
+
 def test_a_replaced_table_model_rebuilds_and_an_unchanged_one_does_not(plan):
     replaced = decide(
         plan, pin(7), facts(plan, wholesale={ORDERS_TABLE: "table"}), RefreshSettings()

@@ -339,10 +339,13 @@ def test_classification_ignores_case() -> None:
     assert delta.is_change_history_unavailable(Exception("CANNOT TIME TRAVEL delta table"))
 
 
-def _history(*operations: str) -> tuple[delta.CommitRows, ...]:
-    """Commits 1..n with these operations, as DESCRIBE HISTORY gives them (newest first)."""
-    columns = ["version", "operation", "operationMetrics"]
-    rows = [[v, op, {"numOutputRows": "3"}] for v, op in enumerate(operations, start=1)]
+def _history(*operations: str, metrics: dict | None = None) -> tuple[delta.CommitRows, ...]:
+    """Commits 1..n with these operations, a second apart, as DESCRIBE HISTORY gives them."""
+    columns = ["version", "timestamp", "operation", "operationMetrics"]
+    rows = [
+        [v, f"2026-11-29 10:00:{v:02d}.5", op, metrics or {"numOutputRows": "3"}]
+        for v, op in enumerate(operations, start=1)
+    ]
     return delta.commit_rows(columns, rows)
 
 
@@ -378,3 +381,88 @@ def test_commit_metadata_records_the_columns_read() -> None:
         "table_id": "id",
         "columns": {"k": "int"},
     }
+
+
+# -- same_table and size_after: a pin read without DESCRIBE DETAIL ----------------
+
+
+def _pin(*operations: str, version: int | None = None, **metrics: str) -> delta.SourceSnapshot:
+    commits = _history(*operations, metrics=metrics or None)
+    return delta.SourceSnapshot(
+        TableName("db", "src"),
+        None,
+        len(operations) if version is None else version,
+        recent_commits=commits,
+        history_from=1,
+    )
+
+
+def test_the_table_recorded_is_told_by_its_commit_time() -> None:
+    pin = _pin("WRITE", "WRITE", "DELETE")
+    assert pin.same_table({"version": 2, "committed_at": "2026-11-29 10:00:02.500"})
+    # Delta may move a commit 1 ms on to keep a history's times increasing.
+    assert pin.same_table({"version": 2, "committed_at": "2026-11-29 10:00:02.501"})
+    # The same version committed seconds apart: a table dropped and created again.
+    assert pin.same_table({"version": 2, "committed_at": "2026-11-29 09:59:40.000"}) is False
+
+
+def test_a_create_or_replace_since_the_recorded_version_is_another_table() -> None:
+    pin = _pin("WRITE", "CREATE OR REPLACE TABLE AS SELECT", "WRITE")
+    assert pin.same_table({"version": 1, "committed_at": "2026-11-29 10:00:01.500"}) is False
+    assert pin.same_table({"version": 2, "committed_at": "2026-11-29 10:00:02.500"})
+
+
+def test_a_recorded_version_past_the_table_is_another_table() -> None:
+    pin = _pin("WRITE", "WRITE")
+    assert pin.same_table({"version": 5, "committed_at": "2026-11-29 10:00:01.500"}) is False
+
+
+def test_without_the_recorded_commit_the_ids_decide_or_nothing_does() -> None:
+    pin = _pin("WRITE", "WRITE")
+    # A state recorded before commit times were: only an id can tell.
+    assert pin.same_table({"version": 1, "table_id": "a"}) is None
+    identified = delta.SourceSnapshot(**{**pin.__dict__, "table_id": "a"})
+    assert identified.same_table({"version": 1, "table_id": "a"})
+    assert identified.same_table({"version": 1, "table_id": "b"}) is False
+    # A recorded version older than the commits read.
+    assert pin.same_table({"version": 0, "committed_at": "2026-11-29 10:00:00.500"}) is None
+
+
+def test_the_size_is_the_recorded_one_plus_the_bytes_since() -> None:
+    deletes = _pin("DELETE", "DELETE", numAddedBytes="100", numRemovedBytes="400")
+    assert deletes.size_after({"version": 0, "size_bytes": 1000}) == 400
+    assert deletes.size_after({"version": 1, "size_bytes": 1000}) == 700
+    unread = _pin("DELETE", "DELETE", version=4, numAddedBytes="1", numRemovedBytes="1")
+    assert unread.size_after({"version": 1, "size_bytes": 1000}) is None  # 3 and 4 not read
+    assert deletes.size_after({"version": 2, "size_bytes": 1000}) == 1000
+    assert deletes.size_after({"version": 1}) is None  # no size recorded
+    merges = _pin("MERGE", "MERGE", numTargetBytesAdded="50", numTargetBytesRemoved="20")
+    assert merges.size_after({"version": 1, "size_bytes": 10}) == 40
+    appends = _pin("WRITE", "WRITE", numOutputBytes="64")
+    assert appends.size_after({"version": 1, "size_bytes": 10}) == 74
+
+
+def test_an_overwrite_without_its_removed_bytes_leaves_the_size_unknown() -> None:
+    overwrite = _pin("WRITE", "WRITE", numOutputBytes="64", numRemovedFiles="3")
+    assert overwrite.size_after({"version": 1, "size_bytes": 10}) is None
+    unknown = _pin("WRITE", "RESTORE", numOutputBytes="64")
+    assert unknown.size_after({"version": 1, "size_bytes": 10}) is None
+    properties = _pin("WRITE", "SET TBLPROPERTIES", numOutputBytes="64")
+    assert properties.size_after({"version": 1, "size_bytes": 10}) == 10
+    # An UPDATE's numAddedBytes did not add up to the table's size on this runtime.
+    update = _pin("WRITE", "UPDATE", numAddedBytes="64", numRemovedBytes="64")
+    assert update.size_after({"version": 1, "size_bytes": 10}) is None
+
+
+def test_a_create_or_replace_sets_the_size_to_what_it_wrote() -> None:
+    rebuilt = _pin("WRITE", "CREATE OR REPLACE TABLE AS SELECT", "WRITE", numOutputBytes="64")
+    assert rebuilt.size_after({"version": 1, "size_bytes": 1000}) == 128
+    emptied = _pin("WRITE", "CREATE OR REPLACE TABLE", numOutputBytes="64")
+    assert emptied.size_after({"version": 1, "size_bytes": 1000}) == 0
+
+
+def test_commit_metadata_records_what_tells_the_table_and_its_size() -> None:
+    pin = delta.SourceSnapshot(**{**_pin("WRITE", "WRITE").__dict__, "size_bytes": 77})
+    entry = delta.commit_metadata("r", STATE, "f", [pin])["sources"]["db.src"]
+    assert entry == {"version": 2, "committed_at": "2026-11-29 10:00:02.500", "size_bytes": 77}
+    assert pin.same_table(entry)

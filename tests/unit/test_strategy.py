@@ -23,12 +23,15 @@ from dbt.adapters.spark_ivm.strategy import (
 )
 from ivm_compiler import TableName
 
-HISTORY_COLUMNS = ["version", "operation", "operationMetrics"]
+HISTORY_COLUMNS = ["version", "timestamp", "operation", "operationMetrics"]
 
 
 def _history(*commits: tuple[int, str, dict[str, str]]) -> list[list]:
     # DESCRIBE HISTORY answers newest first; agate hands the metrics map over as JSON.
-    return [[v, op, json.dumps(m)] for v, op, m in sorted(commits, reverse=True)]
+    return [
+        [v, f"2026-11-29 10:00:{v:02d}", op, json.dumps(m)]
+        for v, op, m in sorted(commits, reverse=True)
+    ]
 
 
 def test_commit_rows_count_change_feed_rows_per_operation():

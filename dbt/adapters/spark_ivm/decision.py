@@ -127,7 +127,7 @@ def change_size(
         per_row.extend([counted[1]] if counted[1] else [])
     return strategy.ChangeSize(
         rows=rows,
-        source_bytes=sum(s.size_bytes for s in pinned.values()),
+        source_bytes=delta.total_size(pinned.values()),
         bytes_per_row=max(per_row) if per_row else None,
     )
 
@@ -193,9 +193,8 @@ def _source_replaced(
         if previous is None:
             return f"the model now reads {table}, which its state does not reflect"
         materialized = wholesale.get(table)
-        replaced = previous.get("table_id") != snapshot.table_id or int(previous["version"]) != int(
-            snapshot.version
-        )
+        same_table = snapshot.same_table(previous) is True
+        replaced = not same_table or int(previous["version"]) != int(snapshot.version)
         if materialized == FALLBACK_TABLE and replaced:
             return (
                 f"{table} is an ivm model built as a table by ivm_fallback (its query cannot "
@@ -207,7 +206,7 @@ def _source_replaced(
                 "so it is read again in full (materialize it as 'ivm' to propagate only "
                 "its changes)"
             )
-        if previous.get("table_id") != snapshot.table_id:
+        if not same_table:
             if table in plan.upstreams:
                 # CREATE OR REPLACE gives a Delta table a new id.
                 return f"the upstream ivm model {table} was rebuilt since the last refresh"

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlglot import exp
@@ -54,7 +55,7 @@ Query = Callable[[str], tuple[list[str], Rows]]
 
 @dataclass(frozen=True)
 class CommitRows:
-    """How many change-feed rows one commit made, from its operation metrics."""
+    """One commit as DESCRIBE HISTORY shows it: what it changed, from its operation metrics."""
 
     version: int
     # None: the operation's metrics do not say (the change's size is unknown).
@@ -63,23 +64,60 @@ class CommitRows:
     bytes_per_row: float | None = None
     # An OPTIMIZE, VACUUM or property change: the rows are what they were.
     preserves_data: bool = False
+    operation: str = ""
+    # When it was committed (commit_time), which tells this table's commit
+    # from another table's of the same version.
+    committed_at: str | None = None
+    # Bytes its files added less those it removed (None: the metrics do not say);
+    # for a CREATE OR REPLACE, the bytes of the table it leaves.
+    bytes_added: int | None = None
+
+    @property
+    def replaces_table(self) -> bool:
+        """A CREATE OR REPLACE: the table's rows, columns and id start over at this version."""
+        return self.operation in REPLACING_OPERATIONS
+
+
+# Two reads of one commit's time agree to the millisecond but for Delta's
+# making a history's times increase (it moves a commit that shares its
+# predecessor's millisecond 1 ms on, depending on where the read starts). A
+# table re-created and brought back to a recorded version commits it after the
+# refresh that recorded it ended, which is seconds later.
+SAME_COMMIT_MILLISECONDS = 100
 
 
 @dataclass(frozen=True)
 class SourceSnapshot:
-    """A source table pinned at the start of a refresh."""
+    """A source table pinned at the start of a refresh.
+
+    A pin is read from SHOW TBLPROPERTIES and DESCRIBE HISTORY, never from
+    DESCRIBE DETAIL, which builds the snapshot's file list (0.8-1.5 s right
+    after a commit, where the others take 0.06 and 0.2-0.4 s): a refresh that
+    reads a source only through its change feed never needs that list. So the
+    table's id and size are known only where a refresh had to read DETAIL
+    (Pins.complete says when).
+    """
 
     table: TableName
-    table_id: str
+    table_id: str | None
     version: int
-    # The table's size now (DESCRIBE DETAIL sizeInBytes), and its newest commits'
-    # row counts, newest first (what ivm_strategy: auto sizes a change with).
-    size_bytes: int = 0
+    # The table's size (DESCRIBE DETAIL sizeInBytes, or the recorded size plus
+    # what the commits since added), None where neither was read; and its
+    # newest commits, newest first (what ivm_strategy: auto sizes a change with).
+    size_bytes: int | None = None
     recent_commits: tuple[CommitRows, ...] = ()
     # The column-changing commits among those recent ones (schema_changes.py),
     # and the oldest version that history read covers.
     schema_commits: tuple[SchemaCommit, ...] = ()
     history_from: int = 0
+    # The Delta table read for it, where that is not `table`: the state of an
+    # upstream ivm model, whose pin is named after the model's view.
+    delta_table: TableName | None = None
+
+    def _window(self, after: int) -> list[CommitRows] | None:
+        """The commits after version `after` up to this pin; None if not all were read."""
+        window = [c for c in self.recent_commits if after < c.version <= self.version]
+        return window if len(window) == self.version - after else None
 
     def changed_rows(self, after: int) -> tuple[int, float | None] | None:
         """Change-feed rows after version `after` up to this pin, and bytes per row if known.
@@ -87,8 +125,8 @@ class SourceSnapshot:
         None when a commit in that window is not among the recent ones read,
         or does not say how many rows it changed.
         """
-        window = [c for c in self.recent_commits if after < c.version <= self.version]
-        if len(window) != self.version - after or any(c.rows is None for c in window):
+        window = self._window(after)
+        if window is None or any(c.rows is None for c in window):
             return None
         sizes = [c.bytes_per_row for c in window if c.bytes_per_row]
         return sum(c.rows or 0 for c in window), (max(sizes) if sizes else None)
@@ -99,8 +137,67 @@ class SourceSnapshot:
         Such a window (compactions, vacuums, property changes) has no change
         to apply; reading its change feed would find none.
         """
-        window = [c for c in self.recent_commits if after < c.version <= self.version]
-        return len(window) == self.version - after and all(c.preserves_data for c in window)
+        window = self._window(after)
+        return window is not None and all(c.preserves_data for c in window)
+
+    def committed_at(self, version: int) -> str | None:
+        """When `version` of this table was committed, if the history read covers it."""
+        return next((c.committed_at for c in self.recent_commits if c.version == version), None)
+
+    def same_table(self, entry: Mapping[str, Any]) -> bool | None:
+        """Whether a recorded entry's version is this table's, not a dropped or replaced one's.
+
+        A table dropped and created again under the same name has other commit
+        times at the same versions; a CREATE OR REPLACE (how dbt rebuilds a
+        `table` model and the plugin a state) continues the log with a commit
+        that replaces it. None: neither the history read nor the ids can tell.
+        """
+        version = int(entry["version"])
+        if version > self.version:
+            return bool(entry.get("table_id") == self.table_id) if self.table_id else False
+        recorded_at, now_at = entry.get("committed_at"), self.committed_at(version)
+        window = self._window(version)
+        if recorded_at is not None and now_at is not None and window is not None:
+            apart = abs(_millis(str(recorded_at)) - _millis(now_at))
+            return apart <= SAME_COMMIT_MILLISECONDS and not any(c.replaces_table for c in window)
+        if entry.get("table_id") is not None and self.table_id is not None:
+            return bool(entry["table_id"] == self.table_id)
+        return None
+
+    def size_after(self, entry: Mapping[str, Any]) -> int | None:
+        """The recorded size plus the bytes each commit since added; None if one does not say."""
+        recorded = entry.get("size_bytes")
+        version = int(entry["version"])
+        window = self._window(version) if version <= self.version else None
+        if recorded is None or window is None or any(c.bytes_added is None for c in window):
+            return None
+        size = int(recorded)
+        for commit in sorted(window, key=lambda c: c.version):
+            size = (0 if commit.replaces_table else size) + (commit.bytes_added or 0)
+        return max(0, size)
+
+
+def total_size(snapshots: Iterable[SourceSnapshot]) -> int:
+    """The pinned sources' bytes together (a source of unknown size counts none)."""
+    return sum(s.size_bytes or 0 for s in snapshots)
+
+
+def commit_time(value: Any) -> str:
+    """A DESCRIBE HISTORY timestamp as text to the millisecond, alike in both modes.
+
+    A session hands over a datetime, a Thrift server text.
+
+    >>> commit_time("2026-11-29 20:41:45.12")
+    '2026-11-29 20:41:45.120'
+    >>> commit_time(datetime(2026, 11, 29, 20, 41, 45, 120999))
+    '2026-11-29 20:41:45.120'
+    """
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment.replace(tzinfo=None).isoformat(sep=" ", timespec="milliseconds")
+
+
+def _millis(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp() * 1000
 
 
 @dataclass(frozen=True)
@@ -109,7 +206,8 @@ class RecordedState:
 
     state_version: int
     fingerprint: str
-    # str(TableName) -> {"version": int, "table_id": str}
+    # str(TableName) -> {"version": int, "committed_at": str, "table_id": str,
+    # "size_bytes": int, "columns": {name: type}} (all but the version optional)
     sources: dict[str, dict[str, Any]]
     # Commits made after that refresh which may have changed the state's data
     # (e.g. an UPDATE by hand): "<operation> at version <n>", oldest first.
@@ -125,9 +223,28 @@ DATA_PRESERVING_OPERATIONS = frozenset(
     {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES"}
 )
 
+# Operations that start a table over in its own log: Delta gives it a new id.
+REPLACING_OPERATIONS = frozenset(
+    {
+        "CREATE OR REPLACE TABLE",
+        "REPLACE TABLE",
+        "CREATE OR REPLACE TABLE AS SELECT",
+        "REPLACE TABLE AS SELECT",
+    }
+)
+
+# A property every Delta table has (SHOW TBLPROPERTIES lists its protocol).
+DELTA_PROTOCOL_PROPERTY = "delta.minReaderVersion"
+CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
+
 
 def describe_detail(table: TableName) -> str:
     return f"DESCRIBE DETAIL {table.sql()}"
+
+
+def show_properties(table: TableName) -> str:
+    """SHOW TBLPROPERTIES: (key, value) rows; a Delta table's protocol and configuration."""
+    return f"SHOW TBLPROPERTIES {table.sql()}"
 
 
 def describe_history(table: TableName, limit: int | None = None) -> str:
@@ -177,6 +294,7 @@ def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
     version_at = columns.index("version")
     operation_at = columns.index("operation")
     metrics_at = columns.index("operationMetrics")
+    timestamp_at = columns.index("timestamp")
     found = []
     for row in sorted(rows, key=lambda r: int(r[version_at]), reverse=True):
         operation = str(row[operation_at])
@@ -213,9 +331,54 @@ def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
                 changed,
                 per_row,
                 preserves_data=operation in DATA_PRESERVING_OPERATIONS,
+                operation=operation,
+                committed_at=commit_time(row[timestamp_at]),
+                bytes_added=_bytes_added(operation, count),
             )
         )
     return tuple(found)
+
+
+# The metrics that say how many bytes of data files an operation added and
+# removed, where they add up to DESCRIBE DETAIL's size (checked on this
+# runtime, 2026-11-29: WRITE, INSERT OVERWRITE and REPLACE WHERE, DELETE,
+# MERGE; an UPDATE's numAddedBytes did not, so it is left unknown).
+_BYTE_METRICS = {
+    "MERGE": ("numTargetBytesAdded", "numTargetBytesRemoved"),
+    "DELETE": ("numAddedBytes", "numRemovedBytes"),
+    "OPTIMIZE": ("numAddedBytes", "numRemovedBytes"),
+}
+# A CREATE OR REPLACE without AS SELECT leaves an empty table.
+_REPLACING_EMPTY = frozenset({"CREATE OR REPLACE TABLE", "REPLACE TABLE"})
+# Operations that write no data files.
+_NO_FILE_OPERATIONS = frozenset(
+    {
+        "VACUUM START",
+        "VACUUM END",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "ADD COLUMNS",
+        "CHANGE COLUMN",
+    }
+)
+
+
+def _bytes_added(operation: str, count: Callable[..., int | None]) -> int | None:
+    """Bytes of files a commit added less those it removed; None where its metrics do not say."""
+    if operation in _NO_FILE_OPERATIONS or operation in _REPLACING_EMPTY:
+        return 0
+    if operation in _BYTE_METRICS:
+        added, removed = (count(name) for name in _BYTE_METRICS[operation])
+        return None if added is None or removed is None else added - removed
+    if operation in _APPENDING_OPERATIONS:
+        # An append (a CREATE OR REPLACE ... AS SELECT writes the whole table);
+        # an overwrite also removes files, and says so.
+        removed = count("numRemovedBytes")
+        if count("numRemovedFiles") and removed is None:
+            return None
+        written = count("numOutputBytes")
+        return None if written is None else written - (removed or 0)
+    return None
 
 
 def set_commit_metadata(metadata: dict[str, Any]) -> str:
@@ -278,7 +441,17 @@ def commit_metadata(
     read = {str(table).lower(): dict(columns) for table, columns in (columns_read or {}).items()}
     recorded = {}
     for source in sources:
-        entry: dict[str, Any] = {"version": source.version, "table_id": source.table_id}
+        entry: dict[str, Any] = {"version": source.version}
+        # What tells the next refresh that the table is the same one (same_table)
+        # and how big it is without a DESCRIBE DETAIL (size_after).
+        committed_at = source.committed_at(source.version)
+        for key, value in (
+            ("committed_at", committed_at),
+            ("table_id", source.table_id),
+            ("size_bytes", source.size_bytes),
+        ):
+            if value is not None:
+                entry[key] = value
         if str(source.table).lower() in read:
             entry["columns"] = read[str(source.table).lower()]
         recorded[str(source.table)] = entry

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, Protocol
 
@@ -338,9 +338,7 @@ class JoinStates:
         guard: str,
     ) -> dict[str, Any]:
         """A join state commit's metadata: the source version its rows hold, and its guard."""
-        at_version = delta.SourceSnapshot(
-            table=source.table, table_id=source.table_id, version=version
-        )
+        at_version = replace(source, version=version)
         return delta.commit_metadata(guard, relation, fingerprint, [at_version], guard=guard)
 
     def _latest_version(self, relation: TableName) -> int:

@@ -2,18 +2,21 @@
 
 A refresh reads every source at the version pinned here (DESIGN.md: reading
 at exact versions is what rules out the ECA paper's anomalies). A pin is one
-DESCRIBE DETAIL (the table's id, format, change feed, size) and one DESCRIBE
-HISTORY of its newest commits (the version, and the row counts that size a
-change for ivm_strategy: auto). The members of a consistency group share one
-pin per input; a plan node shares its model's pins.
+SHOW TBLPROPERTIES (a Delta table? its change feed?) and one DESCRIBE HISTORY
+of its newest commits (the version; the commit times that tell the recorded
+table from a re-created one; the row and byte counts that size a change for
+ivm_strategy: auto). The members of a consistency group share one pin per
+input; a plan node shares its model's pins. `Pins.complete` then adds what
+one refresh needs beyond that, reading DESCRIBE DETAIL only where the history
+cannot say.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dbt.adapters.spark_ivm import delta, schema_changes
 from dbt.adapters.spark_ivm.decision import FALLBACK_TABLE, WHOLESALE_MATERIALIZATIONS
@@ -213,29 +216,8 @@ class Pins:
         `turn_on_change_feed`: an upstream ivm model's state without a change
         feed gets one (its changes from the next commit on can then be read).
         """
-        try:
-            columns, rows = self.runner.query(delta.describe_detail(table))
-        except Exception as error:
-            raise InvalidSource(
-                self.model,
-                str(table),
-                f"cannot be described as a Delta table ({first_line(error, limit=300)})",
-                "read a Delta table (a view or a non-Delta table has no change data feed)",
-            ) from error
-        detail = dict(zip(columns, rows[0]))
-        if str(detail.get("format", "")).lower() != "delta":
-            raise InvalidSource(
-                self.model,
-                str(table),
-                f"is a {detail.get('format')} table, not a Delta table",
-                "set file_format='delta' on that dbt model"
-                if str(table).lower() in self.upstream_materializations
-                else "convert it with CONVERT TO DELTA, or read a Delta copy of it",
-            )
-        properties = detail.get("properties") or {}
-        if isinstance(properties, str):  # agate hands maps over as JSON text
-            properties = json.loads(properties)
-        feed = str(properties.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+        properties = self._delta_properties(table)
+        feed = properties.get(delta.CHANGE_FEED_PROPERTY, "false").lower() == "true"
         if needs_change_feed and not feed and turn_on_change_feed:
             self.log.info(
                 f"{self.model}: turning on the change data feed of {table}, which it reads "
@@ -253,16 +235,88 @@ class Pins:
             )
         # The newest commits, not just the newest version: their row counts size
         # the change for ivm_strategy: auto without reading any data.
-        history_columns, history = self.runner.query(
-            delta.describe_history(table, limit=RECENT_COMMITS)
+        return self._with_history(
+            delta.SourceSnapshot(table=table, table_id=None, version=-1, delta_table=table),
+            limit=RECENT_COMMITS,
         )
-        version = int(history[0][history_columns.index("version")])
-        return delta.SourceSnapshot(
-            table=table,
-            table_id=str(detail.get("id")),
-            version=version,
-            size_bytes=int(detail.get("sizeInBytes") or 0),
-            recent_commits=delta.commit_rows(history_columns, history),
-            schema_commits=schema_changes.schema_commits(history_columns, history),
-            history_from=min(int(row[history_columns.index("version")]) for row in history),
+
+    def complete(
+        self, snapshot: delta.SourceSnapshot, entry: Mapping[str, Any] | None, needs_size: bool
+    ) -> delta.SourceSnapshot:
+        """The pin with what this refresh needs to decide and record that pinning left out.
+
+        `entry`: what the state recorded of the source (None: a first build).
+        The history pinning read usually says everything: whether the table
+        is the one recorded (delta.SourceSnapshot.same_table), its size (the
+        recorded size plus what the commits since added) and the time of the
+        pinned commit, which the state records. Where it does not (a window
+        older than the commits read, a state recorded before commit times
+        were, an operation whose metrics give no bytes, a first build), the
+        whole history or DESCRIBE DETAIL is read.
+        """
+        oldest = min(snapshot.version, int(entry["version"]) if entry else snapshot.version)
+        if oldest < snapshot.history_from:
+            snapshot = self._with_history(snapshot, limit=None)
+        size = snapshot.size_after(entry) if entry else None
+        if size is not None:
+            snapshot = replace(snapshot, size_bytes=size)
+        unknown = entry is not None and snapshot.same_table(entry) is None
+        if unknown or (needs_size and snapshot.size_bytes is None):
+            detail = self._detail(snapshot.delta_table or snapshot.table)
+            snapshot = replace(
+                snapshot,
+                table_id=str(detail.get("id")),
+                size_bytes=int(detail.get("sizeInBytes") or 0),
+            )
+        return snapshot
+
+    def _with_history(
+        self, snapshot: delta.SourceSnapshot, limit: int | None
+    ) -> delta.SourceSnapshot:
+        """`snapshot` with the table's newest `limit` commits read (None: all of them)."""
+        read = snapshot.delta_table or snapshot.table
+        columns, history = self.runner.query(delta.describe_history(read, limit))
+        versions = [int(row[columns.index("version")]) for row in history]
+        return replace(
+            snapshot,
+            version=snapshot.version if snapshot.version >= 0 else max(versions),
+            recent_commits=delta.commit_rows(columns, history),
+            schema_commits=schema_changes.schema_commits(columns, history),
+            history_from=min(versions),
+        )
+
+    def _delta_properties(self, table: TableName) -> dict[str, str]:
+        """A Delta table's properties, refusing a relation that is no Delta table."""
+        try:
+            _, rows = self.runner.query(delta.show_properties(table))
+        except Exception as error:
+            raise self._not_described(table, error) from error
+        properties = {str(row[0]): str(row[1]) for row in rows}
+        if delta.DELTA_PROTOCOL_PROPERTY in properties:
+            return properties
+        # A view, or a table of another format: DESCRIBE DETAIL names which.
+        detail = self._detail(table)
+        raise InvalidSource(
+            self.model,
+            str(table),
+            f"is a {detail.get('format')} table, not a Delta table",
+            "set file_format='delta' on that dbt model"
+            if str(table).lower() in self.upstream_materializations
+            else "convert it with CONVERT TO DELTA, or read a Delta copy of it",
+        )
+
+    def _detail(self, table: TableName) -> dict[str, Any]:
+        """DESCRIBE DETAIL of `table` as a mapping (its id, format, size)."""
+        try:
+            columns, rows = self.runner.query(delta.describe_detail(table))
+        except Exception as error:
+            raise self._not_described(table, error) from error
+        return dict(zip(columns, rows[0]))
+
+    def _not_described(self, table: TableName, error: BaseException) -> InvalidSource:
+        return InvalidSource(
+            self.model,
+            str(table),
+            f"cannot be described as a Delta table ({first_line(error, limit=300)})",
+            "read a Delta table (a view or a non-Delta table has no change data feed)",
         )

@@ -27,7 +27,13 @@ from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, Decision
 from dbt.adapters.spark_ivm.groups import Staged
 from dbt.adapters.spark_ivm.pins import InvocationPins, Pins
 from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
-from dbt.adapters.spark_ivm.settings import Action, Fallback, RefreshSettings
+from dbt.adapters.spark_ivm.settings import (
+    Action,
+    Fallback,
+    JoinStateSetting,
+    RefreshSettings,
+    Strategy,
+)
 from dbt.adapters.spark_ivm.state_history import StateHistory, table_name_of
 from dbt.adapters.spark_ivm.upstreams import properties, published_version, upstream_models
 from dbt.adapters.spark_ivm.writes import CancellingRemoval, ConcurrentRefresh, StateWrites
@@ -303,6 +309,14 @@ class Refresh:
         """What the decision weighs, read from the state's history, the sources and the view."""
         state_exists = self.relations.exists(self.state) is not None
         recorded = self.history.recorded() if state_exists else None
+        # Only ivm_strategy: auto and ivm_join_state: auto weigh the sources' sizes.
+        needs_size = (
+            self.settings.strategy is Strategy.AUTO
+            or self.settings.join_state == JoinStateSetting.AUTO
+        )
+        for table, snapshot in pinned.items():
+            entry = recorded.sources.get(str(table)) if recorded else None
+            pinned[table] = self.pins.complete(snapshot, entry, needs_size)
         commits = {}
         if recorded is not None:
             for table, after in schema_changes.sources_to_check(plan, pinned, recorded).items():
@@ -452,7 +466,7 @@ class Refresh:
             if snapshot is None:
                 return None
             return join_states.SourceFacts(
-                size_bytes=snapshot.size_bytes,
+                size_bytes=snapshot.size_bytes or 0,
                 column_count=len(self.relations.columns(table)),
             )
 
@@ -555,7 +569,7 @@ class Refresh:
         record = strategy.RefreshRecord(
             way=way,
             changed_rows=found.change.rows if found.change else 0,
-            source_bytes=sum(s.size_bytes for s in pinned.values()),
+            source_bytes=delta.total_size(pinned.values()),
             seconds=round(time.monotonic() - self._started, 3),
         )
         return strategy.history_with(history, record)

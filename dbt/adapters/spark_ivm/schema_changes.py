@@ -188,7 +188,7 @@ def read_columns_changed(
     for table, snapshot in pinned.items():
         entry = recorded.sources.get(str(table)) or {}
         read = entry.get("columns")
-        if not read or entry.get("table_id") != snapshot.table_id:
+        if not read or snapshot.same_table(entry) is not True:
             continue
         now = plan.source_columns.get(table, {})
         changes.extend(
@@ -213,7 +213,7 @@ def sources_to_check(
     found = {}
     for table, snapshot in pinned.items():
         entry = recorded.sources.get(str(table)) or {}
-        if table in plan.upstreams or entry.get("table_id") != snapshot.table_id:
+        if table in plan.upstreams or not entry or snapshot.same_table(entry) is not True:
             continue
         after = int(entry.get("version", snapshot.version))
         if snapshot.version > after:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 from sqlglot import exp, parse_one
 
+from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.publish import Runner
 from dbt.adapters.spark_ivm.state_history import table_name_of
 from ivm_compiler import TableName, emit
@@ -26,7 +27,7 @@ def view_text(runner: Runner, view: TableName) -> str | None:
 
 
 def properties(runner: Runner, relation: TableName) -> dict[str, str]:
-    _, rows = runner.query(f"SHOW TBLPROPERTIES {relation.sql()}")
+    _, rows = runner.query(delta.show_properties(relation))
     return {str(row[0]): str(row[1]) for row in rows}
 
 
