@@ -7,7 +7,7 @@ are read now), then DESCRIBE HISTORY LIMIT 20, the new commit's change feed,
 and the table at its latest version (a join partner's read). The forms
 alternate which goes first; prints the median seconds of each statement.
 
-    REPS=8 .venv/bin/python bench/micro/pin_forms.py
+    REPS=8 PYTHONPATH=bench .venv/bin/python bench/micro/pin_forms.py
 
 The embedded runtime's configs, a JVM of its own, data in bench/work/micro.
 Measured 2026-11-29 (REPS=8): detail 0.92 s, properties 0.07 s; history
@@ -20,16 +20,10 @@ import statistics
 import time
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
-from dbt.adapters.spark_ivm.runtime import session_configs
+from tpch_bench.spark_session import start_session
 
 WORK = Path(__file__).resolve().parents[1] / "work" / "micro"
-builder = SparkSession.builder.enableHiveSupport()
-for key, value in session_configs(WORK).items():
-    builder = builder.config(key, value)
-spark = builder.getOrCreate()
-spark.sparkContext.setLogLevel("ERROR")
+spark, _ = start_session(WORK)
 REPS = int(os.environ.get("REPS", "8"))
 STEPS = ("pin", "history", "change feed", "latest read")
 

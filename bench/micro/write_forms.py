@@ -8,7 +8,7 @@ applies the same three-row change (one group updated, one emptied, one
 new) to a state of SIZES rows, in alternation, REPS rounds after one warm
 round; prints the median seconds and Spark jobs of each.
 
-    REPS=8 SIZES=1,1000 .venv/bin/python bench/micro/write_forms.py
+    REPS=8 SIZES=1,1000 PYTHONPATH=bench .venv/bin/python bench/micro/write_forms.py
 
 The embedded runtime's configs, a JVM of its own, data in bench/work/micro.
 """
@@ -18,16 +18,10 @@ import statistics
 import time
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
-from dbt.adapters.spark_ivm.runtime import session_configs
+from tpch_bench.spark_session import start_session
 
 WORK = Path(__file__).resolve().parents[1] / "work" / "micro"
-b = SparkSession.builder.enableHiveSupport()
-for k, v in session_configs(WORK).items():
-    b = b.config(k, v)
-spark = b.getOrCreate()
-spark.sparkContext.setLogLevel("ERROR")
+spark, _ = start_session(WORK)
 sc = spark.sparkContext
 st = sc.statusTracker()
 REPS = int(os.environ.get("REPS", "8"))
