@@ -208,7 +208,7 @@ def _source_replaced(
             )
         if not same_table:
             if table in plan.upstreams:
-                # CREATE OR REPLACE gives a Delta table a new id.
+                # Its rebuild is a CREATE OR REPLACE of its state (same_table).
                 return f"the upstream ivm model {table} was rebuilt since the last refresh"
             return f"{table} was dropped and recreated since the last refresh"
         if int(previous["version"]) > snapshot.version:

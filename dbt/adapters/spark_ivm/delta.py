@@ -90,11 +90,12 @@ SAME_COMMIT_MILLISECONDS = 100
 class SourceSnapshot:
     """A source table pinned at the start of a refresh.
 
-    A pin is read from SHOW TBLPROPERTIES and DESCRIBE HISTORY, never from
+    A pin is read from SHOW TBLPROPERTIES and DESCRIBE HISTORY, not from
     DESCRIBE DETAIL, which builds the snapshot's file list (0.8-1.5 s right
     after a commit, where the others take 0.06 and 0.2-0.4 s): a refresh that
     reads a source only through its change feed never needs that list. So the
-    table's id and size are known only where a refresh had to read DETAIL
+    table's id is known only where a refresh had to read DETAIL, and its size
+    where DETAIL was read or the history carries the recorded one forward
     (Pins.complete says when).
     """
 

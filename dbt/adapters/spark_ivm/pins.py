@@ -235,10 +235,9 @@ class Pins:
             )
         # The newest commits, not just the newest version: their row counts size
         # the change for ivm_strategy: auto without reading any data.
-        return self._with_history(
-            delta.SourceSnapshot(table=table, table_id=None, version=-1, delta_table=table),
-            limit=RECENT_COMMITS,
-        )
+        history = self._history(table, limit=RECENT_COMMITS)
+        newest = max(commit.version for commit in history.recent_commits)
+        return replace(history, version=newest)
 
     def complete(
         self, snapshot: delta.SourceSnapshot, entry: Mapping[str, Any] | None, needs_size: bool
@@ -256,7 +255,13 @@ class Pins:
         """
         oldest = min(snapshot.version, int(entry["version"]) if entry else snapshot.version)
         if oldest < snapshot.history_from:
-            snapshot = self._with_history(snapshot, limit=None)
+            whole = self._history(snapshot.delta_table or snapshot.table, limit=None)
+            snapshot = replace(
+                snapshot,
+                recent_commits=whole.recent_commits,
+                schema_commits=whole.schema_commits,
+                history_from=whole.history_from,
+            )
         size = snapshot.size_after(entry) if entry else None
         if size is not None:
             snapshot = replace(snapshot, size_bytes=size)
@@ -270,19 +275,18 @@ class Pins:
             )
         return snapshot
 
-    def _with_history(
-        self, snapshot: delta.SourceSnapshot, limit: int | None
-    ) -> delta.SourceSnapshot:
-        """`snapshot` with the table's newest `limit` commits read (None: all of them)."""
-        read = snapshot.delta_table or snapshot.table
-        columns, history = self.runner.query(delta.describe_history(read, limit))
-        versions = [int(row[columns.index("version")]) for row in history]
-        return replace(
-            snapshot,
-            version=snapshot.version if snapshot.version >= 0 else max(versions),
-            recent_commits=delta.commit_rows(columns, history),
+    def _history(self, table: TableName, limit: int | None) -> delta.SourceSnapshot:
+        """A snapshot of `table` holding its newest `limit` commits (None: all), unversioned."""
+        columns, history = self.runner.query(delta.describe_history(table, limit))
+        commits = delta.commit_rows(columns, history)
+        return delta.SourceSnapshot(
+            table=table,
+            table_id=None,
+            version=-1,  # the caller's to pin
+            recent_commits=commits,
             schema_commits=schema_changes.schema_commits(columns, history),
-            history_from=min(versions),
+            history_from=min(commit.version for commit in commits),
+            delta_table=table,
         )
 
     def _delta_properties(self, table: TableName) -> dict[str, str]:
