@@ -87,12 +87,15 @@ WRITES = {
 
 def test_the_history_carries_the_size_through_every_write_form(spark, table):
     spark.sql(f"INSERT INTO {table.sql()} SELECT id, 'a' FROM range(10)")
+    # A first build sizes a table with a short history from its creation on.
+    assert pinned(spark, table).size_from_creation() == detail_size(spark, table)
     entry = recorded(pinned(spark, table), detail_size(spark, table))
     for name, statement in WRITES.items():
         spark.sql(statement.format(t=table.sql()))
         snapshot, size = pinned(spark, table), detail_size(spark, table)
         assert snapshot.size_after(entry) == size, name
         entry = recorded(snapshot, size)
+    assert pinned(spark, table).size_from_creation() == size
 
 
 def test_an_update_is_taken_to_keep_the_size_and_is_off_by_little(spark, table):

@@ -466,6 +466,21 @@ def test_a_create_or_replace_sets_the_size_to_what_it_wrote() -> None:
     assert emptied.size_after({"version": 1, "size_bytes": 1000}) == 0
 
 
+def test_a_short_history_sizes_the_table_from_its_creation() -> None:
+    columns = ["version", "timestamp", "operation", "operationMetrics"]
+    rows = [
+        [0, "2026-11-29 10:00:00", "CREATE TABLE", {}],
+        [1, "2026-11-29 10:00:01", "WRITE", {"numOutputBytes": "64"}],
+        [2, "2026-11-29 10:00:02", "DELETE", {"numAddedBytes": "8", "numRemovedBytes": "32"}],
+    ]
+    commits = delta.commit_rows(columns, rows)
+    whole = delta.SourceSnapshot(TableName("db", "src"), None, 2, recent_commits=commits)
+    assert whole.size_from_creation() == 64 - 24
+    # Without version 0 among the commits read, the bytes before them are unknown.
+    later = dataclasses.replace(whole, recent_commits=commits[:2], history_from=1)
+    assert later.size_from_creation() is None
+
+
 def test_commit_metadata_records_what_tells_the_table_and_its_size() -> None:
     pin = dataclasses.replace(_pin("WRITE", "WRITE"), size_bytes=77)
     entry = delta.commit_metadata("r", STATE, "f", [pin])["sources"]["db.src"]

@@ -177,6 +177,10 @@ class SourceSnapshot:
             size = (0 if commit.replaces_table else size) + (commit.bytes_added or 0)
         return max(0, size)
 
+    def size_from_creation(self) -> int | None:
+        """The bytes every commit since the table's creation added, if the history read has all."""
+        return self.size_after({"version": -1, "size_bytes": 0}) if self.history_from == 0 else None
+
 
 def total_size(snapshots: Iterable[SourceSnapshot]) -> int:
     """The pinned sources' bytes together (a source of unknown size counts none)."""
@@ -354,8 +358,8 @@ _BYTE_METRICS = {
     "DELETE": ("numAddedBytes", "numRemovedBytes"),
     "OPTIMIZE": ("numAddedBytes", "numRemovedBytes"),
 }
-# A CREATE OR REPLACE without AS SELECT leaves an empty table.
-_REPLACING_EMPTY = frozenset({"CREATE OR REPLACE TABLE", "REPLACE TABLE"})
+# A CREATE (OR REPLACE) without AS SELECT leaves an empty table.
+_REPLACING_EMPTY = frozenset({"CREATE TABLE", "CREATE OR REPLACE TABLE", "REPLACE TABLE"})
 # Operations that write no data files (or, for UPDATE, see above).
 _NO_FILE_OPERATIONS = frozenset(
     {

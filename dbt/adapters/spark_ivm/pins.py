@@ -248,10 +248,12 @@ class Pins:
         The history pinning read usually says everything: whether the table
         is the one recorded (delta.SourceSnapshot.same_table), its size (the
         recorded size plus what the commits since added) and the time of the
-        pinned commit, which the state records. Where it does not (a window
-        older than the commits read, a state recorded before commit times
-        were, an operation whose metrics give no bytes, a first build), the
-        whole history or DESCRIBE DETAIL is read.
+        pinned commit, which the state records. A first build sizes the table
+        from every commit since its creation where the history read holds
+        them all. Where it does not (a window older than the commits read, a
+        state recorded before commit times were, an operation whose metrics
+        give no bytes, a first build over a longer history), the whole
+        history or DESCRIBE DETAIL is read.
         """
         oldest = min(snapshot.version, int(entry["version"]) if entry else snapshot.version)
         if oldest < snapshot.history_from:
@@ -262,7 +264,7 @@ class Pins:
                 schema_commits=whole.schema_commits,
                 history_from=whole.history_from,
             )
-        size = snapshot.size_after(entry) if entry else None
+        size = snapshot.size_after(entry) if entry else snapshot.size_from_creation()
         if size is not None:
             snapshot = replace(snapshot, size_bytes=size)
         unknown = entry is not None and snapshot.same_table(entry) is None
