@@ -338,7 +338,8 @@ class JoinStates:
         guard: str,
     ) -> dict[str, Any]:
         """A join state commit's metadata: the source version its rows hold, and its guard."""
-        at_version = replace(source, version=version)
+        # The pin's size is of the pinned version, not this one: not recorded.
+        at_version = replace(source, version=version, size_bytes=None)
         return delta.commit_metadata(guard, relation, fingerprint, [at_version], guard=guard)
 
     def _latest_version(self, relation: TableName) -> int:
