@@ -793,7 +793,7 @@ def publish_view(
                 actions=[view_query(plan, state, published.state_version)],
             )
         ),
-        _set_properties(target, "VIEW", _published_properties(plan, published)),
+        set_properties(target, "VIEW", _published_properties(plan, published)),
     ]
     if docs is not None and any(docs.columns.values()):
         statements.append(create_view(plan, state, target, docs, published))
@@ -826,10 +826,10 @@ def model_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> str:
 
 def record_refresh(state: TableName, refresh_id: str) -> str:
     """A commit that changes no data, to carry a refresh's metadata when its MERGE wrote nothing."""
-    return _set_properties(state, "TABLE", {"spark_ivm.last_refresh": refresh_id})
+    return set_properties(state, "TABLE", {"spark_ivm.last_refresh": refresh_id})
 
 
-def _set_properties(relation: TableName, kind: str, properties: Mapping[str, str]) -> str:
+def set_properties(relation: TableName, kind: str, properties: Mapping[str, str]) -> str:
     """ALTER TABLE|VIEW <relation> SET TBLPROPERTIES (...)."""
     return _sql(
         exp.Alter(

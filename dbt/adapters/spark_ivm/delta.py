@@ -437,6 +437,23 @@ def conf_value(columns: list[str], rows: Rows) -> str | None:
     return None if value == "<undefined>" else value
 
 
+def source_identity(source: SourceSnapshot) -> dict[str, Any]:
+    """A pinned version, with what tells its table from a re-created one's (same_table).
+
+    >>> commit = CommitRows(3, rows=1, committed_at="2026-11-29 20:41:45.120")
+    >>> source_identity(SourceSnapshot(TableName("raw", "t"), None, 3, recent_commits=(commit,)))
+    {'version': 3, 'committed_at': '2026-11-29 20:41:45.120'}
+    """
+    entry: dict[str, Any] = {"version": source.version}
+    for key, value in (
+        ("committed_at", source.committed_at(source.version)),
+        ("table_id", source.table_id),
+    ):
+        if value is not None:
+            entry[key] = value
+    return entry
+
+
 def commit_metadata(
     refresh_id: str,
     state: TableName,
@@ -453,17 +470,10 @@ def commit_metadata(
     read = {str(table).lower(): dict(columns) for table, columns in (columns_read or {}).items()}
     recorded = {}
     for source in sources:
-        entry: dict[str, Any] = {"version": source.version}
-        # What tells the next refresh that the table is the same one (same_table)
-        # and how big it is without a DESCRIBE DETAIL (size_after).
-        committed_at = source.committed_at(source.version)
-        for key, value in (
-            ("committed_at", committed_at),
-            ("table_id", source.table_id),
-            ("size_bytes", source.size_bytes),
-        ):
-            if value is not None:
-                entry[key] = value
+        entry = source_identity(source)
+        # How big it is, without a DESCRIBE DETAIL next time (size_after).
+        if source.size_bytes is not None:
+            entry["size_bytes"] = source.size_bytes
         if str(source.table).lower() in read:
             entry["columns"] = read[str(source.table).lower()]
         recorded[str(source.table)] = entry

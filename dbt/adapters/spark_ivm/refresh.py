@@ -1,6 +1,8 @@
 """One refresh of one ivm model: compile, pin, decide, write, publish.
 
 The recipe (DESIGN.md, "Flow of one refresh"), each step in a module of its own:
+0. a model whose view already shows its query at the sources' pins ends
+   here, NO_CHANGE, uncompiled (unchanged.py);
 1. compile the model (refusals happen here, before any SQL changes data),
    its plan nodes refreshed first as models of their own (ivm_compiler.nodes);
 2. pin every source at its latest Delta version (pins.py);
@@ -20,9 +22,17 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from dbt.adapters.spark_ivm import decision, delta, join_states, schema_changes, strategy
+from dbt.adapters.spark_ivm import (
+    decision,
+    delta,
+    join_states,
+    schema_changes,
+    strategy,
+    unchanged,
+)
 from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, Decision
 from dbt.adapters.spark_ivm.groups import Staged
 from dbt.adapters.spark_ivm.pins import InvocationPins, Pins
@@ -147,6 +157,8 @@ class Refresh:
     own_session: bool = False
     _started: float = field(default_factory=time.monotonic, init=False, repr=False)
     _split: nodes.Split | None = field(default=None, init=False, repr=False)
+    # The properties of the model's view, read once (None: not yet).
+    _view_properties: dict[str, str] | None = field(default=None, init=False, repr=False)
     # Made in __post_init__ from the fields above.
     pins: Pins = field(init=False, repr=False)
     history: StateHistory = field(init=False, repr=False)
@@ -168,7 +180,67 @@ class Refresh:
     # -- 1. compile -------------------------------------------------------------
 
     def run(self) -> RefreshResult:
-        started = self._started = time.monotonic()
+        self._started = time.monotonic()
+        result = self._unchanged() or self._refresh()
+        result.seconds = time.monotonic() - self._started
+        return result
+
+    @cached_property
+    def key(self) -> str:
+        """What the model's plan is compiled from, hashed (unchanged.refresh_key)."""
+        return unchanged.refresh_key(self.sql, self.settings, self.upstream_materializations)
+
+    def _unchanged(self) -> RefreshResult | None:
+        """NO_CHANGE told by the view's publication record alone, when it can (unchanged.py)."""
+        if self.parent is not None or self.settings.full_refresh or self.settings.docs is not None:
+            return None
+        if (
+            self.relations.exists(self.target) != "view"
+            or self.relations.exists(self.state) is None
+        ):
+            return None
+        self._view_properties = properties(self.runner, self.target)
+        found = unchanged.check(
+            self.runner,
+            self.target,
+            self.state,
+            self._view_properties,
+            self.key,
+            pin=self.pins.pin,
+            plain_source=lambda table: str(table).lower() not in self.upstream_materializations,
+        )
+        if isinstance(found, str):
+            self.log.debug(f"{self.model}: taking the whole refresh path: {found}")
+            return None
+        self.log.debug(f"{self.model}: unchanged since its view's publication: not compiled")
+        publication = found.publication
+        result = RefreshResult(
+            action=Action.NO_CHANGE,
+            reason=found.reason,
+            source_versions={str(t): found.pinned[t].version for t in publication.read},
+            previous_versions={
+                str(t): int(publication.sources[t]["version"]) for t in publication.read
+            },
+        )
+        if self.publisher is not None:
+            # A group commit made in this run names every member at the state its view shows.
+            result.publication = self.publisher.publish(
+                Staged(
+                    model_id=self.model,
+                    relation=self.target,
+                    state=self.state,
+                    state_version=publication.state_version,
+                    view_sql=found.view_sql,
+                    action=result.action.value,
+                    seconds=time.monotonic() - self._started,
+                    source_versions=result.source_versions,
+                    published=True,
+                )
+            )
+        return result
+
+    def _refresh(self) -> RefreshResult:
+        """The whole path: compile, pin, read the state's record, decide, write, publish."""
         try:
             split = self.split()
             self._refresh_nodes(split)
@@ -184,7 +256,6 @@ class Refresh:
                 self.publisher.withdraw()
         else:
             result = self._maintain(plan)
-        result.seconds = time.monotonic() - started
         return result
 
     def split(self) -> nodes.Split:
@@ -249,7 +320,11 @@ class Refresh:
         target_type = self._target_type()
         # The view's properties say the state version it shows and carry the
         # model's refresh history: one statement for both.
-        view_properties = properties(self.runner, self.target) if target_type == "view" else {}
+        if target_type != "view":
+            self._view_properties = {}
+        elif self._view_properties is None:
+            self._view_properties = properties(self.runner, self.target)
+        view_properties = self._view_properties
         facts = self._facts(plan, pinned, view_properties)
         shown_version = self._shown_version(target_type, view_properties)
         found = decision.decide(plan, pinned, facts, self.settings)
@@ -517,16 +592,27 @@ class Refresh:
         """Show the state at `state_version` through the view, now or with the model's group."""
         docs = self.settings.docs
         kept = self._history_after(result, pinned, history, found)
+        recorded = self.pins.recorded(pinned)
+        # What the no-change shortcut reads back (unchanged.py).
+        record = {
+            unchanged.KEY_PROPERTY: self.key,
+            unchanged.SOURCES_PROPERTY: unchanged.sources_property(recorded, pinned),
+        }
         published = emit.Published(
             state_version=state_version,
-            source_versions={s.table: s.version for s in self.pins.recorded(pinned)},
-            properties={strategy.HISTORY_PROPERTY: kept} if kept else {},
+            source_versions={s.table: s.version for s in recorded},
+            properties={**({strategy.HISTORY_PROPERTY: kept} if kept else {}), **record},
         )
         view_sql = emit.create_view(plan, self.state, self.target, docs, published)
         shown = shown_version == state_version
         if shown and docs is not None:
             # Same state, maybe new descriptions: not a publication, so not held back.
             self.runner.execute(view_sql)
+        elif shown and result.reason == NO_SOURCE_COMMITS and self._records_otherwise(record):
+            # The view shows the state at exactly the pins, but was published
+            # without this record (an earlier plugin, other settings): add it,
+            # so the next refresh without a change takes the shortcut.
+            self.runner.execute(emit.set_properties(self.target, "VIEW", record))
         elif shown_version is None:
             # No view showing a version yet (a first build, or a view from before
             # views were pinned): no reader has seen an earlier state to stay
@@ -551,6 +637,10 @@ class Refresh:
                 self.runner.execute(statement)
             return
         result.publication = self.publisher.publish(staged)
+
+    def _records_otherwise(self, record: Mapping[str, str]) -> bool:
+        shown = self._view_properties or {}
+        return any(shown.get(name) != value for name, value in record.items())
 
     def _history_after(
         self,
