@@ -1,11 +1,13 @@
 """The no-change shortcut (unchanged.py) through dbt: when it answers, and when it must not.
 
-Two models in one consistency group over two sources. A refresh with no
-source change reads the view's record and the sources' pins only (no
-DESCRIBE QUERY, no history of a state); a compaction keeps it; a change,
-a re-created source, edited SQL and changed settings take the whole path;
-a group commit made while one member took the shortcut records that
-member at the state its view shows.
+Two models in one consistency group over two sources, and a third in a
+group of its own over one of them. A refresh with no source change reads
+the views' records and the sources' pins only (no DESCRIBE QUERY, no
+history of a state); a compaction keeps it; a change, a re-created source,
+edited SQL and changed settings take the whole path, and so does the
+downstream model once its upstream shows another state; a group commit
+made while one member took the shortcut records that member at the state
+its view shows.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ def tag_counts_file(config: str = "ivm_group='pair'") -> str:
     return f"{{{{ config({config}) }}}}\n" + TAG_COUNTS.format(src="{{ source('raw', 'tag') }}")
 
 
+# An ivm model over the ivm model `grouped`, in a consistency group of its own.
+OVER_GROUPED = "select g, n * 2 as n2, sv from {upstream}"
+
+
 def messages(results) -> dict[str, str]:
     return {r.node.name: (r.adapter_response or {}).get("_message", "") for r in results}
 
@@ -54,6 +60,8 @@ class TestNoChangeShortcut(IvmProject):
             "sources.yml": SOURCES_YML,
             "grouped.sql": model_file(QUERIES["grouped"]),
             "tag_counts.sql": tag_counts_file(),
+            "over_grouped.sql": "{{ config(ivm_group='downstream') }}\n"
+            + OVER_GROUPED.format(upstream="{{ ref('grouped') }}"),
         }
 
     @pytest.fixture(scope="class")
@@ -67,11 +75,13 @@ class TestNoChangeShortcut(IvmProject):
         schema = project.test_schema
         assert_model_matches_query(spark, schema, "grouped", QUERIES["grouped"], "src")
         assert_model_matches_query(spark, schema, "tag_counts", TAG_COUNTS, "tag")
+        over = OVER_GROUPED.format(upstream=f"{schema}.grouped")
+        assert bag_difference(spark, f"SELECT * FROM {schema}.over_grouped", over).equal
 
     def test_no_change_reads_only_the_views_and_the_pins(self, project, spark, sources):
         run_dbt(["run"])
         _, log = run_dbt_and_capture(["--debug", "run"])
-        assert shortcuts(log) == {"grouped", "tag_counts"}
+        assert shortcuts(log) == {"grouped", "tag_counts", "over_grouped"}
         assert "DESCRIBE QUERY" not in log
         assert not re.search(r"DESCRIBE HISTORY \S+__ivm_state", log), "a state's history was read"
         self.check_models(project, spark)
@@ -80,7 +90,7 @@ class TestNoChangeShortcut(IvmProject):
         src, _ = sources
         spark.sql(f"OPTIMIZE {src}")
         results, log = run_dbt_and_capture(["--debug", "run"])
-        assert shortcuts(log) == {"grouped", "tag_counts"}
+        assert shortcuts(log) == {"grouped", "tag_counts", "over_grouped"}
         assert "only commits that keep the rows" in messages(results)["grouped"]
         self.check_models(project, spark)
 
@@ -88,7 +98,7 @@ class TestNoChangeShortcut(IvmProject):
         _, tag = sources
         spark.sql(f"INSERT INTO {tag} VALUES (3, 'a', 5, 1.00)")
         results, log = run_dbt_and_capture(["--debug", "run"])
-        assert shortcuts(log) == {"grouped"}
+        assert shortcuts(log) == {"grouped", "over_grouped"}
         assert messages(results)["tag_counts"].startswith("IVM incremental")
         assert "consistency group 'pair' committed" in log
         # The commit names `grouped` at the state its view shows, and a strict
@@ -106,7 +116,16 @@ class TestNoChangeShortcut(IvmProject):
         self.check_models(project, spark)
         # The publication recorded the change: the next run has none to find.
         _, log = run_dbt_and_capture(["--debug", "run"])
-        assert shortcuts(log) == {"grouped", "tag_counts"}
+        assert shortcuts(log) == {"grouped", "tag_counts", "over_grouped"}
+
+    def test_a_downstream_model_follows_its_upstream(self, project, spark, sources):
+        src, _ = sources
+        spark.sql(f"INSERT INTO {src} VALUES (9, 'a', 2, 2.00)")
+        results, log = run_dbt_and_capture(["--debug", "run"])
+        assert shortcuts(log) == {"tag_counts"}
+        assert "model.test.over_grouped: taking the whole refresh path: the upstream" in log
+        assert messages(results)["over_grouped"].startswith("IVM incremental")
+        self.check_models(project, spark)
 
     def test_edited_sql_and_settings_take_the_whole_path(self, project, spark, sources):
         edited = QUERIES["grouped"].replace("count(*) as n,", "count(*) as n, max(k) as mk,")
@@ -121,12 +140,13 @@ class TestNoChangeShortcut(IvmProject):
             results, log = run_dbt_and_capture(["--debug", "run"])
             assert shortcuts(log) == set()
             assert "SQL or its columns changed" in messages(results)["grouped"]
+            assert messages(results)["over_grouped"].startswith("IVM rebuild")
             # Other settings, same state: nothing to do, and the record is
             # written so that the next run takes the shortcut again.
             assert messages(results)["tag_counts"].startswith("IVM no changes")
             assert_model_matches_query(spark, project.test_schema, "grouped", edited, "src")
             _, log = run_dbt_and_capture(["--debug", "run"])
-            assert shortcuts(log) == {"grouped", "tag_counts"}
+            assert shortcuts(log) == {"grouped", "tag_counts", "over_grouped"}
         finally:
             write_file(
                 model_file(QUERIES["grouped"]), project.project_root, "models", "grouped.sql"
@@ -146,4 +166,5 @@ class TestNoChangeShortcut(IvmProject):
         results, log = run_dbt_and_capture(["--debug", "run"])
         assert shortcuts(log) == {"tag_counts"}
         assert "dropped and recreated" in messages(results)["grouped"]
+        assert messages(results)["over_grouped"].startswith("IVM rebuild")
         self.check_models(project, spark)

@@ -22,6 +22,7 @@ from ivm_compiler import InvalidSource, TableName, emit
 ORDERS = TableName("raw", "orders")
 CUSTOMERS = TableName("raw", "customers")
 TARGET = TableName("analytics", "m")
+UPSTREAM = TableName("analytics", "upstream")
 STATE = TableName("analytics", "m__ivm_state")
 KEY = unchanged.refresh_key("select 1", RefreshSettings(), {})
 
@@ -112,34 +113,34 @@ class TestPublication:
         assert "does not record" in Publication.of(properties, KEY)
 
 
-def publication_of(*sources: delta.SourceSnapshot) -> Publication:
+def entries_of(*sources: delta.SourceSnapshot):
     found = Publication.of(published(*sources), KEY)
     assert isinstance(found, Publication)
-    return found
+    return found.sources
 
 
 class TestCompare:
     def test_same_versions_are_no_change(self) -> None:
         pinned = {ORDERS: ORDERS_AT_4, CUSTOMERS: CUSTOMERS_AT_2}
-        assert unchanged.compare(publication_of(ORDERS_AT_4, CUSTOMERS_AT_2), pinned) is None
+        assert unchanged.compare(entries_of(ORDERS_AT_4, CUSTOMERS_AT_2), pinned) is None
 
     def test_a_commit_since_is_a_change(self) -> None:
         later = snapshot(ORDERS, *ORDERS_AT_4.recent_commits, commit(5, "2026-11-29 10:01:00.000"))
-        reason = unchanged.compare(publication_of(ORDERS_AT_4), {ORDERS: later})
+        reason = unchanged.compare(entries_of(ORDERS_AT_4), {ORDERS: later})
         assert reason == f"{ORDERS} is at version 5, recorded at 4"
 
     def test_only_compactions_since_keep_the_rows(self) -> None:
         later = snapshot(
             ORDERS, *ORDERS_AT_4.recent_commits, commit(5, "2026-11-29 10:01:00.000", "OPTIMIZE")
         )
-        found = unchanged.compare(publication_of(ORDERS_AT_4), {ORDERS: later})
+        found = unchanged.compare(entries_of(ORDERS_AT_4), {ORDERS: later})
         assert found == ONLY_PRESERVING_COMMITS
 
     def test_a_table_recreated_to_the_recorded_version_is_not_the_recorded_one(self) -> None:
         recreated = snapshot(
             ORDERS, commit(3, "2026-11-29 11:00:00.000"), commit(4, "2026-11-29 11:00:05.000")
         )
-        reason = unchanged.compare(publication_of(ORDERS_AT_4), {ORDERS: recreated})
+        reason = unchanged.compare(entries_of(ORDERS_AT_4), {ORDERS: recreated})
         assert reason == f"{ORDERS} may not be the table recorded at version 4"
 
     def test_a_replace_in_the_log_since_is_a_change(self) -> None:
@@ -148,15 +149,21 @@ class TestCompare:
             *ORDERS_AT_4.recent_commits,
             commit(5, "2026-11-29 10:01:00.000", "CREATE OR REPLACE TABLE AS SELECT"),
         )
-        reason = unchanged.compare(publication_of(ORDERS_AT_4), {ORDERS: replaced})
+        reason = unchanged.compare(entries_of(ORDERS_AT_4), {ORDERS: replaced})
         assert reason == f"{ORDERS} may not be the table recorded at version 4"
 
 
 class FakeRunner:
-    """Answers the view's properties and text; records every statement."""
+    """Answers views' properties and the model's view text; records every statement."""
 
-    def __init__(self, properties: dict[str, str], view_version: int = 7) -> None:
+    def __init__(
+        self,
+        properties: dict[str, str],
+        view_version: int = 7,
+        upstream: dict[str, str] | None = None,
+    ) -> None:
         self.properties = properties
+        self.upstream = upstream or {}
         self.text = f"SELECT a FROM {STATE.sql()} VERSION AS OF {view_version}"
         self.statements: list[str] = []
 
@@ -167,8 +174,10 @@ class FakeRunner:
 
     def query(self, sql: str) -> tuple[list[str], Sequence[Sequence[Any]]]:
         self.statements.append(sql)
-        if sql.startswith("SHOW TBLPROPERTIES"):
+        if sql == delta.show_properties(TARGET):
             return ["key", "value"], list(self.properties.items())
+        if sql == delta.show_properties(UPSTREAM):
+            return ["key", "value"], list(self.upstream.items())
         if sql.startswith("DESCRIBE TABLE EXTENDED"):
             return ["col_name", "data_type", "comment"], [("View Text", self.text, "")]
         raise AssertionError(f"unexpected statement {sql}")
@@ -177,7 +186,7 @@ class FakeRunner:
         raise AssertionError(f"the check writes nothing: {sql}")
 
 
-def check(runner: FakeRunner, pins: dict[TableName, delta.SourceSnapshot], plain: bool = True):
+def check(runner: FakeRunner, pins: dict[TableName, delta.SourceSnapshot], way=unchanged.SOURCE):
     pinned: list[TableName] = []
 
     def pin(table: TableName) -> delta.SourceSnapshot:
@@ -185,7 +194,7 @@ def check(runner: FakeRunner, pins: dict[TableName, delta.SourceSnapshot], plain
         return pins[table]
 
     found = unchanged.check(
-        runner, TARGET, STATE, runner.view_properties(), KEY, pin, lambda table: plain
+        runner, TARGET, STATE, runner.view_properties(), KEY, pin, lambda table: way
     )
     return found, pinned
 
@@ -197,6 +206,7 @@ class TestCheck:
         assert isinstance(found, Unchanged)
         assert found.reason == NO_SOURCE_COMMITS
         assert found.publication.state_version == 7 and pinned == [ORDERS]
+        assert found.versions == {ORDERS: 4}
         # What a group's commit records for the member: the view as it is.
         assert found.view_sql.startswith("CREATE OR REPLACE VIEW `analytics`.`m` AS SELECT")
         assert "VERSION AS OF 7" in found.view_sql
@@ -215,8 +225,9 @@ class TestCheck:
         assert runner.statements == [delta.show_properties(TARGET)]
 
     def test_models_among_the_sources_are_left_to_the_whole_path_unpinned(self) -> None:
-        found, pinned = check(FakeRunner(published(ORDERS_AT_4)), {}, plain=False)
-        assert isinstance(found, str) and "reads dbt models" in found and pinned == []
+        found, pinned = check(FakeRunner(published(ORDERS_AT_4)), {}, way="table")
+        assert found == f"it reads {ORDERS} (table), which the whole path pins"
+        assert pinned == []
 
     def test_a_source_that_cannot_be_pinned_is_left_to_the_whole_path(self) -> None:
         def refuse(table: TableName) -> delta.SourceSnapshot:
@@ -224,10 +235,70 @@ class TestCheck:
 
         runner = FakeRunner(published(ORDERS_AT_4))
         found = unchanged.check(
-            runner, TARGET, STATE, runner.view_properties(), KEY, refuse, lambda table: True
+            runner, TARGET, STATE, runner.view_properties(), KEY, refuse, lambda t: unchanged.SOURCE
         )
         assert isinstance(found, str) and "is a view" in found
 
     def test_the_record_is_json_a_reader_can_follow(self) -> None:
         record = json.loads(published(ORDERS_AT_4)[unchanged.SOURCES_PROPERTY])
         assert record == {"raw.orders": {"committed_at": "2026-11-29 10:00:05.000", "version": 4}}
+
+
+# An upstream ivm model's view as its own publication left it (state version 3).
+UPSTREAM_VIEW = {
+    unchanged.KEY_PROPERTY: "its key",
+    unchanged.SOURCES_PROPERTY: '{"raw.orders": {"version": 4}}',
+    emit.STATE_VERSION_PROPERTY: "3",
+}
+
+
+def over_upstream() -> dict[str, str]:
+    """The model's view, published over ORDERS and the upstream's state version 3."""
+    upstream = delta.SourceSnapshot(UPSTREAM, None, 3)
+    record = unchanged.sources_property(
+        [ORDERS_AT_4, upstream], [ORDERS, UPSTREAM], {UPSTREAM: UPSTREAM_VIEW}
+    )
+    return {**published(ORDERS_AT_4), unchanged.SOURCES_PROPERTY: record}
+
+
+class TestUpstreamModels:
+    def read_as(self, table: TableName) -> str:
+        return unchanged.PUBLISHED if table == UPSTREAM else unchanged.SOURCE
+
+    def check(self, runner: FakeRunner):
+        return unchanged.check(
+            runner,
+            TARGET,
+            STATE,
+            runner.view_properties(),
+            KEY,
+            {ORDERS: ORDERS_AT_4}.get,
+            self.read_as,
+        )
+
+    def test_an_upstream_showing_what_was_recorded_is_no_change(self) -> None:
+        found = self.check(FakeRunner(over_upstream(), upstream=UPSTREAM_VIEW))
+        assert isinstance(found, Unchanged)
+        assert found.versions == {ORDERS: 4, UPSTREAM: 3}
+
+    @pytest.mark.parametrize(
+        "shown",
+        [
+            {**UPSTREAM_VIEW, emit.STATE_VERSION_PROPERTY: "4"},
+            # Re-published at the same state version from other sources.
+            {**UPSTREAM_VIEW, unchanged.SOURCES_PROPERTY: '{"raw.orders": {"version": 5}}'},
+            {emit.STATE_VERSION_PROPERTY: "3"},
+        ],
+    )
+    def test_an_upstream_showing_anything_else_takes_the_whole_path(self, shown) -> None:
+        found = self.check(FakeRunner(over_upstream(), upstream=shown))
+        assert found == f"the upstream ivm model {UPSTREAM} shows another state than recorded"
+
+    def test_an_upstream_recorded_without_a_digest_takes_the_whole_path(self) -> None:
+        # Published over an upstream whose view had no record yet.
+        upstream = delta.SourceSnapshot(UPSTREAM, None, 3)
+        record = unchanged.sources_property([ORDERS_AT_4, upstream], [ORDERS, UPSTREAM], {})
+        runner = FakeRunner(
+            {**published(ORDERS_AT_4), unchanged.SOURCES_PROPERTY: record}, upstream=UPSTREAM_VIEW
+        )
+        assert isinstance(self.check(runner), str)

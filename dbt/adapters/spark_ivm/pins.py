@@ -141,14 +141,19 @@ class Pins:
             commits = schema_changes.schema_commits(columns, rows)
         return tuple(c for c in commits if c.version > after)
 
+    def same_group(self, table: TableName) -> bool:
+        """Whether `table` is a member of the model's consistency group in this run."""
+        progress = self.publisher.progress if self.publisher else None
+        return progress is not None and str(table).lower() in {
+            str(m.relation).lower() for m in progress.group.members
+        }
+
     def _pin_for_run(
         self, table: TableName, upstream: UpstreamModel | None
     ) -> delta.SourceSnapshot:
         progress = self.publisher.progress if self.publisher else None
         key = str(table).lower()
-        same_group = progress is not None and key in {
-            str(m.relation).lower() for m in progress.group.members
-        }
+        same_group = self.same_group(table)
         if progress is None or same_group:
             return self._pin_now(table, upstream, use_published=not same_group)
         assert self.publisher is not None and self.publisher.group_run is not None

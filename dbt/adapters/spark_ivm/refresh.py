@@ -157,8 +157,12 @@ class Refresh:
     own_session: bool = False
     _started: float = field(default_factory=time.monotonic, init=False, repr=False)
     _split: nodes.Split | None = field(default=None, init=False, repr=False)
-    # The properties of the model's view, read once (None: not yet).
+    # The properties of the model's view, read once (None: not yet), and of
+    # the upstream ivm models' views, as the compile read them.
     _view_properties: dict[str, str] | None = field(default=None, init=False, repr=False)
+    _upstream_properties: dict[TableName, dict[str, str]] = field(
+        default_factory=dict, init=False, repr=False
+    )
     # Made in __post_init__ from the fields above.
     pins: Pins = field(init=False, repr=False)
     history: StateHistory = field(init=False, repr=False)
@@ -207,7 +211,7 @@ class Refresh:
             self._view_properties,
             self.key,
             pin=self.pins.pin,
-            plain_source=lambda table: str(table).lower() not in self.upstream_materializations,
+            read_as=self._read_as,
         )
         if isinstance(found, str):
             self.log.debug(f"{self.model}: taking the whole refresh path: {found}")
@@ -217,7 +221,7 @@ class Refresh:
         result = RefreshResult(
             action=Action.NO_CHANGE,
             reason=found.reason,
-            source_versions={str(t): found.pinned[t].version for t in publication.read},
+            source_versions={str(t): found.versions[t] for t in publication.read},
             previous_versions={
                 str(t): int(publication.sources[t]["version"]) for t in publication.read
             },
@@ -238,6 +242,19 @@ class Refresh:
                 )
             )
         return result
+
+    def _read_as(self, table: TableName) -> str:
+        """How the refresh reads `table`: unchanged.SOURCE, PUBLISHED, or its materialization."""
+        materialized = self.upstream_materializations.get(str(table).lower())
+        if materialized is None:
+            return unchanged.SOURCE
+        if (
+            materialized == "ivm"
+            and self.relations.exists(table) == "view"
+            and not self.pins.same_group(table)
+        ):
+            return unchanged.PUBLISHED
+        return materialized
 
     def _refresh(self) -> RefreshResult:
         """The whole path: compile, pin, read the state's record, decide, write, publish."""
@@ -272,7 +289,9 @@ class Refresh:
         tables = source_tables(parse_model(self.model, split.sql))
         if split.nodes:
             tables += source_tables(parse_statement(self.model, self.sql))
-        upstreams = upstream_models(self.runner, dict.fromkeys(tables), self.relations.exists)
+        upstreams = upstream_models(
+            self.runner, dict.fromkeys(tables), self.relations.exists, self._upstream_properties
+        )
         return compile_model(
             self.model,
             split.sql,
@@ -596,7 +615,9 @@ class Refresh:
         # What the no-change shortcut reads back (unchanged.py).
         record = {
             unchanged.KEY_PROPERTY: self.key,
-            unchanged.SOURCES_PROPERTY: unchanged.sources_property(recorded, pinned),
+            unchanged.SOURCES_PROPERTY: unchanged.sources_property(
+                recorded, pinned, self._upstream_properties
+            ),
         }
         published = emit.Published(
             state_version=state_version,

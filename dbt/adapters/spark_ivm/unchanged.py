@@ -6,8 +6,11 @@ the table from a re-created one, as the state's commit metadata records
 them) and what the model was compiled from (`KEY_PROPERTY`, `refresh_key`:
 its SQL, its settings, the materializations of the models it reads, the
 plugin and state format). A refresh with the view's key whose sources are
-plain Delta tables still at those versions has nothing to apply, and knows
-it from the view's properties and text and the sources' pins alone: no
+still at those versions has nothing to apply, and knows it from the view's
+properties and text, the sources' pins, and the properties of the views
+of upstream ivm models (an upstream of another consistency group is read at
+the state its view shows, and its record, hashed in `upstream_digest`,
+says which rows those are) alone: no
 compile (two or more DESCRIBE QUERYs and 0.3-0.5 s of Python) and no read of
 the state's history (a Spark job, 0.3-0.4 s even on an unchanged table).
 Anything else takes the whole path (refresh.py), which decides the same in
@@ -38,7 +41,7 @@ from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_C
 from dbt.adapters.spark_ivm.publish import Runner
 from dbt.adapters.spark_ivm.settings import RefreshSettings
 from dbt.adapters.spark_ivm.state_history import table_name_of
-from dbt.adapters.spark_ivm.upstreams import version_read, view_text
+from dbt.adapters.spark_ivm.upstreams import properties, version_read, view_text
 from ivm_compiler import InvalidSource, TableName, emit
 from ivm_compiler.compile import STATE_FORMAT_VERSION
 from ivm_compiler.sql import DIALECT
@@ -49,6 +52,16 @@ SOURCES_PROPERTY = "spark_ivm.published_sources"
 # Marks a source entry that only the model's plan nodes read: the refresh's
 # result names the model's own sources only.
 THROUGH_NODES = "through_nodes"
+# An upstream ivm model's entry: what its view showed (upstream_digest).
+UPSTREAM = "upstream"
+
+# How a refresh reads each source, as the check is told (refresh.py): a plain
+# Delta table is pinned; an ivm model of another consistency group is read at
+# the state its view shows. Anything else (a `table` or `seed` model, a
+# member of the model's own group, a model built by ivm_fallback) takes the
+# whole path.
+SOURCE = "source"
+PUBLISHED = "published"
 
 # Settings that never change what a refresh compiles: a full refresh never
 # takes the shortcut, and a view with docs is recreated on every run.
@@ -78,14 +91,45 @@ def refresh_key(
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def sources_property(recorded: Sequence[delta.SourceSnapshot], read: Iterable[TableName]) -> str:
-    """SOURCES_PROPERTY's value: each recorded source's identity; `read`, the model's own."""
+def upstream_digest(view_properties: Mapping[str, str]) -> str | None:
+    """What an ivm model's view shows, hashed: its state version and the record behind it.
+
+    Equal digests mean equal rows: the same key and source versions give the
+    same query over the same source snapshots (None: a view without a record).
+
+    >>> shown = {KEY_PROPERTY: "k", SOURCES_PROPERTY: "{}", emit.STATE_VERSION_PROPERTY: "3"}
+    >>> upstream_digest(shown) == upstream_digest({**shown, emit.STATE_VERSION_PROPERTY: "4"})
+    False
+    >>> upstream_digest({emit.STATE_VERSION_PROPERTY: "3"}) is None
+    True
+    """
+    names = (emit.STATE_VERSION_PROPERTY, KEY_PROPERTY, SOURCES_PROPERTY)
+    parts = [view_properties.get(name) for name in names]
+    if any(part is None for part in parts):
+        return None
+    return hashlib.sha256("\n".join(str(part) for part in parts).encode()).hexdigest()[:32]
+
+
+def sources_property(
+    recorded: Sequence[delta.SourceSnapshot],
+    read: Iterable[TableName],
+    upstreams: Mapping[TableName, Mapping[str, str]] | None = None,
+) -> str:
+    """SOURCES_PROPERTY's value: each recorded source's identity.
+
+    `read`: the model's own sources; `upstreams`: the view properties of the
+    upstream ivm models among them, as the compile read them.
+    """
     own = {str(table).lower() for table in read}
+    digests = {str(t).lower(): upstream_digest(p) for t, p in (upstreams or {}).items()}
     entries: dict[str, dict[str, Any]] = {}
     for source in recorded:
         entry = delta.source_identity(source)
-        if str(source.table).lower() not in own:
+        key = str(source.table).lower()
+        if key not in own:
             entry[THROUGH_NODES] = True
+        if digests.get(key) is not None:
+            entry[UPSTREAM] = digests[key]
         entries[str(source.table)] = entry
     return json.dumps(entries, sort_keys=True)
 
@@ -122,23 +166,25 @@ class Unchanged:
     """A model whose view shows its query at every source's pin: NO_CHANGE, and why."""
 
     publication: Publication
-    pinned: Mapping[TableName, delta.SourceSnapshot]
+    # The version each source is read at now (the pin, or an upstream's shown state).
+    versions: Mapping[TableName, int]
     reason: str
     # The view's text, which a consistency group's commit records for the member.
     view_sql: str
 
 
 def compare(
-    publication: Publication, pinned: Mapping[TableName, delta.SourceSnapshot]
+    entries: Mapping[TableName, Mapping[str, Any]],
+    pinned: Mapping[TableName, delta.SourceSnapshot],
 ) -> str | None:
-    """Why the pins differ from what the view shows (None: no change); pure.
+    """Why the pins differ from the recorded entries (None: no change); pure.
 
     A source is unchanged at its recorded version, or after it with only
     commits that keep its rows (OPTIMIZE, VACUUM, property changes), and only
     when the history tells it is the same table (delta.SourceSnapshot.same_table).
     """
     preserving = False
-    for table, entry in publication.sources.items():
+    for table, entry in entries.items():
         snapshot = pinned[table]
         recorded = int(entry["version"])
         if snapshot.same_table(entry) is not True:
@@ -152,6 +198,16 @@ def compare(
     return ONLY_PRESERVING_COMMITS if preserving else None
 
 
+def compare_upstream(
+    table: TableName, entry: Mapping[str, Any], shown: Mapping[str, str]
+) -> str | None:
+    """Why an upstream ivm model's view shows other rows than recorded (None: the same); pure."""
+    digest = upstream_digest(shown)
+    if digest is None or digest != entry.get(UPSTREAM):
+        return f"the upstream ivm model {table} shows another state than recorded"
+    return None
+
+
 def check(
     runner: Runner,
     target: TableName,
@@ -159,34 +215,44 @@ def check(
     view_properties: Mapping[str, str],
     key: str,
     pin: Callable[[TableName], delta.SourceSnapshot],
-    plain_source: Callable[[TableName], bool],
+    read_as: Callable[[TableName], str],
 ) -> Unchanged | str:
     """NO_CHANGE from the view's record, or why the refresh must take the whole path.
 
-    Besides the view's properties (which the whole path reads too), the
-    sources' pins (which it reuses, as do the invocation's other models)
-    and, only when every pin matches, the view's text.
+    Besides the view's properties (which the whole path reads too): the
+    sources' pins (which it reuses, as do the invocation's other models),
+    the properties of upstream ivm models' views, and, only when all match,
+    the view's text.
     """
     publication = Publication.of(view_properties, key)
     if isinstance(publication, str):
         return publication
-    models = [str(t) for t in publication.sources if not plain_source(t)]
-    if models:
-        return f"it reads dbt models ({', '.join(models)}), whose pins the whole path reads"
+    ways = {table: read_as(table) for table in publication.sources}
+    others = [f"{t} ({way})" for t, way in ways.items() if way not in (SOURCE, PUBLISHED)]
+    if others:
+        return f"it reads {', '.join(others)}, which the whole path pins"
+    sources = {t: e for t, e in publication.sources.items() if ways[t] == SOURCE}
     try:
-        pinned = {table: pin(table) for table in publication.sources}
+        pinned = {table: pin(table) for table in sources}
     except InvalidSource as invalid:
         return str(invalid)
-    differs = compare(publication, pinned)
+    differs = compare(sources, pinned)
     if differs is not None and differs != ONLY_PRESERVING_COMMITS:
         return differs
+    versions = {table: snapshot.version for table, snapshot in pinned.items()}
+    for table, entry in publication.sources.items():
+        if ways[table] == PUBLISHED:
+            upstream = compare_upstream(table, entry, properties(runner, table))
+            if upstream is not None:
+                return upstream
+            versions[table] = int(entry["version"])
     text = view_text(runner, target)
     view = parse_one(text, read=DIALECT) if text else None
     if view is None or version_read(view, state) != publication.state_version:
         return f"its view does not read {state} at the version its properties name"
     return Unchanged(
         publication=publication,
-        pinned=pinned,
+        versions=versions,
         reason=differs or NO_SOURCE_COMMITS,
         view_sql=exp.Create(this=target.to_table(), kind="VIEW", replace=True, expression=view).sql(
             dialect=DIALECT

@@ -51,19 +51,27 @@ def upstream_models(
     runner: Runner,
     tables: Iterable[TableName],
     relation_exists: Callable[[TableName], str | None],
+    view_properties: dict[TableName, dict[str, str]] | None = None,
 ) -> dict[TableName, UpstreamModel]:
-    """The sources that are ivm models: views that name their state table."""
+    """The sources that are ivm models: views that name their state table.
+
+    `view_properties` collects the properties of each ivm model's view (what
+    its publication recorded, which the no-change shortcut compares).
+    """
     found = {}
     for table in tables:
         if relation_exists(table) != "view":
             continue
-        state = properties(runner, table).get(emit.STATE_PROPERTY)
+        shown = properties(runner, table)
+        state = shown.get(emit.STATE_PROPERTY)
         if not state:
             continue  # a plain view: pinning it explains why it cannot be read
         text = view_text(runner, table)
         assert text is not None, f"{table} is a view without a view text"
         view = parse_one(text, read=DIALECT)
         assert isinstance(view, exp.Select), f"{table}'s view text is not a SELECT"
+        if view_properties is not None:
+            view_properties[table] = shown
         state_table = table_name_of(state)
         found[table] = UpstreamModel(
             state=state_table,
