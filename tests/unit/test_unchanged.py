@@ -294,6 +294,12 @@ class TestUpstreamModels:
         found = self.check(FakeRunner(over_upstream(), upstream=shown))
         assert found == f"the upstream ivm model {UPSTREAM} shows another state than recorded"
 
+    def test_an_upstream_read_at_another_state_than_shown_records_no_digest(self) -> None:
+        # A member of the same group, read at the state it had just written (4).
+        staged = delta.SourceSnapshot(UPSTREAM, None, 4)
+        record = unchanged.sources_property([staged], [UPSTREAM], {UPSTREAM: UPSTREAM_VIEW})
+        assert json.loads(record) == {str(UPSTREAM): {"version": 4}}
+
     def test_an_upstream_recorded_without_a_digest_takes_the_whole_path(self) -> None:
         # Published over an upstream whose view had no record yet.
         upstream = delta.SourceSnapshot(UPSTREAM, None, 3)

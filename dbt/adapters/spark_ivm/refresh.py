@@ -181,13 +181,13 @@ class Refresh:
         )
         self.history = StateHistory(self.runner, self.state)
 
-    # -- 1. compile -------------------------------------------------------------
-
     def run(self) -> RefreshResult:
         self._started = time.monotonic()
         result = self._unchanged() or self._refresh()
         result.seconds = time.monotonic() - self._started
         return result
+
+    # -- 0. unchanged since published? ------------------------------------------
 
     @cached_property
     def key(self) -> str:
@@ -255,6 +255,8 @@ class Refresh:
         ):
             return unchanged.PUBLISHED
         return materialized
+
+    # -- 1. compile -------------------------------------------------------------
 
     def _refresh(self) -> RefreshResult:
         """The whole path: compile, pin, read the state's record, decide, write, publish."""

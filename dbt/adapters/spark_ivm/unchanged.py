@@ -118,18 +118,22 @@ def sources_property(
     """SOURCES_PROPERTY's value: each recorded source's identity.
 
     `read`: the model's own sources; `upstreams`: the view properties of the
-    upstream ivm models among them, as the compile read them.
+    upstream ivm models among them, as the compile read them. An upstream's
+    digest is recorded only where it was read at the state its view showed
+    (not a member of the same group read at the state it had just written).
     """
     own = {str(table).lower() for table in read}
-    digests = {str(t).lower(): upstream_digest(p) for t, p in (upstreams or {}).items()}
+    shown = {str(table).lower(): p for table, p in (upstreams or {}).items()}
     entries: dict[str, dict[str, Any]] = {}
     for source in recorded:
         entry = delta.source_identity(source)
         key = str(source.table).lower()
         if key not in own:
             entry[THROUGH_NODES] = True
-        if digests.get(key) is not None:
-            entry[UPSTREAM] = digests[key]
+        view = shown.get(key, {})
+        digest = upstream_digest(view)
+        if digest is not None and view[emit.STATE_VERSION_PROPERTY] == str(source.version):
+            entry[UPSTREAM] = digest
         entries[str(source.table)] = entry
     return json.dumps(entries, sort_keys=True)
 
