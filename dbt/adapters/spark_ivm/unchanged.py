@@ -6,13 +6,13 @@ the table from a re-created one, as the state's commit metadata records
 them) and what the model was compiled from (`KEY_PROPERTY`, `refresh_key`:
 its SQL, its settings, the materializations of the models it reads, the
 plugin and state format). A refresh with the view's key whose sources are
-still at those versions has nothing to apply, and knows it from the view's
-properties and text, the sources' pins, and the properties of the views
-of upstream ivm models (an upstream of another consistency group is read at
-the state its view shows, and its record, hashed in `upstream_digest`,
-says which rows those are) alone: no
-compile (two or more DESCRIBE QUERYs and 0.3-0.5 s of Python) and no read of
-the state's history (a Spark job, 0.3-0.4 s even on an unchanged table).
+still at those versions has nothing to apply. It knows so from the view's
+properties and text, the sources' pins and the properties of upstream ivm
+models' views alone (an upstream of another consistency group is read at
+the state its view shows, and that view's own record, hashed by
+`upstream_digest`, says which rows those are): no compile (DESCRIBE QUERYs,
+dbt's listing of the sources, 0.2-0.5 s of Python) and no read of the
+state's history (a Spark job, 0.2-0.5 s even on an unchanged table).
 Anything else takes the whole path (refresh.py), which decides the same in
 these cases.
 
