@@ -1,10 +1,10 @@
 """The Spark jobs of one guarded MERGE into a small state, by what Delta says they do (issue 20).
 
-The MERGE as `write_forms.py` shapes it (a guard source row, DELETE, UPDATE,
-INSERT and the stale-guard clause), a three-row change into a state of
-1,000 rows, REPS times; prints each MERGE's seconds and job count, and the
-jobs of one of them grouped by their description. Extra arguments are
-session confs (`key=value`) to compare, set before the state is created.
+The guarded MERGE of `small_state.py` (as `write_forms.py` times it), its
+three-row change into a state of 1,000 rows, REPS times; prints each
+MERGE's seconds and job count, and the jobs of the last one grouped by
+their description. Extra arguments are session confs (`key=value`) to
+compare, set before the state is created.
 
     REPS=8 PYTHONPATH=bench .venv/bin/python bench/micro/merge_jobs.py
     PYTHONPATH=bench .venv/bin/python bench/micro/merge_jobs.py \\
@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from micro.small_state import CHANGE_VIEW, CREATE_STATE, GUARDED_MERGE
 from tpch_bench.spark_session import start_session
 
 WORK = Path(__file__).resolve().parents[1] / "work" / "micro"
@@ -44,28 +45,13 @@ def jobs() -> dict[int, str]:
 
 
 spark.sql("CREATE SCHEMA IF NOT EXISTS s")
-spark.sql("""CREATE OR REPLACE TEMP VIEW chg AS SELECT * FROM VALUES
-  (1, 1L, CAST(5 AS DECIMAL(20,2))), (2, -3L, CAST(-4 AS DECIMAL(20,2))),
-  (-7, 1L, CAST(7 AS DECIMAL(20,2))) AS t(k, cnt, total)""")
+spark.sql(CHANGE_VIEW)
 spark.sql("DROP TABLE IF EXISTS s.state")
-spark.sql("""CREATE TABLE s.state USING delta AS
-  SELECT k, cnt, total, CAST(NULL AS STRING) AS g
-  FROM (SELECT id AS k, 3L AS cnt, CAST(id * 2 AS DECIMAL(20,2)) AS total FROM range(1000))
-  UNION ALL SELECT NULL, NULL, NULL, 'g0'""")
+spark.sql(CREATE_STATE, args={"n": 1000})
 
 
 def merge(round_: int) -> None:
-    spark.sql(
-        """MERGE INTO s.state t
-    USING (SELECT c.*, gc.g FROM chg c FULL OUTER JOIN (SELECT :r AS g) gc ON false) s
-    ON t.k <=> s.k AND t.g <=> s.g
-    WHEN MATCHED AND s.g IS NOT NULL THEN UPDATE SET t.g = :w
-    WHEN MATCHED AND t.cnt + s.cnt = 0 THEN DELETE
-    WHEN MATCHED THEN UPDATE SET t.cnt = t.cnt + s.cnt, t.total = t.total + s.total
-    WHEN NOT MATCHED AND s.g IS NULL THEN INSERT (k, cnt, total, g) VALUES (s.k, s.cnt, s.total, NULL)
-    WHEN NOT MATCHED AND s.g IS NOT NULL THEN INSERT (g) VALUES (raise_error('guard'))""",
-        args={"r": f"g{round_}", "w": f"g{round_ + 1}"},
-    ).collect()
+    spark.sql(GUARDED_MERGE, args={"r": f"g{round_}", "w": f"g{round_ + 1}"}).collect()
 
 
 seconds, counts, kinds = [], [], collections.Counter[str]()

@@ -18,6 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
+from micro.small_state import CHANGE_VIEW, CREATE_STATE, GUARDED_MERGE
 from tpch_bench.spark_session import start_session
 
 WORK = Path(__file__).resolve().parents[1] / "work" / "micro"
@@ -27,19 +28,12 @@ st = sc.statusTracker()
 REPS = int(os.environ.get("REPS", "8"))
 spark.sql("create schema if not exists s")
 # A change of three rows: one key updated, one emptied (its count goes to 0), one new.
-spark.sql("""create or replace temp view chg as select * from values
-  (1, 1L, cast(5 as decimal(20,2))), (2, -3L, cast(-4 as decimal(20,2))), (-7, 1L, cast(7 as decimal(20,2)))
-  as t(k, cnt, total)""")
+spark.sql(CHANGE_VIEW)
 
 
 def setup(n):
     spark.sql("drop table if exists s.state")
-    spark.sql(
-        """create table s.state using delta as
-     select k, cnt, total, cast(null as string) as g from (select id as k, 3L as cnt, cast(id*2 as decimal(20,2)) as total from range(:n))
-     union all select null, null, null, 'g0'""",
-        args={"n": n},
-    )
+    spark.sql(CREATE_STATE, args={"n": n})
 
 
 gid = [0]
@@ -55,16 +49,7 @@ def merge(conf=None):
     r, w = ids()
     if conf:
         spark.conf.set("spark.databricks.delta.merge.materializeSource", conf)
-    spark.sql(
-        """merge into s.state t using (select c.*, gc.g from chg c full outer join (select :r as g) gc on false) s
-    on t.k <=> s.k and t.g <=> s.g
-    when matched and s.g is not null then update set t.g = :w
-    when matched and t.cnt + s.cnt = 0 then delete
-    when matched then update set t.cnt = t.cnt + s.cnt, t.total = t.total + s.total
-    when not matched and s.g is null then insert (k, cnt, total, g) values (s.k, s.cnt, s.total, null)
-    when not matched and s.g is not null then insert (g) values (raise_error('guard'))""",
-        args={"r": r, "w": w},
-    ).collect()
+    spark.sql(GUARDED_MERGE, args={"r": r, "w": w}).collect()
     if conf:
         spark.conf.unset("spark.databricks.delta.merge.materializeSource")
 
