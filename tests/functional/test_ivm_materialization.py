@@ -7,11 +7,13 @@ history, and the messages dbt shows.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
+from dbt.adapters.spark_ivm import delta
 from tests.functional.ivm_checks import (
     assert_model_matches_query,
     bag_difference,
@@ -85,9 +87,16 @@ class TestIvmMaterialization(IvmProject):
         spark.sql(f"INSERT INTO {source_table} VALUES (2, 'b', 5, NULL), (1, 'a', 1, 1.50)")
         spark.sql(f"UPDATE {source_table} SET v = 7 WHERE k IS NULL")
         spark.sql(f"DELETE FROM {source_table} WHERE g = 'b'")
-        results = run_dbt(["build"])
+        results, log = run_dbt_and_capture(["--debug", "build"])
         messages = _messages(results)
         assert messages["grouped"].startswith("IVM incremental"), messages
+        # The state's version after the MERGE comes from the connection's own
+        # session (sessions.py; a Thrift server's session), not its history.
+        merged = list(re.finditer(r"MERGE INTO \S*grouped__ivm_state", log))
+        assert merged, "no MERGE into the state in the log"
+        after = log[merged[-1].end() :]
+        assert delta.LAST_COMMIT_CONF in after
+        assert not re.search(r"DESCRIBE HISTORY \S*grouped__ivm_state", after)
         for model in ("grouped", "drops_key"):
             version = assert_model_matches_query(spark, schema, model, QUERIES[model], "src")
             assert version == latest_version(spark, source_table)

@@ -13,6 +13,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from dbt.adapters.contracts.connection import ConnectionState
 from dbt.adapters.spark.connections import (
     SparkConnectionManager,
     SparkConnectionMethod,
@@ -78,6 +79,21 @@ class SparkIvmConnectionManager(SparkConnectionManager):
         # state a failed statement left behind (a commit-metadata SET whose
         # RESET never ran), or their transport may be broken. Never reused.
         self._failed_handles: weakref.WeakSet = weakref.WeakSet()
+
+    @classmethod
+    def open(cls, connection):
+        """dbt-spark's open; in the embedded runtime, with a Spark session of the connection's own."""
+        if connection.state == ConnectionState.OPEN:
+            return connection
+        connection = super().open(connection)
+        if connection.credentials.method == SparkConnectionMethod.SESSION:
+            from dbt.adapters.spark_ivm.sessions import OwnSessionConnection, OwnSessionWrapper
+
+            parameters = connection.credentials.server_side_parameters
+            connection.handle = OwnSessionWrapper(
+                OwnSessionConnection(server_side_parameters=parameters)
+            )
+        return connection
 
     def add_query(self, sql: str, *args: Any, **kwargs: Any):
         try:

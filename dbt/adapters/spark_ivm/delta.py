@@ -29,11 +29,13 @@ from ivm_compiler.sql import DIALECT
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 METADATA_MARKER = "spark_ivm"
 
-# In the embedded runtime every dbt thread (and anything else in the process)
-# shares one SparkSession, so a session conf set for one commit is seen by any
-# statement another thread runs meanwhile. The plugin's commits run under this
-# lock: a refresh sets and resets its commit metadata inside it, and the commit
-# log's appends wait for it, so no plugin commit carries another's metadata.
+# Over a Thrift server with singleSession every connection (each dbt thread's,
+# and other clients') shares one SparkSession, so a session conf set for one
+# commit is seen by any statement another runs meanwhile; so did every dbt
+# thread of the embedded runtime before each connection had a session of its
+# own (sessions.py). The plugin's commits run under this lock: a refresh sets
+# and resets its commit metadata inside it, and the commit log's appends wait
+# for it, so no commit of this process's plugin carries another's metadata.
 # (Delta's idempotent-write confs were tried for concurrent refreshes of one
 # model and dropped for this reason: another thread's INSERT into a source,
 # made while they were set, would be skipped as a repeat.)
@@ -41,7 +43,8 @@ COMMIT_LOCK = threading.Lock()
 
 # Delta sets this session conf to the version of every commit the session
 # makes. Where no other client shares the connection's Spark session (a Thrift
-# server's session per connection), the version a refresh's commit made is read
+# server's session per connection, the embedded runtime's session per
+# connection), the version a refresh's commit made is read
 # from it: 0.03-0.06 s for unsetting it before the commit and reading it after,
 # where the state's DESCRIBE HISTORY took 0.26-0.43 s (a Thrift server, 2026-11-29).
 LAST_COMMIT_CONF = "spark.databricks.delta.lastCommitVersionInSession"

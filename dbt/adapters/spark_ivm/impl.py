@@ -346,10 +346,12 @@ class SparkIvmAdapter(SparkAdapter):
         """Whether no other client shares the connection's Spark session (StateWrites.own_session).
 
         A Spark Thrift Server gives each connection a session of its own unless
-        it runs with singleSession; the embedded runtime's session is the
-        whole process's.
+        it runs with singleSession; the embedded runtime gives each connection
+        one too (sessions.py).
         """
         credentials = self.config.credentials
+        if credentials.method == SparkConnectionMethod.SESSION:
+            return True
         if credentials.method != SparkConnectionMethod.THRIFT:
             return False
         key = (str(credentials.host), int(credentials.port))

@@ -79,8 +79,9 @@ class StateWrites:
         default=lambda refresh_id, guard: {}
     )
     # True when no other thread or client shares the connection's Spark session
-    # (a Thrift server's session, never the embedded runtime's): each commit's
-    # version is then read from Delta's session conf and told to `committed`.
+    # (a Thrift server's session unless it runs with singleSession; the embedded
+    # runtime's, sessions.py): each commit's version is then read from Delta's
+    # session conf and told to `committed`.
     own_session: bool = False
     committed: Callable[[int], None] = field(default=lambda version: None)
 

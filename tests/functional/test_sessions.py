@@ -1,0 +1,90 @@
+"""A Spark session of its own per connection of the embedded runtime (sessions.py), on real Spark.
+
+What the refresh counts on: a conf set on one connection (a commit's
+metadata, the version of its last commit) is seen by no other connection and
+by no other code of the process, and a connection's session outlives it
+only when nothing failed on it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.spark_ivm import delta, sessions
+from dbt.adapters.spark_ivm.runtime import session_configs
+from tests.conftest import ANSI_CONF, RUNTIME_DIR, SPEED_CONF
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "own_sessions"
+TABLE = f"{SCHEMA}.t"
+MARK = "spark.ivm.test.mark"
+
+
+@pytest.fixture(scope="module")
+def table(spark):
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+    spark.sql(f"CREATE OR REPLACE TABLE {TABLE} (k INT) USING delta")
+    yield TABLE
+    spark.sql(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+
+
+def connect() -> sessions.OwnSessionConnection:
+    # The parameters a session profile of the tests gives (dbt-spark adds ANSI_CONF).
+    parameters = {**session_configs(RUNTIME_DIR), **ANSI_CONF, **SPEED_CONF}
+    return sessions.OwnSessionConnection(server_side_parameters=parameters)
+
+
+def run(connection: sessions.OwnSessionConnection, sql: str) -> list:
+    cursor = connection.cursor()
+    cursor.execute(sql)
+    return cursor.fetchall() or []
+
+
+def conf(connection: sessions.OwnSessionConnection, key: str) -> str | None:
+    return delta.conf_value(["key", "value"], [list(run(connection, delta.read_conf(key))[0])])
+
+
+def test_a_conf_set_on_one_connection_reaches_no_other_session(spark, table):
+    first, second = connect(), connect()
+    try:
+        run(first, delta.set_conf(MARK, "first"))
+        assert conf(first, MARK) == "first"
+        assert conf(second, MARK) is None
+        assert spark.conf.get(MARK, None) is None
+        # A commit's metadata set on a connection is written into that
+        # connection's commits only, not into a commit made meanwhile by other
+        # code of the process (here the tests' own session).
+        run(first, delta.set_commit_metadata({"refresh": "on first"}))
+        spark.sql(f"INSERT INTO {table} VALUES (1)")
+        run(first, f"INSERT INTO {table} VALUES (2)")
+        run(first, delta.reset_commit_metadata())
+        history = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 2").collect()
+        by_version = {row["version"]: row["userMetadata"] for row in history}
+        newest = max(by_version)
+        assert by_version[newest] is not None and "on first" in by_version[newest]
+        assert by_version[newest - 1] is None
+        # ... and the version of a connection's last commit is that commit's.
+        assert conf(first, delta.LAST_COMMIT_CONF) == str(newest)
+        assert conf(second, delta.LAST_COMMIT_CONF) is None
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_closed_connections_session_is_reused_unless_a_statement_failed(table):
+    first = connect()
+    session = first.session
+    first.close()
+    reused = connect()
+    assert reused.session is session
+    with pytest.raises(DbtRuntimeError, match="TABLE_OR_VIEW_NOT_FOUND"):
+        run(reused, f"SELECT * FROM {SCHEMA}.no_such_table")
+    reused.close()
+    after_failure = connect()
+    try:
+        assert after_failure.session is not session
+        assert run(after_failure, f"SELECT count(*) AS n FROM {table}")[0]["n"] >= 0
+    finally:
+        after_failure.close()
