@@ -28,6 +28,7 @@ from ivm_compiler import (
     changes,
     join_states,
     key_bounds,
+    log_state,
     merge_source,
     names,
     reads,
@@ -299,6 +300,7 @@ def create_state(
     properties = {
         **STATE_TABLE_PROPERTIES,
         **({CHANGE_FEED_PROPERTY: "true"} if change_feed else {}),
+        **({log_state.STATE_FORM_PROPERTY: log_state.LOG} if plan.log_state else {}),
     }
     return _sql(create_delta_table(state, properties, union))
 
@@ -674,7 +676,9 @@ def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> 
         if data_type is not None:
             expression = exp.cast(expression, data_type)
         outputs.append(exp.alias_(expression, output.name, quoted=True))
-    table = state.to_table() if version is None else version_as_of(state, version)
+    table: exp.Expr = state.to_table() if version is None else version_as_of(state, version)
+    if plan.log_state:
+        table = log_state.consolidated(plan, table).subquery(ident(state.name))
     # The guard row is bookkeeping, in every view class (a global aggregate's
     # view keeps rows with a zero count).
     select = exp.select(*outputs).from_(table).where(_is_guard_row(None, guard_row=False))

@@ -64,3 +64,14 @@ class InvalidSource(IvmError):
         self.model = model
         self.source = source
         super().__init__(f"Model '{model}': source {source} {problem}. Fix: {fix}")
+
+
+class StateFormRefused(IvmError):
+    """ivm_state_form='log' asked of a model whose state cannot be a log (log_state.py)."""
+
+    def __init__(self, model: str, reason: str) -> None:
+        self.model = model
+        super().__init__(
+            f"Model '{model}': ivm_state_form='log' cannot keep this model's state: {reason}. "
+            "Fix: remove ivm_state_form (or set it to 'merged'); see docs/configuration.md."
+        )

@@ -236,6 +236,9 @@ class ViewPlan:
     # (lineage.py): a refresh records them, and a later refresh that finds one
     # of them renamed, dropped or retyped rebuilds or stops instead of patching.
     source_columns: Mapping[TableName, Mapping[str, str]] = field(default_factory=dict)
+    # ivm_state_form='log': the state is a log of change rows, consolidated
+    # when read (log_state.py).
+    log_state: bool = False
 
     @property
     def tables(self) -> tuple[TableName, ...]:

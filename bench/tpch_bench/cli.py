@@ -116,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         "path even where 'auto' would recompute (default: auto)",
     )
     parser.add_argument(
+        "--state-form",
+        choices=("merged", "log"),
+        default="merged",
+        help="the ivm models' ivm_state_form; 'log' appends each change to the state and "
+        "consolidates it when read, for every model whose state adds up (default: merged)",
+    )
+    parser.add_argument(
         "--cluster",
         action="store_true",
         help="start a local Spark standalone cluster (a master and two workers, each its "
@@ -185,6 +192,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         group_overhead_pairs=args.group_overhead_pairs,
         join_state=str(args.join_state),
         strategy=args.strategy,
+        state_form=args.state_form,
         cluster=args.cluster,
     )
 
@@ -329,6 +337,7 @@ def _settings_json(settings: BenchSettings) -> dict[str, Any]:
         "group_overhead_pairs": settings.group_overhead_pairs,
         "join_state": settings.join_state,
         "strategy": settings.strategy,
+        "state_form": settings.state_form,
         "cluster": settings.cluster,
         "group_overhead_size": (
             settings.group_overhead_size if settings.group_overhead_pairs else None

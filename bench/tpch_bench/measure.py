@@ -176,6 +176,7 @@ class ScaleExperiment:
             base_vars={
                 "bench_ivm_join_state": self.settings.join_state,
                 "bench_ivm_strategy": self.settings.strategy,
+                "bench_ivm_state_form": self.settings.state_form,
             },
         )
         parse_seconds = project.parse()

@@ -298,7 +298,8 @@ def markdown(results: dict[str, Any], plots: list[Path]) -> str:
             "repetition(s), times are medians"
             + _group_overhead_setting(results["settings"])
             + f"; ivm_join_state {results['settings'].get('join_state', 'none')!r}"
-            + f", ivm_strategy {results['settings'].get('strategy', 'auto')!r}."
+            + f", ivm_strategy {results['settings'].get('strategy', 'auto')!r}"
+            + f", ivm_state_form {results['settings'].get('state_form', 'merged')!r}."
         ),
         "",
         "Spark: "

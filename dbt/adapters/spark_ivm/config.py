@@ -12,7 +12,7 @@ from dbt_common.exceptions import CompilationError
 from dbt.adapters.spark_ivm.groups import NO_GROUP
 from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
 from dbt.adapters.spark_ivm.schema_changes import ON_SCHEMA_CHANGE_VALUES
-from dbt.adapters.spark_ivm.settings import Fallback
+from dbt.adapters.spark_ivm.settings import Fallback, StateForm
 from dbt.adapters.spark_ivm.strategy import STRATEGIES
 
 FALLBACK_VALUES = tuple(Fallback)
@@ -24,6 +24,9 @@ IVM_CONFIGS: dict[str, str] = {
     "ivm_join_state": "one of: "
     + ", ".join(repr(v.value) for v in JOIN_STATE_SETTINGS)
     + ", a list of the model's table aliases, or unset (none)",
+    "ivm_state_form": "one of: "
+    + ", ".join(repr(v.value) for v in StateForm)
+    + ", or unset (merged)",
     "ivm_strategy": "one of: " + ", ".join(repr(v.value) for v in STRATEGIES) + ", or unset (auto)",
     "ivm_window_order_unique": "true or false (unset: false)",
 }
@@ -59,6 +62,13 @@ def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
         raise CompilationError(
             f"Model '{model}': ivm_strategy={chosen!r} is not valid; it must be "
             f"{IVM_CONFIGS['ivm_strategy']}."
+        )
+
+    state_form = config.get("ivm_state_form")
+    if state_form is not None and state_form not in tuple(StateForm):
+        raise CompilationError(
+            f"Model '{model}': ivm_state_form={state_form!r} is not valid; it must be "
+            f"{IVM_CONFIGS['ivm_state_form']}."
         )
 
     join_state = config.get("ivm_join_state")

@@ -42,14 +42,24 @@ from dbt.adapters.spark_ivm.settings import (
     Fallback,
     JoinStateSetting,
     RefreshSettings,
+    StateForm,
     Strategy,
 )
 from dbt.adapters.spark_ivm.state_history import StateHistory, table_name_of
 from dbt.adapters.spark_ivm.upstreams import properties, published_version, upstream_models
 from dbt.adapters.spark_ivm.writes import CancellingRemoval, ConcurrentRefresh, StateWrites
-from ivm_compiler import NotMaintainable, TableName, ViewPlan, compile_model, emit, names, nodes
+from ivm_compiler import (
+    NotMaintainable,
+    TableName,
+    ViewPlan,
+    compile_model,
+    emit,
+    log_state,
+    names,
+    nodes,
+)
 from ivm_compiler.compile import source_tables
-from ivm_compiler.errors import first_line
+from ivm_compiler.errors import StateFormRefused, first_line
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import ViewClass
 from ivm_compiler.view_classes import window as windows_rules
@@ -75,6 +85,8 @@ class RefreshResult:
     # An incremental refresh that recomputed the groups whose removal would
     # have cancelled their sums or moments (writes.CancellingRemoval).
     recomputed_groups: bool = False
+    # A log state's write: "appended", or "rewritten" (writes.Written.log_write).
+    log_write: str | None = None
 
     @property
     def rows_affected(self) -> int:
@@ -107,6 +119,8 @@ class RefreshResult:
             else f"{name}@{version}"
             for name, version in self.source_versions.items()
         )
+        if self.action is Action.INCREMENTAL and self.log_write is not None:
+            return f"IVM incremental, change {self.log_write} to the state's log ({versions})"
         if self.action is Action.INCREMENTAL:
             counts = f"+{self.rows_inserted} ~{self.rows_updated} -{self.rows_deleted} state rows"
             if self.recomputed_groups:
@@ -294,13 +308,34 @@ class Refresh:
         upstreams = upstream_models(
             self.runner, dict.fromkeys(tables), self.relations.exists, self._upstream_properties
         )
-        return compile_model(
+        plan = compile_model(
             self.model,
             split.sql,
             _SparkCatalog(self.runner, self.relations.columns),
             upstreams,
             written=self.sql if split.nodes else None,
         )
+        return self._as_log(plan, split) if self.settings.state_form is StateForm.LOG else plan
+
+    def _as_log(self, plan: ViewPlan, split: nodes.Split) -> ViewPlan:
+        """The plan with a log state (ivm_state_form='log'), or the error that says why not."""
+        reason: str | None
+        if split.nodes:
+            reason = "its CTEs or subqueries are kept as plan nodes, whose changes it reads"
+        elif self.settings.change_feed:
+            reason = "other ivm models read its changes, which a log keeps as partial rows"
+        elif self.settings.join_state != JoinStateSetting.NONE:
+            reason = "it keeps join states (ivm_join_state)"
+        elif not self.own_session:
+            reason = (
+                "its connection shares a Spark session with other clients (a Thrift "
+                "server with singleSession), where the write's guard cannot be read back"
+            )
+        else:
+            reason = log_state.refusal(plan)
+        if reason is not None:
+            raise StateFormRefused(self.model, reason)
+        return log_state.with_log(plan)
 
     def _refresh_nodes(self, split: nodes.Split) -> None:
         """Refresh each plan node, in order, as an ivm model of its own, at this refresh's pins."""
@@ -485,7 +520,9 @@ class Refresh:
         # its old columns) until the new one is published: no drop needed even
         # when the model's columns change.
         versions = {t: s.version for t, s in pinned.items()}
-        self.writes(plan, pinned).build(plan, versions, self.settings.change_feed)
+        self.writes(plan, pinned).build(
+            plan, versions, self.settings.change_feed, self.history.newest_version()
+        )
         self.join_states(pinned).build(plan, pinned)
         result.previous_versions = {}
         state_version = self.history.latest_version()
@@ -520,6 +557,16 @@ class Refresh:
                 written = writes.apply_partitions(
                     plan, {t: s.version for t, s in pinned.items()}, touched, facts.recorded.guard
                 )
+            elif plan.log_state:
+                read_version = self.history.newest_version()
+                assert read_version is not None
+                written = writes.append_change(
+                    plan,
+                    ranges,
+                    facts.recorded.guard,
+                    read_version,
+                    compacting=self.history.log_compaction_due(),
+                )
             else:
                 written = writes.apply_change(
                     plan, ranges, facts.recorded.guard, self.join_states(pinned), pinned
@@ -542,6 +589,7 @@ class Refresh:
             return self._build(plan, pinned, result, shown_version, facts.history, found)
         result.action = Action.INCREMENTAL
         result.rows_inserted = written.inserted
+        result.log_write = written.log_write
         result.rows_updated = written.updated
         result.rows_deleted = written.deleted
         if written.nothing is not None:

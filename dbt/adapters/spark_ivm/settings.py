@@ -50,6 +50,13 @@ class JoinStateSetting(_Value):
     ALL = "all"
 
 
+class StateForm(_Value):
+    """ivm_state_form: how a change reaches the state (ivm_compiler/log_state.py)."""
+
+    MERGED = "merged"  # merged into the state's rows (a guarded MERGE)
+    LOG = "log"  # appended as signed rows, consolidated when read
+
+
 class Fallback(_Value):
     """ivm_fallback: what to do with a model the compiler refuses."""
 
@@ -78,6 +85,7 @@ class RefreshSettings:
     # persist_docs: the view carries the model's descriptions; it is then
     # recreated on every run, so edited descriptions show up without a rebuild.
     docs: ViewDocs | None = None
+    state_form: StateForm = StateForm.MERGED
 
     @classmethod
     def from_config(
@@ -101,4 +109,5 @@ class RefreshSettings:
             on_schema_change=config.get("on_schema_change") or "ignore",
             change_feed=change_feed,
             docs=docs,
+            state_form=StateForm(config.get("ivm_state_form") or StateForm.MERGED),
         )

@@ -9,6 +9,7 @@ ivm_join_state: auto weighs).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,40 @@ from ivm_compiler import TableName
 # The newest refresh commit is nearly always the newest commit; only
 # maintenance commits (OPTIMIZE, VACUUM) by hand push it further back.
 RECENT_COMMITS = 20
+
+# A log state (ivm_compiler/log_state.py) is rewritten once the rows appended
+# since its last rewrite outnumber both the rows that rewrite left and this
+# (a few thousand partial rows cost a read next to nothing), or once that
+# rewrite is older than the commits a refresh reads: so the log's files
+# number at most RECENT_COMMITS.
+MIN_LOG_ROWS = 10_000
+# Besides CREATE OR REPLACE: a first build, and INSERT OVERWRITE (mode Overwrite).
+REWRITING_OPERATIONS = frozenset({"CREATE TABLE AS SELECT", "WRITE"})
+
+
+def _as_map(value: Any) -> dict[str, Any]:
+    """A history row's map column: a dict, or JSON text where agate hands it over so."""
+    if isinstance(value, str):
+        return dict(json.loads(value)) if value.strip() else {}
+    return dict(value or {})
+
+
+def compaction_due(columns: list[str], rows: Sequence[Sequence[Any]]) -> bool:
+    """Whether the rows appended since a log state's last rewrite outgrow it (MIN_LOG_ROWS).
+
+    `rows`: the state's newest commits, as DESCRIBE HISTORY gives them. True
+    also when the last rewrite is not among them.
+    """
+    appended = 0
+    for row in sorted(rows, key=lambda r: int(r[columns.index("version")]), reverse=True):
+        operation = str(row[columns.index("operation")])
+        parameters = _as_map(row[columns.index("operationParameters")])
+        written = int(_as_map(row[columns.index("operationMetrics")]).get("numOutputRows") or 0)
+        if operation == "WRITE" and str(parameters.get("mode")) == "Append":
+            appended += written
+        elif operation in delta.REPLACING_OPERATIONS or operation in REWRITING_OPERATIONS:
+            return appended > max(written, MIN_LOG_ROWS)
+    return True
 
 
 def table_name_of(text: str) -> TableName:
@@ -57,6 +92,17 @@ class StateHistory:
             return self._committed
         columns, rows = self.runner.query(delta.describe_history(self.state, limit=1))
         return int(rows[0][columns.index("version")])
+
+    def newest_version(self) -> int | None:
+        """The newest state version recorded() read (any operation); None before it ran."""
+        if self._rows is None or not self._rows[1]:
+            return None
+        columns, rows = self._rows
+        return max(int(row[columns.index("version")]) for row in rows)
+
+    def log_compaction_due(self) -> bool:
+        """Whether a log state's next write should rewrite it (compaction_due)."""
+        return self._rows is None or compaction_due(*self._rows)
 
     def recent_refreshes(self) -> list[dict[TableName, int]]:
         """The source versions of the state's recent refresh commits, oldest first."""

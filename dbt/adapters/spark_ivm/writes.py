@@ -20,7 +20,7 @@ from typing import Any
 
 from dbt.adapters.spark_ivm import delta, join_states
 from dbt.adapters.spark_ivm.publish import Log, Runner
-from ivm_compiler import TableName, ViewPlan, emit, key_bounds, merge_source, names
+from ivm_compiler import TableName, ViewPlan, emit, key_bounds, log_state, merge_source, names
 from ivm_compiler.errors import IvmError, first_line
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.view_classes import window as windows_rules
@@ -66,6 +66,8 @@ class Written:
     nothing: str | None = None
     # Set when the groups whose removal cancelled were recomputed (CancellingRemoval).
     recomputed_groups: bool = False
+    # A log state's write (log_state.py): "appended", or "rewritten" when compacted.
+    log_write: str | None = None
 
 
 @dataclass
@@ -86,12 +88,18 @@ class StateWrites:
     committed: Callable[[int], None] = field(default=lambda version: None)
 
     def commit(
-        self, statement: str, metadata: dict[str, Any], settings: Mapping[str, str] = {}
+        self,
+        statement: str,
+        metadata: dict[str, Any],
+        settings: Mapping[str, str] = {},
+        idempotent: bool = False,
     ) -> tuple[list[str], Sequence[Sequence[Any]]]:
         """Run one committing statement with `metadata` attached to its Delta commit.
 
         `settings` are session confs the statement runs under (emit.merge_settings),
         set just before it and reset just after, inside the lock as the metadata is.
+        `idempotent`: the settings carry a Delta transaction id (log_state.txn_settings),
+        and a write Delta skipped as a repeat is another refresh's (ConcurrentRefresh).
         """
         with delta.COMMIT_LOCK:
             self.runner.execute(delta.set_commit_metadata(metadata))
@@ -114,17 +122,73 @@ class StateWrites:
                 )
                 if version is not None:
                     self.committed(int(version))
+                elif idempotent:
+                    raise ConcurrentRefresh(
+                        self.model,
+                        self.state,
+                        RuntimeError(
+                            "Delta skipped the write: a write with this refresh's "
+                            "transaction id and version, or a later one, committed first"
+                        ),
+                    )
             return answer
 
     def build(
-        self, plan: ViewPlan, versions: Mapping[TableName, int], change_feed: bool = True
+        self,
+        plan: ViewPlan,
+        versions: Mapping[TableName, int],
+        change_feed: bool = True,
+        read_version: int | None = None,
     ) -> None:
-        """The state computed from the sources at `versions` (CREATE OR REPLACE TABLE ... AS)."""
+        """The state computed from the sources at `versions` (CREATE OR REPLACE TABLE ... AS).
+
+        `read_version`: a log state's newest version this refresh read, which
+        guards the rewrite as it guards an append (log_state.txn_settings).
+        """
         refresh_id = uuid.uuid4().hex
+        txn = log_state.txn_settings(read_version) if plan.log_state else {}
         self.commit(
             emit.create_state(plan, self.state, versions, refresh_id, change_feed),
             self.metadata(refresh_id, None),
+            txn,
+            idempotent=bool(txn),
         )
+
+    def append_change(
+        self,
+        plan: ViewPlan,
+        ranges: dict[TableName, VersionRange],
+        guard_read: str,
+        read_version: int,
+        compacting: bool,
+    ) -> Written:
+        """The change over `ranges` appended to a log state, or the log rewritten with it.
+
+        Guarded by Delta's transaction id (log_state.py), not the guard row,
+        which the commit records as it found it.
+        """
+        refresh_id = uuid.uuid4().hex
+        bounds = self.join_key_bounds(plan, ranges)
+        if compacting:
+            self.log.debug(f"{self.model}: rewriting the state's log as its consolidated rows")
+            statement = log_state.compact(plan, self.state, ranges, guard_read, bounds)
+        else:
+            statement = log_state.append_changes(plan, self.state, ranges, refresh_id, bounds)
+        try:
+            self.commit(
+                statement,
+                self.metadata(refresh_id, guard_read),
+                log_state.txn_settings(read_version),
+                idempotent=True,
+            )
+        except ConcurrentRefresh:
+            raise
+        except Exception as error:
+            if delta.is_concurrent_refresh(error):
+                raise ConcurrentRefresh(self.model, self.state, error) from error
+            raise
+        # Delta's INSERT answers with no counts.
+        return Written(log_write="rewritten" if compacting else "appended")
 
     def apply_change(
         self,

@@ -1,0 +1,221 @@
+"""A state kept as a log (ivm_state_form='log'): changes appended, consolidated when read.
+
+A merged state (the default) takes each refresh's change with a guarded
+MERGE, which on Delta costs about 13 Spark jobs however small the change:
+it materializes its source, rebuilds the new version's file list, finds the
+files holding touched rows and rewrites them (bench/micro/merge_jobs.py).
+Where every state column adds up (counts and exact sums: projections,
+DISTINCT, COUNT, SUM and AVG over integers and decimals), the change rows
+can instead be appended as they are: the state is then a log of signed
+partial rows (a Z-set, as DBSP and differential dataflow keep), and a
+group's value is the sum of its rows. One append is 4 Spark jobs
+(bench/results/issue20/append-state-2026-11-29.md).
+
+Readers consolidate: the view sums each column per key (`consolidated`),
+and drops keys whose count is back to zero where the merged form would have
+deleted the row. A refresh rewrites the log as its consolidated rows
+(`compact`) once the rows appended since the last rewrite outnumber the
+rows that rewrite left, so a read never scans more than about twice the
+consolidated state.
+
+The guard against a concurrent refresh is Delta's transaction id instead of
+the guard row: every write to a log state runs with
+`spark.databricks.delta.write.txnAppId` = TXN_APP_ID and `txnVersion` = the
+newest state version the refresh read, and Delta skips a write whose
+transaction version is not above the newest it recorded for the id (measured
+on this runtime for INSERT, INSERT OVERWRITE, CREATE OR REPLACE TABLE ... AS
+and MERGE). Two refreshes that read the same version: one commits, the
+other's write is skipped, which the refresh sees (the session's last commit
+version is left unset) and reports as a concurrent refresh.
+
+What a log cannot keep: MIN/MAX and COUNT(DISTINCT) (their pre-aggregations
+need the stored value), floating-point sums and moments (their compensation
+reads the stored sum), windows, top-k, set operations other than UNION ALL,
+plan nodes, and a state that other ivm models read through its change feed
+(its changes are partial rows, not the model's rows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+
+from sqlglot import exp
+
+from ivm_compiler import changes, key_bounds, names, reads, state_rows
+from ivm_compiler.compile import view_class_rule
+from ivm_compiler.plan import MergeRule, ViewClass, ViewPlan
+from ivm_compiler.sql import DIALECT, TableName, ident
+
+# The table property that marks a state as a log (its readers must consolidate).
+STATE_FORM_PROPERTY = "spark_ivm.state_form"
+LOG = "log"
+# Delta's idempotent-write confs (see the module docstring).
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+TXN_APP_ID = "spark_ivm_refresh"
+
+# The view classes whose state rows add up, and the merge rules that add.
+LOG_CLASSES = frozenset(
+    {
+        ViewClass.PROJECTION,
+        ViewClass.DISTINCT,
+        ViewClass.GROUPED_AGGREGATE,
+        ViewClass.GLOBAL_AGGREGATE,
+    }
+)
+ADDITIVE_RULES = frozenset({MergeRule.KEY, MergeRule.ADD, MergeRule.ADD_NULLABLE})
+
+
+def refusal(plan: ViewPlan) -> str | None:
+    """Why the plan's state cannot be a log; None when it can."""
+    if plan.view_class not in LOG_CLASSES:
+        return f"a {plan.view_class.value.replace('_', ' ')} model's state is merged"
+    if plan.top_k is not None:
+        return "a model with ORDER BY ... LIMIT keeps its rows merged"
+    kept = [c for c in plan.state_columns if c.rule not in ADDITIVE_RULES]
+    if plan.preaggregations or kept:
+        what = {
+            MergeRule.RECOMPUTED: "MIN/MAX and COUNT(DISTINCT)",
+            MergeRule.COMPENSATED_SUM: "floating-point SUM/AVG",
+            MergeRule.MOMENT: "STDDEV/VARIANCE",
+            MergeRule.CO_MOMENT: "COVAR/CORR",
+        }
+        named = sorted({what.get(c.rule, "this aggregate") for c in kept}) or [
+            "MIN/MAX and COUNT(DISTINCT)"
+        ]
+        return f"{' and '.join(named)} need the stored value when a change is merged"
+    return None
+
+
+def with_log(plan: ViewPlan) -> ViewPlan:
+    """The plan with a log state: its fingerprint changes, so a merged state is rebuilt."""
+    fingerprint = hashlib.sha256(f"{plan.fingerprint} {LOG}".encode()).hexdigest()[:16]
+    return dataclasses.replace(plan, log_state=True, fingerprint=fingerprint)
+
+
+def _value(column: str) -> exp.Expr:
+    return exp.column(column, quoted=True)
+
+
+def consolidated(plan: ViewPlan, table: exp.Expr) -> exp.Select:
+    """The log's rows summed per key: the rows a merged state would hold.
+
+    The guard row is left out, and a NULL guard column added back, so the
+    view reads these rows as it reads a merged state's. Keys whose count is
+    back to zero go where the merged form deletes the row (grouped
+    aggregates, projections); a global aggregate keeps its one row.
+    """
+    keys = [c.name for c in plan.state_columns if c.rule is MergeRule.KEY]
+    values = [c.name for c in plan.state_columns if c.rule is not MergeRule.KEY]
+    guard = exp.column(names.GUARD, quoted=True)
+    select = (
+        exp.select(
+            *(_value(k) for k in keys),
+            *(exp.alias_(exp.Sum(this=_value(v)), v, quoted=True) for v in values),
+            exp.alias_(
+                exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True
+            ),
+        )
+        .from_(table)
+        .where(exp.Is(this=guard, expression=exp.null()))
+    )
+    if keys:
+        select = select.group_by(*(_value(k) for k in keys))
+    if plan.view_class is not ViewClass.GLOBAL_AGGREGATE:
+        count = exp.Sum(this=_value(names.COUNT))
+        select = select.having(exp.NEQ(this=count, expression=exp.Literal.number(0)))
+    return select
+
+
+def _null_string() -> exp.Expr:
+    return exp.cast(exp.null(), exp.DataType.build("STRING"))
+
+
+def _marker_row(plan: ViewPlan, marker: str) -> exp.Select:
+    """A row of NULLs whose guard column holds `marker`: readers skip it as the guard row."""
+    return exp.select(
+        *(exp.alias_(exp.null(), c, quoted=True) for c in state_rows.state_table_columns(plan)),
+        exp.alias_(exp.Literal.string(marker), names.GUARD, quoted=True),
+    )
+
+
+def _change_rows(
+    plan: ViewPlan,
+    state: TableName,
+    ranges: Mapping[TableName, reads.VersionRange],
+    bounds: key_bounds.Bounds | None,
+    join_reads: changes.JoinReads | None,
+) -> exp.Select:
+    """The view class's change query, its rows in state-table order with a NULL guard."""
+    source = view_class_rule(plan.view_class).change_query(plan, ranges, state, bounds, join_reads)
+    return exp.select(
+        *(_value(c) for c in state_rows.state_table_columns(plan)),
+        exp.alias_(_null_string(), names.GUARD, quoted=True),
+    ).from_(source.subquery(ident(names.CHANGE_ALIAS)))
+
+
+def append_changes(
+    plan: ViewPlan,
+    state: TableName,
+    ranges: Mapping[TableName, reads.VersionRange],
+    marker: str,
+    bounds: key_bounds.Bounds | None = None,
+    join_reads: changes.JoinReads | None = None,
+) -> str:
+    """INSERT INTO the state the change's rows and a marker row (`marker`: the refresh id).
+
+    The marker row makes every append a commit: Delta commits nothing for an
+    INSERT of no rows, which would read as a write skipped for its
+    transaction id (another refresh's).
+    """
+    rows = exp.union(
+        _change_rows(plan, state, ranges, bounds, join_reads),
+        _marker_row(plan, marker),
+        distinct=False,
+    )
+    columns = [*state_rows.state_table_columns(plan), names.GUARD]
+    insert = exp.Insert(
+        this=exp.Schema(this=state.to_table(), expressions=[ident(c) for c in columns]),
+        expression=rows,
+    )
+    return insert.sql(dialect=DIALECT)
+
+
+def compact(
+    plan: ViewPlan,
+    state: TableName,
+    ranges: Mapping[TableName, reads.VersionRange],
+    guard: str,
+    bounds: key_bounds.Bounds | None = None,
+    join_reads: changes.JoinReads | None = None,
+) -> str:
+    """INSERT OVERWRITE the state with its rows and the change's consolidated, and one guard row.
+
+    The marker rows of the appends go; the guard row holds `guard` (the
+    guard the refresh read, which its commit records).
+    """
+    columns = state_rows.state_table_columns(plan)
+    logged = exp.union(
+        exp.select(*(_value(c) for c in (*columns, names.GUARD))).from_(state.to_table()),
+        _change_rows(plan, state, ranges, bounds, join_reads),
+        distinct=False,
+    )
+    merged = consolidated(plan, logged.subquery(ident(names.CHANGE_ALIAS)))
+    rows = exp.union(
+        exp.select(*(_value(c) for c in (*columns, names.GUARD))).from_(
+            merged.subquery(ident(names.BUILT_ALIAS))
+        ),
+        _marker_row(plan, guard),
+        distinct=False,
+    )
+    insert = exp.Insert(this=state.to_table(), expression=rows, overwrite=True)
+    return insert.sql(dialect=DIALECT)
+
+
+def txn_settings(read_version: int | None) -> dict[str, str]:
+    """The session confs a write to a log state runs under; none for a table not yet there."""
+    if read_version is None:
+        return {}
+    return {TXN_APP_ID_CONF: TXN_APP_ID, TXN_VERSION_CONF: str(read_version)}

@@ -1,0 +1,141 @@
+"""ivm_state_form='log' (ivm_compiler/log_state.py) through dbt, on real Spark and Delta.
+
+Every single-source model of the property layer whose state adds up
+(projections, DISTINCT, UNION ALL, grouped and global aggregates with
+HAVING, COUNT/SUM/AVG over integers and decimals, BOOL_OR/SOME/EVERY) kept
+as a log: after random insert/update/delete sequences with NULLs and
+duplicates, each equals its query at its recorded version, as a bag, and
+each refresh appended to its state instead of merging. Then: the log is
+rewritten once it outgrows its last rewrite; a write guarded by a state
+version another write already passed is skipped by Delta and reported as a
+concurrent refresh, applying nothing; a model whose state cannot be a log
+is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
+from hypothesis import given
+
+from dbt.adapters.spark_ivm import state_history
+from ivm_compiler import log_state
+from tests.functional.ivm_checks import assert_models_match_sources, latest_version
+from tests.functional.ivm_project import (
+    QUERIES,
+    IvmProject,
+    create_source,
+    model_files,
+    random_change_settings,
+)
+from tests.functional.test_random_changes import steps
+
+LOGGED = {name: query for name, query in QUERIES.items() if name != "top_groups"}
+CONFIG = "{{ config(ivm_state_form='log') }}\n"
+
+
+def history(spark, table: str, limit: int = 1) -> list:
+    return spark.sql(f"DESCRIBE HISTORY {table} LIMIT {limit}").collect()
+
+
+class TestLogState(IvmProject):
+    thrift_slice = False
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            name: CONFIG + text if name.endswith(".sql") else text
+            for name, text in model_files(queries=LOGGED).items()
+        }
+
+    @pytest.fixture(scope="class")
+    def source_table(self, project):
+        table = create_source(project)
+        run_dbt(["run"])
+        return table
+
+    def _refresh_and_check(self, project, spark, table: str) -> None:
+        run_dbt(["run"])
+        current = latest_version(spark, table)
+        checked = assert_models_match_sources(spark, project.test_schema, LOGGED, ["src"])
+        for model, check in checked.items():
+            assert check.versions == {"src": current}, (
+                f"{model} records {check.versions}, the source is at {current}"
+            )
+
+    def test_states_are_logs(self, project, spark, source_table):
+        for model in LOGGED:
+            state = f"{project.test_schema}.{model}__ivm_state"
+            properties = {
+                row["key"]: row["value"]
+                for row in spark.sql(f"SHOW TBLPROPERTIES {state}").collect()
+            }
+            assert properties.get(log_state.STATE_FORM_PROPERTY) == log_state.LOG, model
+
+    @random_change_settings(default_examples=2)
+    @given(steps=steps)
+    def test_models_equal_their_query_after_every_refresh(
+        self, project, spark, source_table, example_budget, steps
+    ):
+        if not example_budget.admits_next():
+            return
+        if example_budget.admitted > 1:
+            spark.sql(f"DELETE FROM {source_table}")
+            self._refresh_and_check(project, spark, source_table)
+        for statements_before_refresh in example_budget.steps(steps):
+            for statement in statements_before_refresh:
+                spark.sql(statement.format(table=source_table))
+            self._refresh_and_check(project, spark, source_table)
+
+    def test_a_refresh_appends_and_the_log_is_rewritten_when_it_outgrows(
+        self, project, spark, source_table, monkeypatch
+    ):
+        state = f"{project.test_schema}.grouped__ivm_state"
+        spark.sql(f"INSERT INTO {source_table} VALUES (7, 'z', 3, 1.00), (8, NULL, NULL, 2.00)")
+        self._refresh_and_check(project, spark, source_table)
+        newest = history(spark, state)[0]
+        assert newest["operation"] == "WRITE"
+        assert newest["operationParameters"]["mode"] == "Append"
+        # The policy is tests/unit/test_state_history.py's; here the rewrite itself.
+        monkeypatch.setattr(state_history.StateHistory, "log_compaction_due", lambda self: True)
+        spark.sql(f"UPDATE {source_table} SET v = 9 WHERE k = 7")
+        self._refresh_and_check(project, spark, source_table)
+        newest = history(spark, state)[0]
+        assert newest["operation"] == "WRITE"
+        assert newest["operationParameters"]["mode"] == "Overwrite"
+        rows = spark.sql(f"SELECT * FROM {state} WHERE __ivm_guard IS NULL")
+        groups = rows.groupBy("__ivm_g0").count().collect()
+        assert all(row["count"] == 1 for row in groups), "a rewritten log holds one row per key"
+
+    def test_a_write_guarded_by_a_passed_version_applies_nothing(
+        self, project, spark, source_table, monkeypatch
+    ):
+        state = f"{project.test_schema}.grouped__ivm_state"
+        before = latest_version(spark, state)
+        # As if this refresh had read the state before another one appended to it.
+        newest = state_history.StateHistory.newest_version
+        monkeypatch.setattr(
+            state_history.StateHistory,
+            "newest_version",
+            lambda self: (newest(self) or 1) - 1,
+        )
+        spark.sql(f"INSERT INTO {source_table} VALUES (9, 'a', 4, 4.00)")
+        _, log = run_dbt_and_capture(["run", "--select", "grouped"], expect_pass=False)
+        assert "another refresh of this model" in log
+        assert latest_version(spark, state) == before, "the skipped write committed"
+        monkeypatch.undo()
+        self._refresh_and_check(project, spark, source_table)
+
+    def test_a_state_that_cannot_be_a_log_is_refused(self, project, spark, source_table):
+        extremes = "select g, max(v) as mv from {{ source('raw', 'src') }} group by g"
+        write_file(CONFIG + extremes, project.project_root, "models", "extremes.sql")
+        try:
+            _, log = run_dbt_and_capture(["run", "--select", "extremes"], expect_pass=False)
+        finally:
+            os.remove(os.path.join(project.project_root, "models", "extremes.sql"))
+        assert "ivm_state_form='log' cannot keep this model's state" in log
+        assert "MIN/MAX" in log
+        shown = spark.sql(f"SHOW TABLES IN {project.test_schema}").collect()
+        assert "extremes__ivm_state" not in {row["tableName"] for row in shown}
