@@ -2,10 +2,10 @@
 
 Every single-source model of the property layer whose state adds up
 (projections, DISTINCT, UNION ALL, grouped and global aggregates with
-HAVING, COUNT/SUM/AVG over integers and decimals, BOOL_OR/SOME/EVERY) kept
-as a log: after random insert/update/delete sequences with NULLs and
-duplicates, each equals its query at its recorded version, as a bag, and
-each refresh appended to its state instead of merging. Then: the log is
+HAVING, COUNT/SUM/AVG over integers and decimals, BOOL_OR/SOME/EVERY), and
+an aggregate over a join, kept as a log: after random insert/update/delete
+sequences with NULLs and duplicates, each equals its query at its recorded
+versions, as a bag, and none was rebuilt. Then: the log is
 rewritten once it outgrows its last rewrite; a write guarded by a state
 version another write already passed is skipped by Delta and reported as a
 concurrent refresh, applying nothing; a model whose state cannot be a log
@@ -26,13 +26,20 @@ from tests.functional.ivm_checks import assert_models_match_sources, latest_vers
 from tests.functional.ivm_project import (
     QUERIES,
     IvmProject,
-    create_source,
+    create_join_sources,
     model_files,
     random_change_settings,
 )
 from tests.functional.test_random_changes import steps
 
-LOGGED = {name: query for name, query in QUERIES.items() if name != "top_groups"}
+# The property layer's single-source models, and an aggregate over a join.
+LOGGED = {
+    **{name: query for name, query in QUERIES.items() if name != "top_groups"},
+    "joined": (
+        "select d.name, count(*) as n, sum(s.v) as sv, sum(s.d) as sd "
+        "from {src} s join {dim} d on s.k = d.k group by d.name"
+    ),
+}
 CONFIG = "{{ config(ivm_state_form='log') }}\n"
 
 
@@ -52,18 +59,19 @@ class TestLogState(IvmProject):
 
     @pytest.fixture(scope="class")
     def source_table(self, project):
-        table = create_source(project)
+        table = create_join_sources(project)["src"]
         run_dbt(["run"])
         return table
 
     def _refresh_and_check(self, project, spark, table: str) -> None:
         run_dbt(["run"])
         current = latest_version(spark, table)
-        checked = assert_models_match_sources(spark, project.test_schema, LOGGED, ["src"])
+        checked = assert_models_match_sources(spark, project.test_schema, LOGGED, ["src", "dim"])
         for model, check in checked.items():
-            assert check.versions == {"src": current}, (
+            assert check.versions["src"] == current, (
                 f"{model} records {check.versions}, the source is at {current}"
             )
+            assert check.builds == 1, f"{model} was rebuilt instead of appended to"
 
     def test_states_are_logs(self, project, spark, source_table):
         for model in LOGGED:
@@ -93,7 +101,9 @@ class TestLogState(IvmProject):
         self, project, spark, source_table, monkeypatch
     ):
         state = f"{project.test_schema}.grouped__ivm_state"
+        dim = f"{project.test_schema}.dim"
         spark.sql(f"INSERT INTO {source_table} VALUES (7, 'z', 3, 1.00), (8, NULL, NULL, 2.00)")
+        spark.sql(f"INSERT INTO {dim} VALUES (7, 'x', 5), (8, 'n', NULL)")
         self._refresh_and_check(project, spark, source_table)
         newest = history(spark, state)[0]
         assert newest["operation"] == "WRITE"
@@ -101,6 +111,7 @@ class TestLogState(IvmProject):
         # The policy is tests/unit/test_state_history.py's; here the rewrite itself.
         monkeypatch.setattr(state_history.StateHistory, "log_compaction_due", lambda self: True)
         spark.sql(f"UPDATE {source_table} SET v = 9 WHERE k = 7")
+        spark.sql(f"DELETE FROM {dim} WHERE k = 1 AND name = 'y'")
         self._refresh_and_check(project, spark, source_table)
         newest = history(spark, state)[0]
         assert newest["operation"] == "WRITE"

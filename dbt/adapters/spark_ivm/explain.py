@@ -16,7 +16,16 @@ from dbt.adapters.spark_ivm import decision, delta
 from dbt.adapters.spark_ivm.groups import Group, why_grouped
 from dbt.adapters.spark_ivm.refresh import Refresh
 from dbt.adapters.spark_ivm.upstreams import published_version
-from ivm_compiler import TableName, ViewClass, ViewPlan, changes, emit, join_states, names
+from ivm_compiler import (
+    TableName,
+    ViewClass,
+    ViewPlan,
+    changes,
+    emit,
+    join_states,
+    log_state,
+    names,
+)
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.sql import DIALECT
 
@@ -57,6 +66,19 @@ def _change_statements(
     `pending`: the windows are the sources' commits since the last refresh
     (else the next commit of one source, which does not exist yet).
     """
+    if plan.log_state:
+        # A log state (ivm_state_form='log') takes the change with one INSERT;
+        # a refresh rewrites it (log_state.compact) once the log outgrows.
+        probe = emit.probe_join_keys(plan, windows)
+        bounds = (
+            refresh.writes(plan, {}).join_key_bounds(plan, windows) if probe and pending else {}
+        )
+        return {
+            **({"probe_join_keys": probe[0]} if probe else {}),
+            "append_changes": log_state.append_changes(
+                plan, refresh.state, windows, EXPLAIN_REFRESH_ID, bounds
+            ),
+        }
     if plan.view_class is not ViewClass.WINDOW:
         upkeep, join_reads = _join_state_statements(plan, refresh, windows, guard)
         probe = emit.probe_join_keys(plan, windows)

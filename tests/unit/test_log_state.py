@@ -1,0 +1,171 @@
+"""Golden SQL of log states (fixtures/log_state.sql), what it must hold, and the refusals.
+
+Same format as fixtures/compile.sql (tests/unit/golden.py), with the
+statements of a log state: create_state (marked as a log), append_changes
+(the change of versions 8..10 and a marker row), compact (the log and the
+change consolidated, over the log) and create_view (the consolidating view).
+
+Regenerate with UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_log_state.py
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from ivm_compiler import ViewClass, ViewPlan, compile_model, emit, log_state
+from ivm_compiler.names import COUNT, GUARD
+from ivm_compiler.sql import DIALECT
+from tests.unit import golden
+
+FIXTURE = Path(__file__).parent / "fixtures" / "log_state.sql"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+STATEMENTS = ("create_state", "append_changes", "compact", "create_view")
+MARKER = "r-this"
+
+
+def compile_case(fixture: golden.FixtureFile, case: golden.Case) -> ViewPlan:
+    probe = case.headers.get("describe probe")
+    catalog = golden.FakeCatalog(
+        fixture.sources,
+        case.sql,
+        golden.split_columns(case.headers["describe"]),
+        golden.split_columns(probe) if probe else None,
+    )
+    plan = compile_model(golden.MODEL, case.sql, catalog)
+    assert log_state.refusal(plan) is None, log_state.refusal(plan)
+    return log_state.with_log(plan)
+
+
+def emit_all(plan: ViewPlan) -> dict[str, str]:
+    windows = golden.windows(plan)
+    return {
+        "create_state": emit.create_state(
+            plan, golden.STATE, golden.versions(plan), golden.GUARD.write, change_feed=False
+        ),
+        "append_changes": log_state.append_changes(plan, golden.STATE, windows, MARKER),
+        "compact": log_state.compact(plan, golden.STATE, windows, golden.GUARD.read),
+        "create_view": emit.create_view(
+            plan,
+            golden.STATE,
+            golden.TARGET,
+            published=emit.Published(
+                state_version=golden.PUBLISHED_STATE_VERSION, source_versions=golden.versions(plan)
+            ),
+        ),
+    }
+
+
+def _load() -> golden.FixtureFile:
+    fixture = golden.load(FIXTURE, STATEMENTS)
+    if UPDATE:
+        golden.rewrite(
+            fixture,
+            {case.id: emit_all(compile_case(fixture, case)) for case in fixture.cases},
+            STATEMENTS,
+        )
+        fixture = golden.load(FIXTURE, STATEMENTS)
+    return fixture
+
+
+FIXTURES = _load()
+IDS = [case.id for case in FIXTURES.cases]
+
+
+@functools.cache
+def compiled(case_id: str) -> tuple[ViewPlan, dict[str, str]]:
+    case = next(c for c in FIXTURES.cases if c.id == case_id)
+    plan = compile_case(FIXTURES, case)
+    return plan, emit_all(plan)
+
+
+@pytest.mark.parametrize("case", FIXTURES.cases, ids=IDS)
+def test_golden(case: golden.Case) -> None:
+    plan, emitted = compiled(case.id)
+    assert plan.view_class is ViewClass(case.headers["class"])
+    assert set(case.expected) == set(STATEMENTS), "every case lists all statements"
+    for name in STATEMENTS:
+        assert golden.pretty(emitted[name]) == case.expected[name], name
+        assert emitted[name] == golden.one_line(case.expected[name]), name
+
+
+def _parsed(case_id: str, name: str) -> exp.Expr:
+    return sqlglot.parse_one(compiled(case_id)[1][name], read=DIALECT)
+
+
+@pytest.mark.parametrize("case", FIXTURES.cases, ids=IDS)
+def test_the_view_sums_the_log_per_key_without_the_guard_and_marker_rows(case: golden.Case):
+    plan, _ = compiled(case.id)
+    view = _parsed(case.id, "create_view")
+    # The innermost SELECT reads the state: the log summed per key.
+    consolidation = next(
+        s for s in view.find_all(exp.Select) if isinstance(s.args["from_"].this, exp.Table)
+    )
+    assert consolidation.args["where"].this.sql(DIALECT) == f"`{GUARD}` IS NULL"
+    keys = [c.name for c in plan.state_columns if c.rule.value == "key"]
+    grouped = [g.name for g in (consolidation.args.get("group") or exp.Group()).expressions]
+    assert grouped == keys
+    having = consolidation.args.get("having")
+    if plan.view_class is ViewClass.GLOBAL_AGGREGATE:
+        assert having is None, "a global aggregate keeps its one row"
+    else:
+        assert having.this.sql(DIALECT) == f"SUM(`{COUNT}`) <> 0"
+    # The state is read at the published version.
+    read = next(t for t in consolidation.find_all(exp.Table) if t.name == golden.STATE.name)
+    assert read.args["version"].expression.name == str(golden.PUBLISHED_STATE_VERSION)
+
+
+@pytest.mark.parametrize("case", FIXTURES.cases, ids=IDS)
+def test_an_append_is_one_insert_with_a_marker_row(case: golden.Case):
+    append = _parsed(case.id, "append_changes")
+    assert isinstance(append, exp.Insert) and not append.args.get("overwrite")
+    assert append.find(exp.Merge) is None
+    markers = [lit for lit in append.find_all(exp.Literal) if lit.this == MARKER]
+    assert len(markers) == 1
+    compact = _parsed(case.id, "compact")
+    assert isinstance(compact, exp.Insert) and compact.args.get("overwrite")
+    # The rewrite keeps one guard row, holding the guard the refresh read.
+    assert [lit.this for lit in compact.find_all(exp.Literal) if lit.this.startswith("r-")] == [
+        golden.GUARD.read
+    ]
+
+
+def test_the_state_is_marked_as_a_log():
+    _, emitted = compiled(IDS[0])
+    assert f"'{log_state.STATE_FORM_PROPERTY}'='{log_state.LOG}'" in emitted["create_state"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "describe", "probe", "named"),
+    [
+        (
+            "SELECT customer, MAX(amount) AS top FROM shop.orders GROUP BY customer",
+            "customer string, top decimal(10,2)",
+            "key_0 string, value_0 decimal(10,2)",
+            "MIN/MAX and COUNT(DISTINCT)",
+        ),
+        (
+            "SELECT customer, SUM(price) AS p FROM shop.orders GROUP BY customer",
+            "customer string, p double",
+            "key_0 string, sum_0 double",
+            "floating-point SUM/AVG",
+        ),
+        (
+            "SELECT customer, COUNT(*) AS n FROM shop.orders GROUP BY customer ORDER BY n LIMIT 3",
+            "customer string, n bigint",
+            "key_0 string",
+            "ORDER BY ... LIMIT",
+        ),
+    ],
+)
+def test_states_that_need_their_stored_values_are_refused(sql, describe, probe, named):
+    catalog = golden.FakeCatalog(
+        FIXTURES.sources, sql, golden.split_columns(describe), golden.split_columns(probe)
+    )
+    reason = log_state.refusal(compile_model(golden.MODEL, sql, catalog))
+    assert reason is not None and named in reason
