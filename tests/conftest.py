@@ -125,6 +125,7 @@ LONGEST_FIRST = (
     "tests/functional/test_consistency_groups.py::TestGroupAllOrNothing",
     "tests/functional/test_interrupted_refresh.py",
     "tests/functional/test_random_changes.py",
+    "tests/functional/test_log_state.py",
     "tests/functional/test_server_mode.py",
     "tests/functional/test_join_key_bounds.py",
     "tests/functional/test_strategy.py",

@@ -18,19 +18,12 @@ import os
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
-from hypothesis import given
 
 from dbt.adapters.spark_ivm import state_history
 from ivm_compiler import log_state
 from tests.functional.ivm_checks import assert_models_match_sources, latest_version
-from tests.functional.ivm_project import (
-    QUERIES,
-    IvmProject,
-    create_join_sources,
-    model_files,
-    random_change_settings,
-)
-from tests.functional.test_random_changes import steps
+from tests.functional.ivm_project import QUERIES, create_join_sources, model_files
+from tests.functional.test_random_changes import TestRandomChangeSequences
 
 # The property layer's single-source models, and an aggregate over a join.
 LOGGED = {
@@ -47,8 +40,8 @@ def history(spark, table: str, limit: int = 1) -> list:
     return spark.sql(f"DESCRIBE HISTORY {table} LIMIT {limit}").collect()
 
 
-class TestLogState(IvmProject):
-    thrift_slice = False
+class TestLogState(TestRandomChangeSequences):
+    """The property test of test_random_changes.py over log states; then the log's own cases."""
 
     @pytest.fixture(scope="class")
     def models(self):
@@ -81,21 +74,6 @@ class TestLogState(IvmProject):
                 for row in spark.sql(f"SHOW TBLPROPERTIES {state}").collect()
             }
             assert properties.get(log_state.STATE_FORM_PROPERTY) == log_state.LOG, model
-
-    @random_change_settings(default_examples=2)
-    @given(steps=steps)
-    def test_models_equal_their_query_after_every_refresh(
-        self, project, spark, source_table, example_budget, steps
-    ):
-        if not example_budget.admits_next():
-            return
-        if example_budget.admitted > 1:
-            spark.sql(f"DELETE FROM {source_table}")
-            self._refresh_and_check(project, spark, source_table)
-        for statements_before_refresh in example_budget.steps(steps):
-            for statement in statements_before_refresh:
-                spark.sql(statement.format(table=source_table))
-            self._refresh_and_check(project, spark, source_table)
 
     def test_a_refresh_appends_and_the_log_is_rewritten_when_it_outgrows(
         self, project, spark, source_table, monkeypatch

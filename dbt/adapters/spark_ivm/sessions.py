@@ -23,8 +23,9 @@ dropped instead, as a session that may hold a conf its failed statement left.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dbt.adapters.spark.session import Connection, Cursor, SessionConnectionWrapper
@@ -89,31 +90,31 @@ class OwnSessionCursor(Cursor):
         super().__init__(server_side_parameters=connection.server_side_parameters)
         self._connection = connection
 
+    @contextlib.contextmanager
+    def _marking_failure(self) -> Iterator[None]:
+        """A statement that fails marks the connection, so its session is not kept."""
+        try:
+            yield
+        except BaseException:
+            self._connection.failed = True
+            raise
+
     def execute(self, sql: str, *parameters: Any) -> None:
         if parameters:
             sql = sql % parameters
-        try:
-            self._df = self._connection.session.sql(sql)
-        except AnalysisException as exc:
-            self._connection.failed = True
-            raise DbtRuntimeError(str(exc)) from exc
-        except BaseException:
-            self._connection.failed = True
-            raise
+        with self._marking_failure():
+            try:
+                self._df = self._connection.session.sql(sql)
+            except AnalysisException as exc:  # as dbt-spark's session cursor reports it
+                raise DbtRuntimeError(str(exc)) from exc
 
     def fetchall(self) -> Any:
-        try:
+        with self._marking_failure():
             return super().fetchall()
-        except BaseException:
-            self._connection.failed = True
-            raise
 
     def fetchone(self) -> Any:
-        try:
+        with self._marking_failure():
             return super().fetchone()
-        except BaseException:
-            self._connection.failed = True
-            raise
 
 
 class OwnSessionWrapper(SessionConnectionWrapper):
