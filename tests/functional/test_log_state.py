@@ -15,15 +15,16 @@ is refused before anything is written.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
 from dbt.adapters.spark_ivm import state_history
 from ivm_compiler import log_state
+from tests.functional import test_random_changes  # not the class: pytest would run it here too
 from tests.functional.ivm_checks import assert_models_match_sources, latest_version
 from tests.functional.ivm_project import QUERIES, create_join_sources, model_files
-from tests.functional.test_random_changes import TestRandomChangeSequences
 
 # The property layer's single-source models, and an aggregate over a join.
 LOGGED = {
@@ -40,7 +41,7 @@ def history(spark, table: str, limit: int = 1) -> list:
     return spark.sql(f"DESCRIBE HISTORY {table} LIMIT {limit}").collect()
 
 
-class TestLogState(TestRandomChangeSequences):
+class TestLogState(test_random_changes.TestRandomChangeSequences):
     """The property test of test_random_changes.py over log states; then the log's own cases."""
 
     @pytest.fixture(scope="class")
@@ -56,10 +57,12 @@ class TestLogState(TestRandomChangeSequences):
         run_dbt(["run"])
         return table
 
-    def _refresh_and_check(self, project, spark, table: str) -> None:
-        run_dbt(["run"])
+    def _refresh_and_check(self, project, spark, table: str, models: tuple[str, ...] = ()) -> None:
+        """Refresh `models` (default: all) and check them against their queries."""
+        run_dbt(["run", *(("--select", *models) if models else ())])
         current = latest_version(spark, table)
-        checked = assert_models_match_sources(spark, project.test_schema, LOGGED, ["src", "dim"])
+        queries = {m: q for m, q in LOGGED.items() if not models or m in models}
+        checked = assert_models_match_sources(spark, project.test_schema, queries, ["src", "dim"])
         for model, check in checked.items():
             assert check.versions["src"] == current, (
                 f"{model} records {check.versions}, the source is at {current}"
@@ -82,7 +85,7 @@ class TestLogState(TestRandomChangeSequences):
         dim = f"{project.test_schema}.dim"
         spark.sql(f"INSERT INTO {source_table} VALUES (7, 'z', 3, 1.00), (8, NULL, NULL, 2.00)")
         spark.sql(f"INSERT INTO {dim} VALUES (7, 'x', 5), (8, 'n', NULL)")
-        self._refresh_and_check(project, spark, source_table)
+        self._refresh_and_check(project, spark, source_table, ("grouped", "joined"))
         newest = history(spark, state)[0]
         assert newest["operation"] == "WRITE"
         assert newest["operationParameters"]["mode"] == "Append"
@@ -90,7 +93,7 @@ class TestLogState(TestRandomChangeSequences):
         monkeypatch.setattr(state_history.StateHistory, "log_compaction_due", lambda self: True)
         spark.sql(f"UPDATE {source_table} SET v = 9 WHERE k = 7")
         spark.sql(f"DELETE FROM {dim} WHERE k = 1 AND name = 'y'")
-        self._refresh_and_check(project, spark, source_table)
+        self._refresh_and_check(project, spark, source_table, ("grouped", "joined"))
         newest = history(spark, state)[0]
         assert newest["operation"] == "WRITE"
         assert newest["operationParameters"]["mode"] == "Overwrite"
@@ -115,7 +118,14 @@ class TestLogState(TestRandomChangeSequences):
         assert "another refresh of this model" in log
         assert latest_version(spark, state) == before, "the skipped write committed"
         monkeypatch.undo()
-        self._refresh_and_check(project, spark, source_table)
+        self._refresh_and_check(project, spark, source_table, ("grouped",))
+
+    def test_explain_shows_the_append(self, project, source_table):
+        run_dbt(["run-operation", "ivm_explain", "--args", "{model: grouped}"])
+        written = Path(project.project_root) / "target" / "ivm_explain" / "grouped"
+        append = (written / "append_changes.sql").read_text()
+        assert "INSERT INTO" in append and "TABLE_CHANGES" in append
+        assert not (written / "merge_changes.sql").exists()
 
     def test_a_state_that_cannot_be_a_log_is_refused(self, project, spark, source_table):
         extremes = "select g, max(v) as mv from {{ source('raw', 'src') }} group by g"

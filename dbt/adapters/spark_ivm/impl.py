@@ -42,7 +42,7 @@ from dbt.adapters.spark_ivm.pins import InvocationPins
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, Relations
 from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
-from dbt.adapters.spark_ivm.settings import Action, RefreshSettings
+from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, StateForm
 from dbt.adapters.spark_ivm.state_history import table_name_of
 from dbt.adapters.spark_ivm.strict import StrictReads
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, names
@@ -52,6 +52,7 @@ from ivm_compiler.emit import (
     STATE_PROPERTY,
     ViewDocs,
 )
+from ivm_compiler.errors import StateFormRefused
 
 logger = AdapterLogger("SparkIvm")
 
@@ -281,7 +282,17 @@ class SparkIvmAdapter(SparkAdapter):
         With dbt's `graph`, also the model's consistency group in a run of every
         ivm model of the project, and why it is in it.
         """
-        refresh = self._refresh_of(relation, self._model_sql(relation), model_id, upstream)
+        # The state's form changes the plan (a log is summed when read), so
+        # it is taken from the model's config; the other settings only change
+        # how a refresh runs, which explain describes apart.
+        config = ((graph or {}).get("nodes", {}).get(model_id) or {}).get("config") or {}
+        settings = RefreshSettings(
+            state_form=StateForm(config.get("ivm_state_form") or StateForm.MERGED),
+            change_feed=_read_by_ivm_models(graph, model_id),
+        )
+        refresh = self._refresh_of(
+            relation, self._model_sql(relation), model_id, upstream, settings
+        )
         group = None
         if graph is not None:
             every_ivm_model = [
@@ -292,7 +303,7 @@ class SparkIvmAdapter(SparkAdapter):
             group = consistency_groups(members_from_graph(graph, every_ivm_model)).get(model_id)
         try:
             explanation = explain(refresh, group_lines(group, model_id))
-        except NotMaintainable as refusal:
+        except (NotMaintainable, StateFormRefused) as refusal:
             raise CompilationError(str(refusal)) from refusal
         except InvalidSource as invalid:
             raise DbtRuntimeError(str(invalid)) from invalid
