@@ -65,6 +65,8 @@ class OwnSessionConnection(Connection):
         with _IDLE_LOCK:
             idle = _IDLE.get(self._key)
             session = idle.pop() if idle else None
+        if session is not None and session._jsparkSession.sparkContext().isStopped():
+            session = None  # kept from a Spark application that has since stopped
         self.session = session or _new_session(self.server_side_parameters)
         self.failed = False
         self._closed = False
