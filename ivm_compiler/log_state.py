@@ -68,8 +68,34 @@ LOG_CLASSES = frozenset(
 ADDITIVE_RULES = frozenset({MergeRule.KEY, MergeRule.ADD, MergeRule.ADD_NULLABLE})
 
 
-def refusal(plan: ViewPlan) -> str | None:
+@dataclasses.dataclass(frozen=True)
+class Circumstances:
+    """What, beside its plan, a model's state form depends on (the refresh knows it)."""
+
+    # Its CTEs or subqueries are kept as plan nodes (nodes.py).
+    plan_nodes: bool = False
+    # Other ivm models read its state's change feed.
+    read_by_ivm_models: bool = False
+    # It keeps join states (ivm_join_state).
+    join_states: bool = False
+    # No other client shares the connection's Spark session, so a skipped
+    # write can be told from a committed one (the session's last commit version).
+    own_session: bool = True
+
+
+def refusal(plan: ViewPlan, circumstances: Circumstances = Circumstances()) -> str | None:
     """Why the plan's state cannot be a log; None when it can."""
+    if circumstances.plan_nodes:
+        return "its CTEs or subqueries are kept as plan nodes, whose changes it reads"
+    if circumstances.read_by_ivm_models:
+        return "other ivm models read its changes, which a log keeps as partial rows"
+    if circumstances.join_states:
+        return "it keeps join states (ivm_join_state)"
+    if not circumstances.own_session:
+        return (
+            "its connection shares a Spark session with other clients (a Thrift "
+            "server with singleSession), where the write's guard cannot be read back"
+        )
     if plan.view_class not in LOG_CLASSES:
         return f"a {plan.view_class.value.replace('_', ' ')} model's state is merged"
     if plan.top_k is not None:

@@ -42,7 +42,9 @@ from what the compiler emits now. Read the diff before committing it.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -247,6 +249,37 @@ def rewrite(
     while out and not out[-1].strip():
         out.pop()
     fixture.path.write_text("\n".join(out) + "\n")
+
+
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+
+def load_fixture(
+    path: Path,
+    statements: tuple[str, ...],
+    emitted: Callable[[FixtureFile, Case], dict[str, str]],
+) -> FixtureFile:
+    """The fixture file; with UPDATE_GOLDEN=1, first rewritten from `emitted` (xfail cases kept)."""
+    fixture = load(path, statements)
+    if UPDATE:
+        rewrite(
+            fixture,
+            {case.id: emitted(fixture, case) for case in fixture.cases if not case.xfail},
+            statements,
+        )
+        fixture = load(path, statements)
+    return fixture
+
+
+def catalog(fixture: FixtureFile, case: Case) -> FakeCatalog:
+    """The catalog a case's headers describe (`# describe:` and `# describe probe:`)."""
+    probe = case.headers.get("describe probe")
+    return FakeCatalog(
+        fixture.sources,
+        case.sql,
+        split_columns(case.headers["describe"]),
+        split_columns(probe) if probe else None,
+    )
 
 
 # The compiler's type probe names its columns key_<i>, sum_<i>, avg_<i> and value_<i>.

@@ -11,7 +11,6 @@ bake a broken statement in.
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import pytest
@@ -26,19 +25,12 @@ from ivm_compiler.sql import DIALECT
 from tests.unit import golden
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compile.sql"
-UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 
 def compile_case(
     fixture: golden.FixtureFile, case: golden.Case
 ) -> tuple[ViewPlan, golden.FakeCatalog]:
-    describe_probe = case.headers.get("describe probe")
-    catalog = golden.FakeCatalog(
-        fixture.sources,
-        case.sql,
-        golden.split_columns(case.headers["describe"]),
-        golden.split_columns(describe_probe) if describe_probe else None,
-    )
+    catalog = golden.catalog(fixture, case)
     return compile_model(golden.MODEL, case.sql, catalog), catalog
 
 
@@ -60,22 +52,9 @@ def emit_all(plan: ViewPlan) -> dict[str, str]:
     }
 
 
-def _load() -> golden.FixtureFile:
-    fixture = golden.load(FIXTURE)
-    if UPDATE:
-        golden.rewrite(
-            fixture,
-            {
-                case.id: emit_all(compile_case(fixture, case)[0])
-                for case in fixture.cases
-                if not case.xfail
-            },
-        )
-        fixture = golden.load(FIXTURE)
-    return fixture
-
-
-FIXTURES = _load()
+FIXTURES = golden.load_fixture(
+    FIXTURE, golden.STATEMENTS, lambda fixture, case: emit_all(compile_case(fixture, case)[0])
+)
 
 
 def _params(cases: list[golden.Case]) -> list:

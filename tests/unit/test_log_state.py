@@ -11,7 +11,6 @@ Regenerate with UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_log_s
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import pytest
@@ -24,20 +23,12 @@ from ivm_compiler.sql import DIALECT
 from tests.unit import golden
 
 FIXTURE = Path(__file__).parent / "fixtures" / "log_state.sql"
-UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 STATEMENTS = ("create_state", "append_changes", "compact", "create_view")
 MARKER = "r-this"
 
 
 def compile_case(fixture: golden.FixtureFile, case: golden.Case) -> ViewPlan:
-    probe = case.headers.get("describe probe")
-    catalog = golden.FakeCatalog(
-        fixture.sources,
-        case.sql,
-        golden.split_columns(case.headers["describe"]),
-        golden.split_columns(probe) if probe else None,
-    )
-    plan = compile_model(golden.MODEL, case.sql, catalog)
+    plan = compile_model(golden.MODEL, case.sql, golden.catalog(fixture, case))
     assert log_state.refusal(plan) is None, log_state.refusal(plan)
     return log_state.with_log(plan)
 
@@ -61,19 +52,9 @@ def emit_all(plan: ViewPlan) -> dict[str, str]:
     }
 
 
-def _load() -> golden.FixtureFile:
-    fixture = golden.load(FIXTURE, STATEMENTS)
-    if UPDATE:
-        golden.rewrite(
-            fixture,
-            {case.id: emit_all(compile_case(fixture, case)) for case in fixture.cases},
-            STATEMENTS,
-        )
-        fixture = golden.load(FIXTURE, STATEMENTS)
-    return fixture
-
-
-FIXTURES = _load()
+FIXTURES = golden.load_fixture(
+    FIXTURE, STATEMENTS, lambda fixture, case: emit_all(compile_case(fixture, case))
+)
 IDS = [case.id for case in FIXTURES.cases]
 
 
@@ -168,4 +149,20 @@ def test_states_that_need_their_stored_values_are_refused(sql, describe, probe, 
         FIXTURES.sources, sql, golden.split_columns(describe), golden.split_columns(probe)
     )
     reason = log_state.refusal(compile_model(golden.MODEL, sql, catalog))
+    assert reason is not None and named in reason
+
+
+@pytest.mark.parametrize(
+    "circumstances, named",
+    [
+        (log_state.Circumstances(plan_nodes=True), "plan nodes"),
+        (log_state.Circumstances(read_by_ivm_models=True), "other ivm models read"),
+        (log_state.Circumstances(join_states=True), "join states"),
+        (log_state.Circumstances(own_session=False), "shares a Spark session"),
+    ],
+)
+def test_what_beside_the_plan_keeps_a_state_merged(circumstances, named):
+    plan, _ = compiled(IDS[0])
+    assert log_state.refusal(plan) is None
+    reason = log_state.refusal(plan, circumstances)
     assert reason is not None and named in reason

@@ -13,7 +13,6 @@ Regenerate with UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_windo
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,6 @@ from ivm_compiler.view_classes.window import PartitionKey
 from tests.unit import golden
 
 FIXTURE = Path(__file__).parent / "fixtures" / "windows.sql"
-UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 STATEMENTS = golden.WINDOW_STATEMENTS
 
 
@@ -44,10 +42,7 @@ def touched(case: golden.Case) -> list[PartitionKey]:
 
 
 def compile_case(fixture: golden.FixtureFile, case: golden.Case) -> ViewPlan:
-    catalog = golden.FakeCatalog(
-        fixture.sources, case.sql, golden.split_columns(case.headers["describe"])
-    )
-    return compile_model(golden.MODEL, case.sql, catalog)
+    return compile_model(golden.MODEL, case.sql, golden.catalog(fixture, case))
 
 
 def emit_all(plan: ViewPlan, case: golden.Case) -> dict[str, str]:
@@ -72,19 +67,9 @@ def emit_all(plan: ViewPlan, case: golden.Case) -> dict[str, str]:
     }
 
 
-def _load() -> golden.FixtureFile:
-    fixture = golden.load(FIXTURE, STATEMENTS)
-    if UPDATE:
-        golden.rewrite(
-            fixture,
-            {case.id: emit_all(compile_case(fixture, case), case) for case in fixture.cases},
-            STATEMENTS,
-        )
-        fixture = golden.load(FIXTURE, STATEMENTS)
-    return fixture
-
-
-FIXTURES = _load()
+FIXTURES = golden.load_fixture(
+    FIXTURE, STATEMENTS, lambda fixture, case: emit_all(compile_case(fixture, case), case)
+)
 IDS = [case.id for case in FIXTURES.cases]
 
 

@@ -42,7 +42,7 @@ from dbt.adapters.spark_ivm.pins import InvocationPins
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, Relations
 from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
-from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, StateForm
+from dbt.adapters.spark_ivm.settings import Action, RefreshSettings
 from dbt.adapters.spark_ivm.state_history import table_name_of
 from dbt.adapters.spark_ivm.strict import StrictReads
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, names
@@ -282,13 +282,11 @@ class SparkIvmAdapter(SparkAdapter):
         With dbt's `graph`, also the model's consistency group in a run of every
         ivm model of the project, and why it is in it.
         """
-        # The state's form changes the plan (a log is summed when read), so
-        # it is taken from the model's config; the other settings only change
-        # how a refresh runs, which explain describes apart.
+        # The model's settings as its refresh reads them: the state's form
+        # and join states change the plan and the statements explain shows.
         config = ((graph or {}).get("nodes", {}).get(model_id) or {}).get("config") or {}
-        settings = RefreshSettings(
-            state_form=StateForm(config.get("ivm_state_form") or StateForm.MERGED),
-            change_feed=_read_by_ivm_models(graph, model_id),
+        settings = RefreshSettings.from_config(
+            config, change_feed=_read_by_ivm_models(graph, model_id)
         )
         refresh = self._refresh_of(
             relation, self._model_sql(relation), model_id, upstream, settings

@@ -319,20 +319,13 @@ class Refresh:
 
     def _as_log(self, plan: ViewPlan, split: nodes.Split) -> ViewPlan:
         """The plan with a log state (ivm_state_form='log'), or the error that says why not."""
-        reason: str | None
-        if split.nodes:
-            reason = "its CTEs or subqueries are kept as plan nodes, whose changes it reads"
-        elif self.settings.change_feed:
-            reason = "other ivm models read its changes, which a log keeps as partial rows"
-        elif self.settings.join_state != JoinStateSetting.NONE:
-            reason = "it keeps join states (ivm_join_state)"
-        elif not self.own_session:
-            reason = (
-                "its connection shares a Spark session with other clients (a Thrift "
-                "server with singleSession), where the write's guard cannot be read back"
-            )
-        else:
-            reason = log_state.refusal(plan)
+        circumstances = log_state.Circumstances(
+            plan_nodes=bool(split.nodes),
+            read_by_ivm_models=self.settings.change_feed,
+            join_states=self.settings.join_state != JoinStateSetting.NONE,
+            own_session=self.own_session,
+        )
+        reason = log_state.refusal(plan, circumstances)
         if reason is not None:
             raise StateFormRefused(self.model, reason)
         return log_state.with_log(plan)

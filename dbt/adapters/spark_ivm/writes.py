@@ -92,15 +92,15 @@ class StateWrites:
         statement: str,
         metadata: dict[str, Any],
         settings: Mapping[str, str] = {},
-        idempotent: bool = False,
     ) -> tuple[list[str], Sequence[Sequence[Any]]]:
         """Run one committing statement with `metadata` attached to its Delta commit.
 
         `settings` are session confs the statement runs under (emit.merge_settings),
         set just before it and reset just after, inside the lock as the metadata is.
-        `idempotent`: the settings carry a Delta transaction id (log_state.txn_settings),
-        and a write Delta skipped as a repeat is another refresh's (ConcurrentRefresh).
+        When they carry a Delta transaction id (log_state.txn_settings), a write
+        Delta skipped as a repeat is another refresh's (ConcurrentRefresh).
         """
+        idempotent = log_state.TXN_APP_ID_CONF in settings
         with delta.COMMIT_LOCK:
             self.runner.execute(delta.set_commit_metadata(metadata))
             for key, value in settings.items():
@@ -151,7 +151,6 @@ class StateWrites:
             emit.create_state(plan, self.state, versions, refresh_id, change_feed),
             self.metadata(refresh_id, None),
             txn,
-            idempotent=bool(txn),
         )
 
     def append_change(
@@ -179,7 +178,6 @@ class StateWrites:
                 statement,
                 self.metadata(refresh_id, guard_read),
                 log_state.txn_settings(read_version),
-                idempotent=True,
             )
         except ConcurrentRefresh:
             raise
