@@ -140,9 +140,7 @@ def consolidated(plan: ViewPlan, table: exp.Expr) -> exp.Select:
         exp.select(
             *(_value(k) for k in keys),
             *(exp.alias_(exp.Sum(this=_value(v)), v, quoted=True) for v in values),
-            exp.alias_(
-                exp.cast(exp.null(), exp.DataType.build("STRING")), names.GUARD, quoted=True
-            ),
+            exp.alias_(_null_string(), names.GUARD, quoted=True),
         )
         .from_(table)
         .where(exp.Is(this=guard, expression=exp.null()))
@@ -157,6 +155,14 @@ def consolidated(plan: ViewPlan, table: exp.Expr) -> exp.Select:
 
 def _null_string() -> exp.Expr:
     return exp.cast(exp.null(), exp.DataType.build("STRING"))
+
+
+def _state_row(plan: ViewPlan, guard: exp.Expr | None = None) -> list[exp.Expr]:
+    """A state table's columns, in order, the guard column last (`guard`, or the column itself)."""
+    columns = [_value(c) for c in state_rows.state_table_columns(plan)]
+    if guard is None:
+        return [*columns, _value(names.GUARD)]
+    return [*columns, exp.alias_(guard, names.GUARD, quoted=True)]
 
 
 def _marker_row(plan: ViewPlan, marker: str) -> exp.Select:
@@ -176,10 +182,9 @@ def _change_rows(
 ) -> exp.Select:
     """The view class's change query, its rows in state-table order with a NULL guard."""
     source = view_class_rule(plan.view_class).change_query(plan, ranges, state, bounds, join_reads)
-    return exp.select(
-        *(_value(c) for c in state_rows.state_table_columns(plan)),
-        exp.alias_(_null_string(), names.GUARD, quoted=True),
-    ).from_(source.subquery(ident(names.CHANGE_ALIAS)))
+    return exp.select(*_state_row(plan, _null_string())).from_(
+        source.subquery(ident(names.CHANGE_ALIAS))
+    )
 
 
 def append_changes(
@@ -222,17 +227,14 @@ def compact(
     The marker rows of the appends go; the guard row holds `guard` (the
     guard the refresh read, which its commit records).
     """
-    columns = state_rows.state_table_columns(plan)
     logged = exp.union(
-        exp.select(*(_value(c) for c in (*columns, names.GUARD))).from_(state.to_table()),
+        exp.select(*_state_row(plan)).from_(state.to_table()),
         _change_rows(plan, state, ranges, bounds, join_reads),
         distinct=False,
     )
     merged = consolidated(plan, logged.subquery(ident(names.CHANGE_ALIAS)))
     rows = exp.union(
-        exp.select(*(_value(c) for c in (*columns, names.GUARD))).from_(
-            merged.subquery(ident(names.BUILT_ALIAS))
-        ),
+        exp.select(*_state_row(plan)).from_(merged.subquery(ident(names.BUILT_ALIAS))),
         _marker_row(plan, guard),
         distinct=False,
     )
