@@ -138,3 +138,37 @@ class TestLogState(test_random_changes.TestRandomChangeSequences):
         assert "MIN/MAX" in log
         shown = spark.sql(f"SHOW TABLES IN {project.test_schema}").collect()
         assert "extremes__ivm_state" not in {row["tableName"] for row in shown}
+
+    def test_auto_keeps_a_log_where_it_can_and_merges_the_rest(self, project, spark, source_table):
+        auto = "{{ config(ivm_state_form='auto') }}\n"
+        models = {
+            "auto_counts": "select g, count(*) as n, sum(v) as sv from {src} group by g",
+            "auto_extremes": "select g, max(v) as mv from {src} group by g",
+        }
+        source = "{{ source('raw', 'src') }}"
+        for name, query in models.items():
+            write_file(
+                auto + query.format(src=source), project.project_root, "models", f"{name}.sql"
+            )
+        try:
+            run_dbt(["run", "--select", *models])
+            spark.sql(f"INSERT INTO {source_table} VALUES (10, 'a', 6, 1.00), (11, NULL, 2, NULL)")
+            spark.sql(f"UPDATE {source_table} SET v = v + 1 WHERE k = 10")
+            results = {r.node.name: r for r in run_dbt(["run", "--select", *models])}
+        finally:
+            for name in models:
+                os.remove(os.path.join(project.project_root, "models", f"{name}.sql"))
+        forms = {}
+        for name in models:
+            assert results[name].adapter_response["code"] == "INCREMENTAL", name
+            state = f"{project.test_schema}.{name}__ivm_state"
+            properties = {
+                row["key"]: row["value"]
+                for row in spark.sql(f"SHOW TBLPROPERTIES {state}").collect()
+            }
+            forms[name] = properties.get(log_state.STATE_FORM_PROPERTY)
+            operation = history(spark, state)[0]["operation"]
+            assert operation == ("WRITE" if name == "auto_counts" else "MERGE"), (name, operation)
+        assert forms == {"auto_counts": log_state.LOG, "auto_extremes": None}
+        checked = assert_models_match_sources(spark, project.test_schema, models, ["src"])
+        assert set(checked) == set(models)

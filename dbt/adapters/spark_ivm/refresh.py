@@ -315,10 +315,16 @@ class Refresh:
             upstreams,
             written=self.sql if split.nodes else None,
         )
-        return self._as_log(plan, split) if self.settings.state_form is StateForm.LOG else plan
+        return self._in_state_form(plan, split)
 
-    def _as_log(self, plan: ViewPlan, split: nodes.Split) -> ViewPlan:
-        """The plan with a log state (ivm_state_form='log'), or the error that says why not."""
+    def _in_state_form(self, plan: ViewPlan, split: nodes.Split) -> ViewPlan:
+        """The plan in the state form ivm_state_form asks for (log_state.py).
+
+        'log' where the model cannot keep one is an error that says why;
+        'auto' keeps such a model merged.
+        """
+        if self.settings.state_form is StateForm.MERGED:
+            return plan
         circumstances = log_state.Circumstances(
             plan_nodes=bool(split.nodes),
             read_by_ivm_models=self.settings.change_feed,
@@ -326,9 +332,12 @@ class Refresh:
             own_session=self.own_session,
         )
         reason = log_state.refusal(plan, circumstances)
-        if reason is not None:
+        if reason is None:
+            return log_state.with_log(plan)
+        if self.settings.state_form is StateForm.LOG:
             raise StateFormRefused(self.model, reason)
-        return log_state.with_log(plan)
+        self.log.debug(f"{self.model}: ivm_state_form='auto' keeps the state merged: {reason}")
+        return plan
 
     def _refresh_nodes(self, split: nodes.Split) -> None:
         """Refresh each plan node, in order, as an ivm model of its own, at this refresh's pins."""

@@ -55,6 +55,7 @@ class StateForm(_Value):
 
     MERGED = "merged"  # merged into the state's rows (a guarded MERGE)
     LOG = "log"  # appended as signed rows, consolidated when read
+    AUTO = "auto"  # a log where the model allows one, merged otherwise
 
 
 class Fallback(_Value):
