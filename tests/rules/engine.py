@@ -115,6 +115,8 @@ CHANGE_COLUMNS = (
 )
 # The table a MERGE's source rows are written to before it runs (Engine.merge).
 MERGE_SOURCE = "__merge_source"
+# Where an INSERT OVERWRITE's rows are kept while its table is emptied.
+OVERWRITE_ROWS = "__overwrite_rows"
 
 Row = tuple[object, ...]
 
@@ -476,6 +478,21 @@ class Engine:
             kept = exp.Create(this=_merge_source(), kind="TABLE", replace=True, expression=rows)
             using = kept.sql(dialect=DUCKDB, copy=False)
             tree.set("using", _merge_source().as_(source.alias, quoted=True))
+        if isinstance(tree, exp.Insert) and tree.args.get("overwrite"):
+            # DuckDB has no INSERT OVERWRITE, and its rows read the table they
+            # replace (log_state.compact): kept aside, then written back, so
+            # the table keeps its column types.
+            rows = exp.Table(this=exp.to_identifier(OVERWRITE_ROWS, quoted=True))
+            written = tree.expression
+            if tree.args.get("with_"):
+                written.set("with_", tree.args["with_"])  # the INSERT's CTEs, for its rows
+            steps = [
+                exp.Create(this=rows, kind="TABLE", replace=True, expression=written),
+                exp.Delete(this=tree.this),
+                exp.Insert(this=tree.this.copy(), expression=exp.select("*").from_(rows.copy())),
+            ]
+            sql = "; ".join(step.sql(dialect=DUCKDB) for step in steps)
+            return Translation(sql, tuple(dict.fromkeys(reads)), using)
         # copy=False: the generator's own copy of a tree this large costs about
         # as much as the rewrites, and the tree is not used again.
         sql = tree.sql(dialect=DUCKDB, copy=False)
@@ -550,7 +567,8 @@ class Engine:
         ctes = [
             cte.copy()
             for scope in scopes
-            if isinstance(scope, exp.Query) and scope.args.get("with_")
+            # An INSERT's CTEs come before it (log_state.append_changes).
+            if isinstance(scope, exp.Query | exp.Insert) and scope.args.get("with_")
             for cte in scope.args["with_"].expressions
         ]
         if ctes:

@@ -23,6 +23,12 @@ MERGE also deletes their rows that are gone); (+) replaces those
 partitions (replace_partitions). Refreshes read join partners within the
 probed key bounds (emit.probe_join_keys), as refresh.py does; join states
 (ivm_join_state) are not used here.
+
+A state kept as a log (log_state.py, `run(..., log=True)`) takes each
+change with the compiler's INSERT of the change rows, every other refresh
+with its rewrite (log_state.compact) instead; then its consolidated rows
+(log_state.consolidated, what the view reads) must equal the build at v',
+and after a rewrite the log holds one row per key.
 """
 
 from __future__ import annotations
@@ -38,7 +44,16 @@ from decimal import Decimal
 
 import duckdb
 
-from ivm_compiler import TableName, ViewClass, ViewPlan, compile_model, emit, merge_source, names
+from ivm_compiler import (
+    TableName,
+    ViewClass,
+    ViewPlan,
+    compile_model,
+    emit,
+    log_state,
+    merge_source,
+    names,
+)
 from ivm_compiler import state_rows as state_queries
 from ivm_compiler.compile import view_class_rule
 from ivm_compiler.key_bounds import parse_probe
@@ -372,9 +387,12 @@ def replace_partitions(
 class Refreshes:
     """A model's state in DuckDB, built once and refreshed through the compiler's statements."""
 
-    def __init__(self, model: Model, hook: ChangeFeedHook | None = None) -> None:
+    def __init__(self, model: Model, hook: ChangeFeedHook | None = None, log: bool = False) -> None:
         self.model = model
-        self.plan = compiled(model)
+        self.plan = log_state.with_log(compiled(model)) if log else compiled(model)
+        # The log's refreshes so far: every second one rewrites it (log_state.compact).
+        self.appends = 0
+        self.compacted = False
         self.sources = {s.name: s for s in model.sources}
         self.tables = {s.name: DeltaTable(s.name, s.schema) for s in model.sources}
         self.engine = Engine(list(self.tables.values()), hook, memo_of(model))
@@ -426,6 +444,12 @@ class Refreshes:
         if not any(w.changed for w in windows.values()):
             return
         guard = emit.Guard(read=self.guard, write=next(self.refresh_ids))
+        if self.plan.log_state:
+            self._append(windows, guard)
+            self.versions = pinned
+            self._check_log()
+            self.check_view()
+            return
         before = self._state()
         if self.plan.view_class is ViewClass.WINDOW:
             applied = self._refresh_partitions(windows, pinned, guard, before)
@@ -462,6 +486,17 @@ class Refreshes:
             for statement in emit.drop_staged(staged) if staged is not None else ():
                 self.engine.execute(statement)
         return apply_changes(self.plan, before, delta)
+
+    def _append(self, windows: Mapping[TableName, VersionRange], guard: emit.Guard) -> None:
+        """As writes.StateWrites.append_change: the change appended, or the log rewritten."""
+        bounds = self._join_key_bounds(windows)
+        self.appends += 1
+        self.compacted = self.appends % 2 == 0
+        if self.compacted:
+            statement = log_state.compact(self.plan, STATE, windows, self.guard, bounds)
+        else:
+            statement = log_state.append_changes(self.plan, STATE, windows, guard.write, bounds)
+        self.engine.execute(statement)
 
     def _join_key_bounds(self, windows: Mapping[TableName, VersionRange]) -> dict:
         """The probe's key bounds, as writes.StateWrites.join_key_bounds reads them."""
@@ -576,6 +611,29 @@ class Refreshes:
                     )
                 )
 
+    def _check_log(self) -> None:
+        """The log's consolidated rows equal the build; a rewritten log has one row per key."""
+        columns, rows = self.engine.query(log_state.consolidated(self.plan, STATE.to_table()))
+        expected_columns, rebuilt = self.engine.query(
+            view_class_rule(self.plan.view_class).build_query(self.plan, self.versions)
+        )
+        diff = _difference(
+            state_rows(self.plan, expected_columns, rebuilt),
+            state_rows(self.plan, columns, rows),
+        )
+        if diff:
+            raise Mismatch(
+                self._where(
+                    f"the consolidated log differs from the build at {self._shown()}: {diff}"
+                )
+            )
+        if self.compacted:
+            keys = [c.name for c in self.plan.state_columns if c.rule is MergeRule.KEY]
+            logged = [tuple(row[k] for k in keys) for row in self._state()]
+            repeated = [key for key, n in Counter(logged).items() if n > 1]
+            if repeated:
+                raise Mismatch(self._where(f"the rewritten log repeats the keys {repeated}"))
+
     def check_view(self) -> None:
         view_columns, view = self.engine.query(self.view)
         query_columns, query = self.engine.query(self.model.sql, pinned=self.versions)
@@ -597,9 +655,14 @@ class Refreshes:
         return f"{self.model.name}: {message}\ncommits:\n  " + "\n  ".join(self.history)
 
 
-def run(model: Model, scenario: Scenario, hook: ChangeFeedHook | None = None) -> Refreshes:
-    """Build the model after the seed commits, then refresh and check after every step."""
-    refreshes = Refreshes(model, hook)
+def run(
+    model: Model, scenario: Scenario, hook: ChangeFeedHook | None = None, log: bool = False
+) -> Refreshes:
+    """Build the model after the seed commits, then refresh and check after every step.
+
+    `log`: its state kept as a log (the model must be one log_state.refusal allows).
+    """
+    refreshes = Refreshes(model, hook, log)
     with contextlib.closing(refreshes.engine):
         for table, change in scenario.seed:
             refreshes.commit(table, change)
