@@ -7,6 +7,7 @@ ALL both ways, so duplicates count).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -163,6 +164,28 @@ def assert_model_matches_sources(
     difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
     assert difference.equal, f"{model} differs from its query at versions {versions}: {difference}"
     return versions
+
+
+# A change written to a model's state: a merged state's MERGE, a log's INSERT.
+_STATE_WRITE = re.compile(r"(?:MERGE|INSERT) INTO `[^`]*`\.`(?P<model>\w+)__ivm_state`")
+
+
+def state_written(sql: str) -> str | None:
+    """The model whose state `sql` writes a change to, if it does.
+
+    >>> state_written("INSERT INTO `s`.`by_g__ivm_state` (`g`) SELECT 1")
+    'by_g'
+    >>> state_written("MERGE INTO `s`.`joined__ivm_state` AS t USING x")
+    'joined'
+    >>> state_written("SELECT 1") is None
+    True
+    """
+    found = _STATE_WRITE.match(sql)
+    return found["model"] if found else None
+
+
+def writes_state(sql: str, model: str) -> bool:
+    return state_written(sql) == model
 
 
 def state_builds(spark: SparkSession, schema: str, model: str) -> int:

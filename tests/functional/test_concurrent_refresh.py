@@ -2,19 +2,33 @@
 
 Two dbt invocations that refresh the same model both read the same recorded
 state and compute the same change. The test makes that happen
-deterministically: just before this run's MERGE, the same MERGE is committed
-as if by the other invocation, then this run's MERGE goes ahead. It must
-apply nothing and say so: every MERGE checks the state's guard row still
-holds the refresh id this run read, and moves it (emit.Guard).
+deterministically: just before this run's write to a state, the same write
+is committed as if by the other invocation, then this run's goes ahead. It
+must apply nothing and say so, in both state forms: a merged state's MERGE
+checks the state's guard row still holds the refresh id this run read, and
+moves it (emit.Guard); a log state's INSERT carries Delta's transaction id
+with the state version this run read, which the first write passed
+(log_state.py).
 """
 
 from __future__ import annotations
 
+import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
+from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
-from tests.functional.ivm_checks import assert_model_matches_query, latest_version, state_builds
-from tests.functional.ivm_project import QUERIES, OneSourceProject
+from ivm_compiler import log_state
+from tests.functional.ivm_checks import (
+    assert_model_matches_query,
+    latest_version,
+    state_builds,
+    state_written,
+)
+from tests.functional.ivm_project import QUERIES, OneSourceProject, model_files
+
+# The same query twice: as a log (ivm_state_form's default, 'auto') and merged.
+FORMS = {"grouped": log_state.LOG, "grouped_merged": "merged"}
 
 
 class TestConcurrentRefresh(OneSourceProject):
@@ -22,24 +36,36 @@ class TestConcurrentRefresh(OneSourceProject):
     # by the Thrift server.
     thrift_slice = True
 
-    model_names = ("grouped",)
+    @pytest.fixture(scope="class")
+    def models(self):
+        files = model_files(["grouped"])
+        merged = "{{ config(ivm_state_form='merged') }}\n"
+        return {**files, "grouped_merged.sql": merged + files["grouped.sql"]}
 
     def test_the_second_refresh_of_the_same_change_applies_nothing(
         self, project, spark, source_table
     ):
         schema = project.test_schema
-        state = f"{schema}.grouped__ivm_state"
+        states = {model: f"{schema}.{model}__ivm_state" for model in FORMS}
         run_dbt(["run"])
+        for model, form in FORMS.items():
+            properties = spark.sql(f"SHOW TBLPROPERTIES {states[model]}").collect()
+            shown = {row["key"]: row["value"] for row in properties}
+            assert shown.get(log_state.STATE_FORM_PROPERTY, "merged") == form, model
         spark.sql(f"INSERT INTO {source_table} VALUES (5, 'e', 5, 5.00), (1, 'a', 2, NULL)")
         spark.sql(f"DELETE FROM {source_table} WHERE k IS NULL")
-        before = latest_version(spark, state)
+        before = {model: latest_version(spark, state) for model, state in states.items()}
 
         original = _AdapterRunner.query
-        raced = []
+        raced: dict[str, object] = {}
 
         def query(self, sql):
-            if sql.startswith("MERGE") and not raced:
-                raced.append(original(self, sql))  # the other invocation commits first
+            model = state_written(sql)
+            if model is not None and model not in raced:
+                # The other invocation commits the same write first, in a
+                # session of its own: this session's last commit stays unset.
+                raced[model] = original(self, sql)
+                self.execute(delta.forget_last_commit())
             return original(self, sql)
 
         _AdapterRunner.query = query
@@ -47,15 +73,19 @@ class TestConcurrentRefresh(OneSourceProject):
             results, output = run_dbt_and_capture(["run"], expect_pass=False)
         finally:
             _AdapterRunner.query = original
-        assert raced, "the injected MERGE did not run"
-        assert "another refresh of this model" in output
+        assert set(raced) == set(FORMS), f"the injected writes ran for {set(raced)} only"
+        assert output.count("another refresh of this model") >= len(FORMS), output
         assert "applied nothing" in output
-        # One MERGE commit, not two: the change is in the state exactly once.
-        assert latest_version(spark, state) == before + 1
-        assert state_builds(spark, schema, "grouped") == 1
-        # The view still shows the state before (the failed run published nothing);
-        # the next run publishes the committed state without applying anything twice.
+        for model, state in states.items():
+            # One commit, not two: the change is in the state exactly once.
+            assert latest_version(spark, state) == before[model] + 1, model
+            assert state_builds(spark, schema, model) == 1, model
+        # The views still show the states before (the failed run published
+        # nothing); the next run publishes the committed states without
+        # applying anything twice.
         results = run_dbt(["run"])
-        assert str(results[0].adapter_response.get("code")) == "NO_CHANGE"
-        assert latest_version(spark, state) == before + 1
-        assert_model_matches_query(spark, schema, "grouped", QUERIES["grouped"], "src")
+        for result in results:
+            assert str(result.adapter_response.get("code")) == "NO_CHANGE", result.node.name
+        for model, state in states.items():
+            assert latest_version(spark, state) == before[model] + 1, model
+            assert_model_matches_query(spark, schema, model, QUERIES["grouped"], "src")
