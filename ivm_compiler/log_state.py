@@ -1,6 +1,6 @@
-"""A state kept as a log (ivm_state_form='log'): changes appended, consolidated when read.
+"""A state kept as a log (ivm_state_form 'log', or 'auto' where allowed): changes appended.
 
-A merged state (the default) takes each refresh's change with a guarded
+A merged state takes each refresh's change with a guarded
 MERGE, which on Delta costs about 13 Spark jobs however small the change:
 it materializes its source, rebuilds the new version's file list, finds the
 files holding touched rows and rewrites them (bench/micro/merge_jobs.py).

@@ -117,10 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--state-form",
-        choices=("merged", "log"),
-        default="merged",
+        choices=("auto", "merged", "log"),
+        default="auto",
         help="the ivm models' ivm_state_form; 'log' appends each change to the state and "
-        "consolidates it when read, for every model whose state adds up (default: merged)",
+        "consolidates it when read, for every model whose state adds up; 'auto' does so "
+        "where a model can (default: auto)",
     )
     parser.add_argument(
         "--cluster",

@@ -70,7 +70,7 @@ class BenchSettings:
     strategy: str = "auto"
     # The ivm models' ivm_state_form (project var bench_ivm_state_form; the
     # MIN/MAX model keeps 'merged', which a log cannot hold).
-    state_form: str = "merged"
+    state_form: str = "auto"
     # Run the session as the driver of a local standalone cluster (a master and
     # two workers, each its own JVM: dbt.adapters.spark_ivm.cluster) instead of
     # local[2], so every task runs in an executor of another JVM.

@@ -26,7 +26,7 @@ IVM_CONFIGS: dict[str, str] = {
     + ", a list of the model's table aliases, or unset (none)",
     "ivm_state_form": "one of: "
     + ", ".join(repr(v.value) for v in StateForm)
-    + ", or unset (merged)",
+    + ", or unset (auto)",
     "ivm_strategy": "one of: " + ", ".join(repr(v.value) for v in STRATEGIES) + ", or unset (auto)",
     "ivm_window_order_unique": "true or false (unset: false)",
 }

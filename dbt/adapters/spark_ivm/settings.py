@@ -86,7 +86,7 @@ class RefreshSettings:
     # persist_docs: the view carries the model's descriptions; it is then
     # recreated on every run, so edited descriptions show up without a rebuild.
     docs: ViewDocs | None = None
-    state_form: StateForm = StateForm.MERGED
+    state_form: StateForm = StateForm.AUTO
 
     @classmethod
     def from_config(
@@ -110,5 +110,5 @@ class RefreshSettings:
             on_schema_change=config.get("on_schema_change") or "ignore",
             change_feed=change_feed,
             docs=docs,
-            state_form=StateForm(config.get("ivm_state_form") or StateForm.MERGED),
+            state_form=StateForm(config.get("ivm_state_form") or StateForm.AUTO),
         )
