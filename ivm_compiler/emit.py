@@ -167,7 +167,9 @@ def _guarded(source: exp.Query, guard: Guard) -> exp.Subquery:
             exp.Column(this=exp.Star(), table=ident(names.GUARDED_ALIAS)),
             _guard_column(names.GUARD_CHECK_ALIAS),
         )
-        .from_(source.subquery(ident(names.GUARDED_ALIAS)))
+        # copy=False: every caller builds `source` for this statement alone,
+        # and copying a change query is about a tenth of emitting the MERGE.
+        .from_(source.subquery(ident(names.GUARDED_ALIAS), copy=False))
         .join(
             guard_row.subquery(ident(names.GUARD_CHECK_ALIAS)),
             on=exp.false(),

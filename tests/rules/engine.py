@@ -564,13 +564,16 @@ class Engine:
         while node is not None:
             scopes.insert(0, node)  # outermost first: an inner CTE may read an outer one
             node = node.parent
-        ctes = [
-            cte.copy()
-            for scope in scopes
-            # An INSERT's CTEs come before it (log_state.append_changes).
-            if isinstance(scope, exp.Query | exp.Insert) and scope.args.get("with_")
-            for cte in scope.args["with_"].expressions
-        ]
+        ctes = _ctes_read(
+            probe,
+            [
+                cte
+                for scope in scopes
+                # An INSERT's CTEs come before it (log_state.append_changes).
+                if isinstance(scope, exp.Query | exp.Insert) and scope.args.get("with_")
+                for cte in scope.args["with_"].expressions
+            ],
+        )
         if ctes:
             probe.set("with_", exp.With(expressions=ctes))
         plain = {table: 0 for table in self.tables}
@@ -675,6 +678,30 @@ def _read_versions(
         return _renamed(node, version_name(table, number), alias=node.alias or table.name)
 
     return tree.transform(replace, copy=False)
+
+
+def _ctes_read(query: exp.Expression, ctes: Sequence[exp.CTE]) -> list[exp.CTE]:
+    """Copies of the CTEs (of `ctes`, in scope order) that `query` reads, directly or through others.
+
+    A type probe takes only these: copying and generating every CTE of a
+    change query for each probe was most of the layer's time.
+    """
+    by_name = {cte.alias_or_name: cte for cte in ctes}  # an inner CTE shadows an outer one
+
+    def read_by(tree: exp.Expression) -> set[str]:
+        return {t.name for t in tree.find_all(exp.Table) if not t.db and t.name in by_name}
+
+    wanted, pending = set(), read_by(query)
+    while pending:
+        name = pending.pop()
+        if name not in wanted:
+            wanted.add(name)
+            pending |= read_by(by_name[name].this)
+    return [
+        cte.copy()
+        for cte in ctes
+        if cte.alias_or_name in wanted and by_name[cte.alias_or_name] is cte
+    ]
 
 
 def _argument_key(argument: exp.Expression, select: exp.Select) -> str:
