@@ -58,3 +58,21 @@ def test_the_newest_rewrite_counts_and_maintenance_is_skipped():
 def test_a_rewrite_older_than_the_commits_read_rewrites():
     rows = [commit(v, "WRITE", "Append", 1) for v in range(30, 50)]
     assert compaction_due(COLUMNS, rows)
+
+
+def test_a_rewrite_as_thrift_renders_its_parameters_counts():
+    """Over Thrift a CREATE OR REPLACE's parameters hold its table properties as unescaped JSON."""
+    parameters = (
+        '{"isManaged":"true","description":null,"partitionBy":"[]","clusterBy":"[]",'
+        '"properties":"{"spark_ivm.state_form":"log"}"}'
+    )
+    rebuilt = [
+        3,
+        "CREATE OR REPLACE TABLE AS SELECT",
+        parameters,
+        json.dumps({"numOutputRows": str(MIN_LOG_ROWS * 3)}),
+    ]
+    appended = [commit(v, "WRITE", "Append", 100, as_json=True) for v in (4, 5)]
+    assert not compaction_due(COLUMNS, [rebuilt, *appended])
+    many = [commit(v, "WRITE", "Append", MIN_LOG_ROWS * 2, as_json=True) for v in (4, 5)]
+    assert compaction_due(COLUMNS, [rebuilt, *many])

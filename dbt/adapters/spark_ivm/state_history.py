@@ -10,6 +10,7 @@ ivm_join_state: auto weighs).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,11 +33,34 @@ MIN_LOG_ROWS = 10_000
 REWRITING_OPERATIONS = frozenset({"CREATE TABLE AS SELECT", "WRITE"})
 
 
+# A key and its flat value in a map rendered as text ("mode":"Append", "n":3).
+_MAP_ENTRY = re.compile(r'"([^"]+)":"?([^",{}]*)"?')
+
+
 def _as_map(value: Any) -> dict[str, Any]:
-    """A history row's map column: a dict, or JSON text where agate hands it over so."""
-    if isinstance(value, str):
-        return dict(json.loads(value)) if value.strip() else {}
-    return dict(value or {})
+    """A history row's map column: a dict, or text where agate hands it over so.
+
+    Over Thrift the text is JSON but for values that are JSON themselves,
+    which the server leaves unescaped: `"properties":"{"spark_ivm.state_form":
+    "log"}"` in a CREATE OR REPLACE's parameters. Such text is read entry by
+    entry, the first of a repeated key kept (the outer map's come first).
+
+    >>> _as_map('{"mode":"Append","partitionBy":"[]"}')["mode"]
+    'Append'
+    >>> _as_map('{"isManaged":"true","properties":"{"spark_ivm.state_form":"log"}"}')["isManaged"]
+    'true'
+    """
+    if not isinstance(value, str):
+        return dict(value or {})
+    if not value.strip():
+        return {}
+    try:
+        return dict(json.loads(value))
+    except json.JSONDecodeError:
+        found: dict[str, Any] = {}
+        for key, entry in _MAP_ENTRY.findall(value):
+            found.setdefault(key, entry)
+        return found
 
 
 def compaction_due(columns: list[str], rows: Sequence[Sequence[Any]]) -> bool:
