@@ -177,10 +177,15 @@ def state_written(sql: str) -> str | None:
     'by_g'
     >>> state_written("MERGE INTO `s`.`joined__ivm_state` AS t USING x")
     'joined'
-    >>> state_written("SELECT 1") is None
+    >>> state_written("WITH c AS (SELECT 1) INSERT INTO `s`.`by_g__ivm_state` SELECT * FROM c")
+    'by_g'
+    >>> state_written("SELECT * FROM `s`.`by_g__ivm_state`") is None
     True
     """
-    found = _STATE_WRITE.match(sql)
+    if not sql.lstrip().upper().startswith(("MERGE", "INSERT", "WITH")):
+        return None
+    # A log's INSERT comes after the CTEs of its change rows.
+    found = _STATE_WRITE.search(sql)
     return found["model"] if found else None
 
 
