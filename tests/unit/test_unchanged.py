@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta, unchanged
+from dbt.adapters.spark_ivm import delta, unchanged, upstreams
 from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
 from dbt.adapters.spark_ivm.settings import JoinStateSetting, RefreshSettings, Strategy
 from dbt.adapters.spark_ivm.unchanged import Publication, Unchanged
@@ -265,7 +265,7 @@ class TestUpstreamModels:
     def read_as(self, table: TableName) -> str:
         return unchanged.PUBLISHED if table == UPSTREAM else unchanged.SOURCE
 
-    def check(self, runner: FakeRunner):
+    def check(self, runner: FakeRunner, upstream_properties: dict | None = None):
         return unchanged.check(
             runner,
             TARGET,
@@ -274,7 +274,14 @@ class TestUpstreamModels:
             KEY,
             {ORDERS: ORDERS_AT_4}.get,
             self.read_as,
+            upstream_properties,
         )
+
+    def test_the_upstream_properties_read_are_kept_for_the_whole_path(self) -> None:
+        shown = {**UPSTREAM_VIEW, emit.STATE_VERSION_PROPERTY: "4"}
+        kept: dict = {}
+        assert isinstance(self.check(FakeRunner(over_upstream(), upstream=shown), kept), str)
+        assert kept == {UPSTREAM: shown}
 
     def test_an_upstream_showing_what_was_recorded_is_no_change(self) -> None:
         found = self.check(FakeRunner(over_upstream(), upstream=UPSTREAM_VIEW))
@@ -308,3 +315,11 @@ class TestUpstreamModels:
             {**published(ORDERS_AT_4), unchanged.SOURCES_PROPERTY: record}, upstream=UPSTREAM_VIEW
         )
         assert isinstance(self.check(runner), str)
+
+
+def test_the_compile_reuses_the_upstream_properties_the_shortcut_read() -> None:
+    shown = {**UPSTREAM_VIEW, emit.STATE_PROPERTY: str(STATE)}
+    runner = FakeRunner({}, upstream=shown)
+    found = upstreams.upstream_models(runner, [UPSTREAM], lambda table: "view", {UPSTREAM: shown})
+    assert found[UPSTREAM].state == STATE and found[UPSTREAM].published_version == 7
+    assert delta.show_properties(UPSTREAM) not in runner.statements

@@ -226,6 +226,7 @@ class Refresh:
             self.key,
             pin=self.pins.pin,
             read_as=self._read_as,
+            upstream_properties=self._upstream_properties,
         )
         if isinstance(found, str):
             self.log.debug(f"{self.model}: taking the whole refresh path: {found}")

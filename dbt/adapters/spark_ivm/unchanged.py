@@ -220,13 +220,15 @@ def check(
     key: str,
     pin: Callable[[TableName], delta.SourceSnapshot],
     read_as: Callable[[TableName], str],
+    upstream_properties: dict[TableName, dict[str, str]] | None = None,
 ) -> Unchanged | str:
     """NO_CHANGE from the view's record, or why the refresh must take the whole path.
 
     Besides the view's properties (which the whole path reads too): the
     sources' pins (which it reuses, as do the invocation's other models),
-    the properties of upstream ivm models' views, and, only when all match,
-    the view's text.
+    the properties of upstream ivm models' views (kept in
+    `upstream_properties` for the whole path's compile), and, only when all
+    match, the view's text.
     """
     publication = Publication.of(view_properties, key)
     if isinstance(publication, str):
@@ -246,7 +248,10 @@ def check(
     versions = {table: snapshot.version for table, snapshot in pinned.items()}
     for table, entry in publication.sources.items():
         if ways[table] == PUBLISHED:
-            upstream = compare_upstream(table, entry, properties(runner, table))
+            shown = properties(runner, table)
+            if upstream_properties is not None:
+                upstream_properties[table] = shown
+            upstream = compare_upstream(table, entry, shown)
             if upstream is not None:
                 return upstream
             versions[table] = int(entry["version"])

@@ -56,13 +56,15 @@ def upstream_models(
     """The sources that are ivm models: views that name their state table.
 
     `view_properties` collects the properties of each ivm model's view (what
-    its publication recorded, which the no-change shortcut compares).
+    its publication recorded, which the no-change shortcut compares); those
+    it holds already (the shortcut read them) are not read again.
     """
     found = {}
+    known = view_properties if view_properties is not None else {}
     for table in tables:
         if relation_exists(table) != "view":
             continue
-        shown = properties(runner, table)
+        shown = known[table] if table in known else properties(runner, table)
         state = shown.get(emit.STATE_PROPERTY)
         if not state:
             continue  # a plain view: pinning it explains why it cannot be read
