@@ -307,7 +307,7 @@ class Refresh:
         if split.nodes:
             tables += source_tables(parse_statement(self.model, self.sql))
         upstreams = upstream_models(
-            self.runner, dict.fromkeys(tables), self.relations.exists, self._upstream_properties
+            self.runner, dict.fromkeys(tables), self._relation_kind, self._upstream_properties
         )
         plan = compile_model(
             self.model,
@@ -317,6 +317,24 @@ class Refresh:
             written=self.sql if split.nodes else None,
         )
         return self._in_state_form(plan, split)
+
+    def _relation_kind(self, table: TableName) -> str | None:
+        """A relation's type ('table', 'view'), a source's told by the properties its pin reads.
+
+        dbt's answer lists the source's whole schema; a Delta table's
+        properties name its protocol, an ivm model's view its state.
+        """
+        if str(table).lower() not in self.upstream_materializations:
+            try:
+                shown = self.pins.properties(table)
+            except Exception:  # noqa: BLE001 - no such relation: dbt's answer says so
+                return self.relations.exists(table)
+            if delta.DELTA_PROTOCOL_PROPERTY in shown:
+                return "table"
+            if emit.STATE_PROPERTY in shown:
+                self._upstream_properties.setdefault(table, shown)
+                return "view"
+        return self.relations.exists(table)
 
     def _in_state_form(self, plan: ViewPlan, split: nodes.Split) -> ViewPlan:
         """The plan in the state form ivm_state_form asks for (log_state.py).
