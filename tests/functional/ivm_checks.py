@@ -135,6 +135,11 @@ def latest_version(spark: SparkSession, table: str) -> int:
     return int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").collect()[0]["version"])
 
 
+def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
+    """SHOW TBLPROPERTIES of a table or view, as a mapping."""
+    return {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+
+
 def assert_model_matches_query(
     spark: SparkSession, schema: str, model: str, query_template: str, source: str
 ) -> int:

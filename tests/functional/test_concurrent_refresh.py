@@ -9,21 +9,31 @@ checks the state's guard row still holds the refresh id this run read, and
 moves it (emit.Guard); a log state's INSERT carries Delta's transaction id
 with the state version this run read, which the first write passed
 (log_state.py).
+
+A log state's refresh usually starts from the record its view carries, not
+the state's history (state_history.py): a write skipped there may mean
+another refresh committed long before (a group member never published), so
+the refresh goes on from the history, where the other write is found and
+nothing is applied twice.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
+from dbt.adapters.spark_ivm.state_history import RECORD_PROPERTY
 from ivm_compiler import log_state
 from tests.functional.ivm_checks import (
     assert_model_matches_query,
     latest_version,
     state_builds,
     state_written,
+    table_properties,
 )
 from tests.functional.ivm_project import QUERIES, OneSourceProject, model_files
 
@@ -49,30 +59,16 @@ class TestConcurrentRefresh(OneSourceProject):
         states = {model: f"{schema}.{model}__ivm_state" for model in FORMS}
         run_dbt(["run"])
         for model, form in FORMS.items():
-            properties = spark.sql(f"SHOW TBLPROPERTIES {states[model]}").collect()
-            shown = {row["key"]: row["value"] for row in properties}
+            shown = table_properties(spark, states[model])
             assert shown.get(log_state.STATE_FORM_PROPERTY, "merged") == form, model
+        # Without its view's record, the log state's refresh reads the history.
+        spark.sql(f"ALTER VIEW {schema}.grouped UNSET TBLPROPERTIES ('{RECORD_PROPERTY}')")
         spark.sql(f"INSERT INTO {source_table} VALUES (5, 'e', 5, 5.00), (1, 'a', 2, NULL)")
         spark.sql(f"DELETE FROM {source_table} WHERE k IS NULL")
         before = {model: latest_version(spark, state) for model, state in states.items()}
 
-        original = _AdapterRunner.query
-        raced: dict[str, object] = {}
-
-        def query(self, sql):
-            model = state_written(sql)
-            if model is not None and model not in raced:
-                # The other invocation commits the same write first, in a
-                # session of its own: this session's last commit stays unset.
-                raced[model] = original(self, sql)
-                self.execute(delta.forget_last_commit())
-            return original(self, sql)
-
-        _AdapterRunner.query = query
-        try:
+        with racing(set(FORMS)) as raced:
             results, output = run_dbt_and_capture(["run"], expect_pass=False)
-        finally:
-            _AdapterRunner.query = original
         assert set(raced) == set(FORMS), f"the injected writes ran for {set(raced)} only"
         assert output.count("another refresh of this model") >= len(FORMS), output
         assert "applied nothing" in output
@@ -89,3 +85,46 @@ class TestConcurrentRefresh(OneSourceProject):
         for model, state in states.items():
             assert latest_version(spark, state) == before[model] + 1, model
             assert_model_matches_query(spark, schema, model, QUERIES["grouped"], "src")
+
+    def test_a_write_skipped_on_the_views_record_goes_on_from_the_history(
+        self, project, spark, source_table
+    ):
+        schema = project.test_schema
+        state = f"{schema}.grouped__ivm_state"
+        assert RECORD_PROPERTY in table_properties(spark, f"{schema}.grouped")
+        spark.sql(f"UPDATE {source_table} SET v = v + 10 WHERE k = 5")
+        before = latest_version(spark, state)
+        with racing({"grouped"}) as raced:
+            results, output = run_dbt_and_capture(["--debug", "run", "--select", "grouped"])
+        assert set(raced) == {"grouped"}
+        assert "reading the state's history" in output
+        # The raced write holds the change; this run found it and applied nothing more.
+        assert str(results[0].adapter_response.get("code")) == "NO_CHANGE"
+        assert latest_version(spark, state) == before + 1
+        shown = table_properties(spark, f"{schema}.grouped")
+        assert int(shown["spark_ivm.state_version"]) == before + 1
+        assert_model_matches_query(spark, schema, "grouped", QUERIES["grouped"], "src")
+
+
+@contextlib.contextmanager
+def racing(models: set[str]):
+    """Commit each of `models`' first state write once more just before this run's own.
+
+    As the other invocation would, in a session of its own: this session's
+    last commit stays unset. Yields the models raced so far.
+    """
+    original = _AdapterRunner.query
+    raced: dict[str, object] = {}
+
+    def query(self, sql):
+        model = state_written(sql)
+        if model in models and model not in raced:
+            raced[model] = original(self, sql)
+            self.execute(delta.forget_last_commit())
+        return original(self, sql)
+
+    _AdapterRunner.query = query
+    try:
+        yield raced
+    finally:
+        _AdapterRunner.query = original

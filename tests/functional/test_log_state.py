@@ -9,12 +9,16 @@ versions, as a bag, and none was rebuilt. Then: the log is
 rewritten once it outgrows its last rewrite; a write guarded by a state
 version another write already passed is skipped by Delta and reported as a
 concurrent refresh, applying nothing; a model whose state cannot be a log
-is refused before anything is written.
+is refused before anything is written; a refresh starts from the record the
+view carries, reading the state's history every fifth time, and a write by
+hand between that record and its own commit is found and rebuilt.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -23,7 +27,11 @@ from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 from dbt.adapters.spark_ivm import state_history
 from ivm_compiler import log_state
 from tests.functional import test_random_changes  # not the class: pytest would run it here too
-from tests.functional.ivm_checks import assert_models_match_sources, latest_version
+from tests.functional.ivm_checks import (
+    assert_models_match_sources,
+    latest_version,
+    table_properties,
+)
 from tests.functional.ivm_project import QUERIES, create_join_sources, model_files
 
 # The property layer's single-source models, and an aggregate over a join.
@@ -72,10 +80,7 @@ class TestLogState(test_random_changes.TestRandomChangeSequences):
     def test_states_are_logs(self, project, spark, source_table):
         for model in LOGGED:
             state = f"{project.test_schema}.{model}__ivm_state"
-            properties = {
-                row["key"]: row["value"]
-                for row in spark.sql(f"SHOW TBLPROPERTIES {state}").collect()
-            }
+            properties = table_properties(spark, state)
             assert properties.get(log_state.STATE_FORM_PROPERTY) == log_state.LOG, model
 
     def test_a_refresh_appends_and_the_log_is_rewritten_when_it_outgrows(
@@ -162,13 +167,51 @@ class TestLogState(test_random_changes.TestRandomChangeSequences):
         for name in models:
             assert results[name].adapter_response["code"] == "INCREMENTAL", name
             state = f"{project.test_schema}.{name}__ivm_state"
-            properties = {
-                row["key"]: row["value"]
-                for row in spark.sql(f"SHOW TBLPROPERTIES {state}").collect()
-            }
-            forms[name] = properties.get(log_state.STATE_FORM_PROPERTY)
+            forms[name] = table_properties(spark, state).get(log_state.STATE_FORM_PROPERTY)
             operation = history(spark, state)[0]["operation"]
             assert operation == ("WRITE" if name == "auto_counts" else "MERGE"), (name, operation)
         assert forms == {"auto_counts": log_state.LOG, "auto_extremes": None}
         checked = assert_models_match_sources(spark, project.test_schema, models, ["src"])
         assert set(checked) == set(models)
+
+    def test_refreshes_start_from_the_views_record_and_read_the_history_every_fifth(
+        self, project, spark, source_table
+    ):
+        read_history = re.compile(r"DESCRIBE HISTORY `[^`]*`\.`grouped__ivm_state`")
+        reads = []
+        for step in range(state_history.LOG_CHECK_EVERY):
+            spark.sql(f"INSERT INTO {source_table} VALUES ({20 + step}, 'a', {step}, 1.00)")
+            results, log = run_dbt_and_capture(["--debug", "run", "--select", "grouped"])
+            assert results[0].adapter_response["code"] == "INCREMENTAL"
+            reads.append(bool(read_history.search(log)))
+        # The rewrite policy's counts are in the history only (state_history.py).
+        assert reads.count(True) == 1, reads
+        checked = assert_models_match_sources(
+            spark, project.test_schema, {"grouped": LOGGED["grouped"]}, ["src", "dim"]
+        )
+        assert checked["grouped"].builds == 1
+
+    # Last: it rebuilds `grouped`, which the tests above check was never rebuilt.
+    def test_a_write_by_hand_after_the_views_record_is_found_and_the_model_rebuilt(
+        self, project, spark, source_table
+    ):
+        schema = project.test_schema
+        view, state = f"{schema}.grouped", f"{schema}.grouped__ivm_state"
+        # Not the history's turn (LOG_CHECK_EVERY): the refresh starts from the view's record.
+        record = json.loads(table_properties(spark, view)[state_history.RECORD_PROPERTY])
+        record["unchecked"] = 0
+        spark.sql(
+            f"ALTER VIEW {view} SET TBLPROPERTIES "
+            f"('{state_history.RECORD_PROPERTY}' = '{json.dumps(record)}')"
+        )
+        # A log row written twice by hand: its partial sums count twice.
+        spark.sql(f"INSERT INTO {state} SELECT * FROM {state} WHERE __ivm_guard IS NULL LIMIT 1")
+        spark.sql(f"INSERT INTO {source_table} VALUES (40, 'b', 1, 1.00)")
+        results, log = run_dbt_and_capture(["--debug", "run", "--select", "grouped"])
+        # The append came first; the version it made said something came between.
+        appended = re.search(r"INSERT INTO `[^`]*`\.`grouped__ivm_state`", log)
+        read = re.search(r"DESCRIBE HISTORY `[^`]*`\.`grouped__ivm_state`", log)
+        assert appended and read and appended.start() < read.start()
+        assert "written outside dbt after its last refresh (WRITE at version" in log
+        assert results[0].adapter_response["code"] == "REBUILD"
+        assert_models_match_sources(spark, schema, {"grouped": LOGGED["grouped"]}, ["src", "dim"])

@@ -14,7 +14,7 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.spark_ivm.strategy import HISTORY_PROPERTY, MIN_RECOMPUTE_ROWS
 from tests.conftest import THRIFT
-from tests.functional.ivm_checks import assert_model_matches_query, state_builds
+from tests.functional.ivm_checks import assert_model_matches_query, state_builds, table_properties
 from tests.functional.ivm_project import QUERIES, OneSourceProject, model_files
 
 
@@ -23,11 +23,7 @@ def _actions(results) -> dict[str, str]:
 
 
 def _history(spark, schema: str, model: str) -> list[dict]:
-    properties = {
-        row["key"]: row["value"]
-        for row in spark.sql(f"SHOW TBLPROPERTIES {schema}.{model}").collect()
-    }
-    return json.loads(properties[HISTORY_PROPERTY])
+    return json.loads(table_properties(spark, f"{schema}.{model}")[HISTORY_PROPERTY])
 
 
 class TestStrategy(OneSourceProject):

@@ -1,10 +1,20 @@
-"""When a log state's next write rewrites it (state_history.compaction_due), from history rows."""
+"""A state's history: when a log state's next write rewrites it, and the view's record of it."""
 
 from __future__ import annotations
 
 import json
 
-from dbt.adapters.spark_ivm.state_history import MIN_LOG_ROWS, compaction_due
+from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.state_history import (
+    LOG_CHECK_EVERY,
+    MIN_LOG_ROWS,
+    RECORD_PROPERTY,
+    StateHistory,
+    compaction_due,
+    read_record_property,
+    record_property,
+)
+from ivm_compiler import TableName
 
 COLUMNS = ["version", "operation", "operationParameters", "operationMetrics"]
 
@@ -76,3 +86,106 @@ def test_a_rewrite_as_thrift_renders_its_parameters_counts():
     assert not compaction_due(COLUMNS, [rebuilt, *appended])
     many = [commit(v, "WRITE", "Append", MIN_LOG_ROWS * 2, as_json=True) for v in (4, 5)]
     assert compaction_due(COLUMNS, [rebuilt, *many])
+
+
+# -- the view's record (StateHistory.from_view and what a write leaves) -------
+
+STATE = TableName("models", "m__ivm_state")
+SOURCES = {"raw.t": {"version": 7, "committed_at": "2026-11-30 10:00:00"}}
+HISTORY_COLUMNS = ["version", "operation", "userMetadata"]
+
+
+class History:
+    """A runner answering DESCRIBE HISTORY with given rows, newest first, counting the reads."""
+
+    def __init__(self, rows: list[list[object]]) -> None:
+        self.rows = sorted(rows, key=lambda row: -int(row[0]))  # type: ignore[call-overload]
+        self.reads = 0
+
+    def query(self, sql: str):
+        assert sql.startswith("DESCRIBE HISTORY"), sql
+        self.reads += 1
+        return HISTORY_COLUMNS, self.rows
+
+    def execute(self, sql: str) -> None:
+        raise AssertionError(sql)
+
+
+def refresh_commit(version: int, operation: str = "WRITE", sources=SOURCES) -> list[object]:
+    metadata = delta.commit_metadata(f"r{version}", STATE, "fp", [], guard="g")
+    metadata["sources"] = sources
+    return [version, operation, json.dumps(metadata)]
+
+
+def shown(version: int, unchecked: int = 0, sources=SOURCES) -> dict[str, str]:
+    recorded = delta.RecordedState(version, "fp", sources, guard="g")
+    return {RECORD_PROPERTY: record_property(recorded, unchecked)}
+
+
+def test_a_log_state_starts_from_the_record_of_the_version_its_view_shows():
+    runner = History([refresh_commit(3)])
+    history = StateHistory(runner, STATE)
+    recorded = history.from_view(shown(3), shown_version=3)
+    assert recorded == delta.RecordedState(3, "fp", SOURCES, guard="g")
+    # The write's transaction version, and no rewrite, come from the record alone.
+    assert history.newest_version() == 3
+    assert not history.log_compaction_due()
+    assert runner.reads == 0
+
+
+def test_the_history_is_read_where_the_record_cannot_say():
+    history = StateHistory(History([]), STATE)
+    assert history.from_view({}, shown_version=3) is None
+    assert history.from_view({RECORD_PROPERTY: "{"}, shown_version=3) is None
+    # The view shows another version than its record names (an ALTER VIEW by hand).
+    assert history.from_view(shown(3), shown_version=4) is None
+    # Every LOG_CHECK_EVERY-th refresh, for the rewrite policy's counts.
+    assert history.from_view(shown(3, LOG_CHECK_EVERY - 2), shown_version=3) is not None
+    assert history.from_view(shown(3, LOG_CHECK_EVERY - 1), shown_version=3) is None
+
+
+def test_a_record_that_did_not_hold_is_not_taken_again():
+    history = StateHistory(History([refresh_commit(3)]), STATE)
+    assert history.from_view(shown(3), shown_version=3) is not None
+    history.forget_assumed()
+    assert history.assumed is None
+    assert history.from_view(shown(3), shown_version=3) is None
+    assert history.recorded() == delta.RecordedState(3, "fp", SOURCES, guard="g")
+
+
+def test_a_write_on_the_record_counts_toward_the_next_history_read():
+    history = StateHistory(History([]), STATE)
+    history.from_view(shown(3, unchecked=1), shown_version=3)
+    later = {"raw.t": {"version": 9}}
+    metadata = delta.commit_metadata("r4", STATE, "fp", [], guard="g")
+    history.committed(4, {**metadata, "sources": later})
+    written = read_record_property(history.published_record(None))
+    assert written == (delta.RecordedState(4, "fp", later, guard="g"), 2)
+
+
+def test_a_refresh_that_read_the_history_starts_the_count_again():
+    history = StateHistory(History([refresh_commit(3)]), STATE)
+    recorded = history.recorded()
+    assert read_record_property(history.published_record(recorded)) == (recorded, 0)
+    history.committed(4, delta.commit_metadata("r4", STATE, "fp", [], guard="g"))
+    found = read_record_property(history.published_record(None))
+    assert found is not None and found[0].state_version == 4 and found[1] == 0
+
+
+def test_a_write_whose_version_this_refresh_did_not_learn_leaves_no_record():
+    history = StateHistory(History([refresh_commit(3)]), STATE)
+    history.recorded()
+    assert history.published_record(None) is None
+
+
+def test_the_record_before_a_write_names_what_came_between():
+    runner = History(
+        [refresh_commit(3), [4, "UPDATE", None], [5, "OPTIMIZE", None], refresh_commit(6)]
+    )
+    history = StateHistory(runner, STATE)
+    history.from_view(shown(3), shown_version=3)
+    before = history.record_before(6)
+    assert before == delta.RecordedState(3, "fp", SOURCES, ("UPDATE at version 4",), guard="g")
+    # Only maintenance between: the record held.
+    runner.rows = [refresh_commit(3), [4, "OPTIMIZE", None], refresh_commit(5)]
+    assert history.record_before(5) == history.assumed

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -45,7 +45,7 @@ from dbt.adapters.spark_ivm.settings import (
     StateForm,
     Strategy,
 )
-from dbt.adapters.spark_ivm.state_history import StateHistory, table_name_of
+from dbt.adapters.spark_ivm.state_history import RECORD_PROPERTY, StateHistory, table_name_of
 from dbt.adapters.spark_ivm.upstreams import properties, published_version, upstream_models
 from dbt.adapters.spark_ivm.writes import CancellingRemoval, ConcurrentRefresh, StateWrites
 from ivm_compiler import (
@@ -401,10 +401,34 @@ class Refresh:
             self._view_properties = {}
         elif self._view_properties is None:
             self._view_properties = properties(self.runner, self.target)
-        view_properties = self._view_properties
-        facts = self._facts(plan, pinned, view_properties)
-        shown_version = self._shown_version(target_type, view_properties)
+        shown_version = self._shown_version(target_type, self._view_properties)
+        try:
+            return self._bring_forward(plan, dict(pinned), target_type, shown_version)
+        except ConcurrentRefresh as skipped:
+            if self.history.assumed is None:
+                raise
+            # A refresh committed after the version the view's record names
+            # (state_history.py): go on from the history instead.
+            self.log.debug(f"{self.model}: {first_line(skipped)}; reading the state's history")
+            self.history.forget_assumed()
+            return self._bring_forward(plan, dict(pinned), target_type, shown_version)
+
+    def _bring_forward(
+        self,
+        plan: ViewPlan,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        target_type: str | None,
+        shown_version: int | None,
+    ) -> RefreshResult:
+        """Decide from the state's record, then build, apply the change, or publish as it is."""
+        facts = self._facts(plan, pinned, shown_version)
         found = decision.decide(plan, pinned, facts, self.settings)
+        if self.history.assumed is not None and found.action is not Action.INCREMENTAL:
+            # Only a write checks the view's record (_apply): anything else
+            # is decided on the history.
+            self.history.forget_assumed()
+            facts = self._facts(plan, pinned, shown_version)
+            found = decision.decide(plan, pinned, facts, self.settings)
         if found.action is Action.REBUILD and not self.settings.full_refresh:
             found = self._with_model_columns(plan, found, target_type)
         result = RefreshResult(
@@ -419,13 +443,23 @@ class Refresh:
         assert facts.recorded is not None
         if found.action is Action.NO_CHANGE:
             state_version = facts.recorded.state_version
-        else:
-            if found.choice is not None and found.choice.estimate is not None:
-                self.log.debug(f"{self.model}: applying the change: {found.reason}")
-            rebuilt = self._apply(plan, pinned, found, facts, result, shown_version)
-            if rebuilt is not None:
-                return rebuilt
-            state_version = self.history.latest_version()
+            self._publish(
+                plan,
+                result,
+                pinned,
+                state_version,
+                shown_version,
+                facts.history,
+                found,
+                unwritten=facts.recorded,
+            )
+            return result
+        if found.choice is not None and found.choice.estimate is not None:
+            self.log.debug(f"{self.model}: applying the change: {found.reason}")
+        rebuilt = self._apply(plan, pinned, found, facts, result, shown_version)
+        if rebuilt is not None:
+            return rebuilt
+        state_version = self.history.latest_version()
         self._publish(plan, result, pinned, state_version, shown_version, facts.history, found)
         return result
 
@@ -456,11 +490,20 @@ class Refresh:
         self,
         plan: ViewPlan,
         pinned: dict[TableName, delta.SourceSnapshot],
-        view_properties: dict[str, str],
+        shown_version: int | None,
     ) -> decision.Facts:
-        """What the decision weighs, read from the state's history, the sources and the view."""
+        """What the decision weighs, read from the state's record, the sources and the view.
+
+        A log state's record is the one its view carries, unless the history
+        has been read in this refresh or must be (state_history.py).
+        """
+        view_properties = self._view_properties or {}
         state_exists = self.relations.exists(self.state) is not None
-        recorded = self.history.recorded() if state_exists else None
+        recorded = None
+        if state_exists and plan.log_state:
+            recorded = self.history.from_view(view_properties, shown_version)
+        if state_exists and recorded is None:
+            recorded = self.history.recorded()
         # Only ivm_strategy: auto and ivm_join_state: auto weigh the sources' sizes.
         needs_size = (
             self.settings.strategy is Strategy.AUTO
@@ -588,6 +631,11 @@ class Refresh:
                     read_version,
                     compacting=self.history.log_compaction_due(),
                 )
+                broken = self._record_broken(plan, pinned, facts)
+                if broken is not None:
+                    self.log.warning(f"{self.model}: rebuilding fully: {broken}")
+                    result.action, result.reason = Action.REBUILD, broken
+                    return self._build(plan, pinned, result, shown_version, facts.history, found)
             else:
                 written = writes.apply_change(
                     plan, ranges, facts.recorded.guard, self.join_states(pinned), pinned
@@ -622,6 +670,35 @@ class Refresh:
                 "sources and merged the change into the others"
             )
         return None
+
+    def _record_broken(
+        self,
+        plan: ViewPlan,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        facts: decision.Facts,
+    ) -> str | None:
+        """After a write on the view's record: why the state must be rebuilt, if it did not hold.
+
+        The write made the version after the record's, or something else
+        committed between them (state_history.py): then the history says
+        what, and whether the state still reflects the record.
+        """
+        assumed = self.history.assumed
+        if assumed is None:
+            return None
+        version = self.history.latest_version()
+        if version == assumed.state_version + 1:
+            return None
+        before = self.history.record_before(version)
+        if before == assumed:
+            return None  # only commits that keep the rows (OPTIMIZE, VACUUM) came between
+        found = decision.decide(plan, pinned, replace(facts, recorded=before), self.settings)
+        if found.builds:
+            return found.reason
+        return (
+            f"the state's history does not hold the record its view carries (state version "
+            f"{assumed.state_version}), so this refresh's change may be applied on other rows"
+        )
 
     def join_states(self, pinned: dict[TableName, delta.SourceSnapshot]) -> join_states.JoinStates:
         """The model's join states (ivm_join_state), sized by the pinned sources."""
@@ -678,8 +755,12 @@ class Refresh:
         shown_version: int | None,
         history: Sequence[strategy.RefreshRecord],
         found: Decision,
+        unwritten: delta.RecordedState | None = None,
     ) -> None:
-        """Show the state at `state_version` through the view, now or with the model's group."""
+        """Show the state at `state_version` through the view, now or with the model's group.
+
+        `unwritten`: the state's record, when this refresh wrote nothing.
+        """
         docs = self.settings.docs
         kept = self._history_after(result, pinned, history, found)
         recorded = self.pins.recorded(pinned)
@@ -690,10 +771,16 @@ class Refresh:
                 recorded, pinned, self._upstream_properties
             ),
         }
+        # What the next refresh of a log state starts from (state_history.py).
+        state_record = self.history.published_record(unwritten)
         published = emit.Published(
             state_version=state_version,
             source_versions={s.table: s.version for s in recorded},
-            properties={**({strategy.HISTORY_PROPERTY: kept} if kept else {}), **record},
+            properties={
+                **({strategy.HISTORY_PROPERTY: kept} if kept else {}),
+                **record,
+                **({RECORD_PROPERTY: state_record} if state_record else {}),
+            },
         )
         view_sql = emit.create_view(plan, self.state, self.target, docs, published)
         shown = shown_version == state_version
@@ -704,7 +791,7 @@ class Refresh:
             # The view shows the state at exactly the pins, but was published
             # without this record (an earlier plugin, other settings): add it,
             # so the next refresh without a change takes the shortcut.
-            self.runner.execute(emit.set_properties(self.target, "VIEW", record))
+            self.runner.execute(emit.set_properties(self.target, "VIEW", published.properties))
         elif shown_version is None:
             # No view showing a version yet (a first build, or a view from before
             # views were pinned): no reader has seen an earlier state to stay

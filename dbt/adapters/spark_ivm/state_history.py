@@ -5,6 +5,17 @@ source versions the state reflects after it (delta.commit_metadata). This
 module reads them back: the refresh's starting point, the version its view
 should show after a commit, and the versions of recent refreshes (which
 ivm_join_state: auto weighs).
+
+Reading the history is a DESCRIBE HISTORY, 0.2-0.4 s however small the
+table. The model's view carries the record of the state version it shows
+(RECORD_PROPERTY), and a log state's refresh starts from that instead
+(`from_view`), checking it with its write: the write carries Delta's
+transaction id with the version the record names, so Delta skips it when any
+refresh committed after that version (a group member not yet published, a
+run that stopped before publishing, another invocation), and the version it
+made must follow the record's at once, or something else committed between
+them (an UPDATE by hand), which `record_before` then reads. Either way the
+refresh goes on from the history, as it would have from the start.
 """
 
 from __future__ import annotations
@@ -31,6 +42,50 @@ RECENT_COMMITS = 20
 MIN_LOG_ROWS = 10_000
 # Besides CREATE OR REPLACE: a first build, and INSERT OVERWRITE (mode Overwrite).
 REWRITING_OPERATIONS = frozenset({"CREATE TABLE AS SELECT", "WRITE"})
+
+# The view property holding the record of the state version the view shows.
+RECORD_PROPERTY = "spark_ivm.state_record"
+# A log state's history is read on every LOG_CHECK_EVERY-th refresh all the
+# same: the rewrite policy counts the rows appended since the last rewrite,
+# which only the history says (an INSERT answers with no counts). Between two
+# reads at most LOG_CHECK_EVERY - 1 appends go uncounted.
+LOG_CHECK_EVERY = 5
+
+
+def record_property(recorded: delta.RecordedState, unchecked: int) -> str:
+    """RECORD_PROPERTY's value: `recorded`, and the refreshes made since the history was read.
+
+    >>> text = record_property(delta.RecordedState(4, "f", {"raw.t": {"version": 2}}, guard="g"), 1)
+    >>> read_record_property(text)
+    (RecordedState(state_version=4, fingerprint='f', sources={'raw.t': {'version': 2}}, later_writes=(), guard='g'), 1)
+    >>> read_record_property("not json") is None
+    True
+    """
+    return json.dumps(
+        {
+            "state_version": recorded.state_version,
+            "fingerprint": recorded.fingerprint,
+            "sources": recorded.sources,
+            "guard": recorded.guard,
+            "unchecked": unchecked,
+        },
+        sort_keys=True,
+    )
+
+
+def read_record_property(text: str | None) -> tuple[delta.RecordedState, int] | None:
+    """record_property's (record, unchecked), or None for anything else."""
+    try:
+        found = json.loads(text or "")
+        recorded = delta.RecordedState(
+            state_version=int(found["state_version"]),
+            fingerprint=str(found["fingerprint"]),
+            sources={str(k).lower(): dict(v) for k, v in found["sources"].items()},
+            guard=str(found["guard"]) if found.get("guard") else None,
+        )
+        return recorded, int(found["unchecked"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 # A key and its flat value in a map rendered as text ("mode":"Append", "n":3).
@@ -93,8 +148,15 @@ class StateHistory:
     state: TableName
     # The DESCRIBE HISTORY rows recorded() read (columns, rows).
     _rows: tuple[list[str], Sequence[Sequence[Any]]] | None = field(default=None, init=False)
-    # The version of this refresh's own commit, when the session told it.
+    # The version of this refresh's own commit, when the session told it, and its record.
     _committed: int | None = field(default=None, init=False)
+    _committed_record: delta.RecordedState | None = field(default=None, init=False)
+    # The record the model's view carries, taken for the history's (from_view),
+    # and the refreshes made on such records since the history was last read.
+    assumed: delta.RecordedState | None = field(default=None, init=False)
+    _unchecked: int = field(default=0, init=False)
+    # Set once the view's record did not hold: only the history says.
+    _history_only: bool = field(default=False, init=False)
 
     def recorded(self) -> delta.RecordedState | None:
         """The newest refresh commit's record (None: no refresh commit in the history)."""
@@ -106,9 +168,69 @@ class StateHistory:
                 return recorded
         return None
 
-    def committed(self, version: int) -> None:
+    def from_view(
+        self, view_properties: dict[str, str], shown_version: int | None
+    ) -> delta.RecordedState | None:
+        """The record of the state version the view shows, taken for the history's.
+
+        None where the history must be read: no record, a view showing
+        another version, the LOG_CHECK_EVERY-th refresh, or a record that
+        did not hold in this refresh.
+        """
+        if self._history_only or self._rows is not None:
+            return None
+        found = read_record_property(view_properties.get(RECORD_PROPERTY))
+        if found is None:
+            return None
+        recorded, unchecked = found
+        if recorded.state_version != shown_version or unchecked + 1 >= LOG_CHECK_EVERY:
+            return None
+        self.assumed, self._unchecked = recorded, unchecked
+        return recorded
+
+    def forget_assumed(self) -> None:
+        """Go on from the history: the view's record did not hold (module docstring)."""
+        self.assumed = None
+        self._committed = self._committed_record = None
+        self._history_only = True
+
+    def record_before(self, version: int) -> delta.RecordedState | None:
+        """The newest refresh commit before `version`, with the commits after it, from the history."""
+        assert self.assumed is not None
+        limit = max(RECENT_COMMITS, version - self.assumed.state_version + 1)
+        columns, rows = self.runner.query(delta.describe_history(self.state, limit=limit))
+        self._rows = (columns, rows)
+        at = columns.index("version")
+        return delta.parse_recorded(
+            self.state, columns, [row for row in rows if int(row[at]) < version]
+        )
+
+    def committed(self, version: int, metadata: dict[str, Any]) -> None:
         """This refresh's commit to the state made `version` (StateWrites.own_session)."""
         self._committed = version
+        self._committed_record = delta.RecordedState(
+            state_version=version,
+            fingerprint=str(metadata.get("fingerprint")),
+            sources={str(k).lower(): v for k, v in (metadata.get("sources") or {}).items()},
+            guard=str(metadata["guard"]) if metadata.get("guard") else None,
+        )
+
+    def published_record(self, unwritten: delta.RecordedState | None) -> str | None:
+        """RECORD_PROPERTY of the view after this refresh.
+
+        `unwritten`: the record the refresh started from, when it wrote
+        nothing (the view shows the same version). None when the record of
+        the version shown is not known: a write on a shared session, whose
+        version this refresh did not learn.
+        """
+        # Refreshes since the history was read: none if this one read it.
+        unchecked = 0 if self._rows is not None else self._unchecked
+        if unwritten is not None:
+            return record_property(unwritten, unchecked)
+        if self._committed_record is None:
+            return None
+        on_record = self.assumed is not None and self._rows is None
+        return record_property(self._committed_record, unchecked + 1 if on_record else unchecked)
 
     def latest_version(self) -> int:
         """The state's version after this refresh's commit: the commit's own, when known."""
@@ -118,14 +240,23 @@ class StateHistory:
         return int(rows[0][columns.index("version")])
 
     def newest_version(self) -> int | None:
-        """The newest state version recorded() read (any operation); None before it ran."""
+        """The newest state version recorded() read (any operation), or the view's record named.
+
+        None before either.
+        """
         if self._rows is None or not self._rows[1]:
-            return None
+            return self.assumed.state_version if self.assumed is not None else None
         columns, rows = self._rows
         return max(int(row[columns.index("version")]) for row in rows)
 
     def log_compaction_due(self) -> bool:
-        """Whether a log state's next write should rewrite it (compaction_due)."""
+        """Whether a log state's next write should rewrite it (compaction_due).
+
+        Never on the view's record: the history is read for it every
+        LOG_CHECK_EVERY-th refresh.
+        """
+        if self.assumed is not None:
+            return False
         return self._rows is None or compaction_due(*self._rows)
 
     def recent_refreshes(self) -> list[dict[TableName, int]]:

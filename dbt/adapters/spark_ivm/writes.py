@@ -83,9 +83,9 @@ class StateWrites:
     # True when no other thread or client shares the connection's Spark session
     # (a Thrift server's session unless it runs with singleSession; the embedded
     # runtime's, sessions.py): each commit's version is then read from Delta's
-    # session conf and told to `committed`.
+    # session conf and told to `committed`, with the commit's metadata.
     own_session: bool = False
-    committed: Callable[[int], None] = field(default=lambda version: None)
+    committed: Callable[[int, dict[str, Any]], None] = field(default=lambda version, metadata: None)
 
     def commit(
         self,
@@ -121,7 +121,7 @@ class StateWrites:
                     *self.runner.query(delta.read_conf(delta.LAST_COMMIT_CONF))
                 )
                 if version is not None:
-                    self.committed(int(version))
+                    self.committed(int(version), metadata)
                 elif idempotent:
                     raise ConcurrentRefresh(
                         self.model,
