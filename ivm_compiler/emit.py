@@ -169,14 +169,15 @@ def _guarded(source: exp.Query, guard: Guard) -> exp.Subquery:
         )
         # copy=False: every caller builds `source` for this statement alone,
         # and copying a change query is about a tenth of emitting the MERGE.
-        .from_(source.subquery(ident(names.GUARDED_ALIAS), copy=False))
+        .from_(source.subquery(ident(names.GUARDED_ALIAS), copy=False), copy=False)
         .join(
             guard_row.subquery(ident(names.GUARD_CHECK_ALIAS)),
             on=exp.false(),
             join_type="FULL OUTER",
+            copy=False,
         )
     )
-    return rows.subquery(ident(names.CHANGE_ALIAS))
+    return rows.subquery(ident(names.CHANGE_ALIAS), copy=False)
 
 
 def _target_column(name: str) -> exp.Column:

@@ -177,9 +177,10 @@ def _merging(plan: ViewPlan, changes: exp.Query, state: TableName) -> tuple[exp.
     layer = _joined(plan, changes, state, read)
     output = [*state_rows.change_columns(plan), *(names.stored_value_of(n) for n in read)]
     for values in filter(None, layers):
+        # The layers are built here alone: nested without copies.
         layer = exp.select(
             exp.Star(), *(exp.alias_(v, n, quoted=True) for n, v in values.items())
-        ).from_(layer.subquery(ident(names.MERGING_ALIAS)))
+        ).from_(layer.subquery(ident(names.MERGING_ALIAS), copy=False), copy=False)
         output += values
     return layer, output
 
@@ -277,8 +278,14 @@ def _joined(plan: ViewPlan, changes: exp.Query, state: TableName, read: list[str
                 for n in read
             ),
         )
-        .from_(changes.subquery(ident(names.MERGING_ALIAS)))
-        .join(aliased(stored_rows.subquery(), names.STORED_ALIAS), on=on, join_type="LEFT")
+        # `changes` is the caller's change query, built for this statement alone.
+        .from_(changes.subquery(ident(names.MERGING_ALIAS), copy=False), copy=False)
+        .join(
+            aliased(stored_rows.subquery(), names.STORED_ALIAS),
+            on=on,
+            join_type="LEFT",
+            copy=False,
+        )
     )
 
 

@@ -110,12 +110,16 @@ def version_as_of(table: TableName, version: int) -> exp.Table:
 def union_all(selects: list[exp.Select]) -> exp.Query:
     """The selects under UNION ALL, left to right (the one select when there is one).
 
+    The union takes the selects over (no copy: each is built for it, and
+    copying the union so far at every step made emitting a statement
+    quadratic in its branches).
+
     >>> union_all([exp.select("1"), exp.select("2"), exp.select("3")]).sql(dialect=DIALECT)
     'SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3'
     """
     union: exp.Query = selects[0]
     for select in selects[1:]:
-        union = exp.union(union, select, distinct=False)
+        union = exp.union(union, select, distinct=False, copy=False)
     return union
 
 

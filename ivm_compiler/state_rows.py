@@ -69,7 +69,7 @@ def group_select(plan: ViewPlan, rows: str, from_changes: bool) -> exp.Select:
     """
     values = [(c.name, c.change if from_changes else c.build) for c in plan.state_columns]
     columns = [
-        exp.alias_(value.copy(), name, quoted=True)
+        exp.alias_(value.copy(), name, quoted=True, copy=False)
         for (name, value), c in zip(values, plan.state_columns)
         if value is not None and not (from_changes and c.rule is MergeRule.RECOMPUTED)
     ]
@@ -118,8 +118,9 @@ def build_query(
     model's refresh recomputes the touched partitions only).
     """
     rows = rows_to_build(plan, versions, rows_filter)
+    # Both built for this query alone: joined without copies.
     return group_select(plan, names.ROWS_ALIAS, from_changes=False).with_(
-        names.ROWS_ALIAS, as_=rows
+        names.ROWS_ALIAS, as_=rows, copy=False
     )
 
 
@@ -139,6 +140,7 @@ def change_query(
     """
     changes = signed_rows(plan, ranges, bounds, join_reads)
     select = group_select(plan, names.CHANGES_CTE, from_changes=True).having(
-        nonzero([c.change.copy() for c in changing_columns(plan)])
+        nonzero([c.change.copy() for c in changing_columns(plan)]), copy=False
     )
-    return select.with_(names.CHANGES_CTE, as_=changes)
+    # Both built for this query alone: joined without copies.
+    return select.with_(names.CHANGES_CTE, as_=changes, copy=False)

@@ -113,10 +113,11 @@ def build_query(
             *[_preaggregation_rows(plan, pre) for pre in plan.preaggregations],
         ]
     )
+    # Every part is built here for this query alone: assembled without copies.
     return (
         exp.select(exp.Star())
-        .from_(union.subquery(ident(names.PREAGG_ALIAS)))
-        .with_(names.ROWS_ALIAS, as_=rows)
+        .from_(union.subquery(ident(names.PREAGG_ALIAS), copy=False), copy=False)
+        .with_(names.ROWS_ALIAS, as_=rows, copy=False)
     )
 
 
@@ -186,9 +187,13 @@ def change_query(
         exp.or_(*changed_groups)
     )
     union = union_all([group_branch, *branches])
-    select = exp.select(exp.Star()).from_(union.subquery(ident(names.PREAGG_ALIAS)))
+    # Every part is built here for this query alone: assembled without copies
+    # (each with_ copied the query so far, every CTE before it included).
+    select = exp.select(exp.Star()).from_(
+        union.subquery(ident(names.PREAGG_ALIAS), copy=False), copy=False
+    )
     for name, query in ctes:
-        select = select.with_(name, as_=query)
+        select = select.with_(name, as_=query, copy=False)
     return select
 
 
