@@ -8,6 +8,7 @@ from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.state_history import (
     LOG_CHECK_EVERY,
     MIN_LOG_ROWS,
+    RECENT_COMMITS,
     RECORD_PROPERTY,
     StateHistory,
     compaction_due,
@@ -96,24 +97,33 @@ HISTORY_COLUMNS = ["version", "operation", "userMetadata"]
 
 
 class History:
-    """A runner answering DESCRIBE HISTORY with given rows, newest first, counting the reads."""
+    """A runner answering DESCRIBE HISTORY [LIMIT n] with given rows, counting the reads."""
 
     def __init__(self, rows: list[list[object]]) -> None:
-        self.rows = sorted(rows, key=lambda row: -int(row[0]))  # type: ignore[call-overload]
+        self.rows = rows
         self.reads = 0
+        self.limits: list[int | None] = []
 
     def query(self, sql: str):
         assert sql.startswith("DESCRIBE HISTORY"), sql
         self.reads += 1
-        return HISTORY_COLUMNS, self.rows
+        limit = int(sql.split("LIMIT")[1]) if "LIMIT" in sql else None
+        self.limits.append(limit)
+        newest_first = sorted(self.rows, key=lambda row: -int(row[0]))  # type: ignore[call-overload]
+        return HISTORY_COLUMNS, newest_first[:limit]
 
     def execute(self, sql: str) -> None:
         raise AssertionError(sql)
 
 
-def refresh_commit(version: int, operation: str = "WRITE", sources=SOURCES) -> list[object]:
-    metadata = delta.commit_metadata(f"r{version}", STATE, "fp", [], guard="g")
-    metadata["sources"] = sources
+REPLACE = "CREATE OR REPLACE TABLE AS SELECT"
+
+
+def refresh_commit(
+    version: int, operation: str = "WRITE", on_record: int | None = None
+) -> list[object]:
+    metadata = delta.commit_metadata(f"r{version}", STATE, "fp", [], guard="g", on_record=on_record)
+    metadata["sources"] = SOURCES
     return [version, operation, json.dumps(metadata)]
 
 
@@ -178,14 +188,38 @@ def test_a_write_whose_version_this_refresh_did_not_learn_leaves_no_record():
     assert history.published_record(None) is None
 
 
-def test_the_record_before_a_write_names_what_came_between():
+def test_a_write_made_on_the_views_record_is_checked_by_every_reader_of_the_history():
+    # The append at 6 was made on the record of 3: the UPDATE at 4 lies under it.
     runner = History(
-        [refresh_commit(3), [4, "UPDATE", None], [5, "OPTIMIZE", None], refresh_commit(6)]
+        [
+            refresh_commit(3),
+            [4, "UPDATE", None],
+            [5, "OPTIMIZE", None],
+            refresh_commit(6, on_record=3),
+        ]
     )
-    history = StateHistory(runner, STATE)
+    recorded = StateHistory(runner, STATE).recorded()
+    assert recorded is not None and recorded.state_version == 6
+    assert recorded.later_writes == ("UPDATE at version 4",)
+    # Only maintenance between: nothing to say.
+    runner.rows = [refresh_commit(3), [4, "OPTIMIZE", None], refresh_commit(5, on_record=3)]
+    assert StateHistory(runner, STATE).recorded().later_writes == ()  # type: ignore[union-attr]
+    # A rebuild starts over, whatever it was made on.
+    runner.rows = [refresh_commit(3), [4, "UPDATE", None], refresh_commit(5, REPLACE, 3)]
+    assert StateHistory(runner, STATE).recorded().later_writes == ()  # type: ignore[union-attr]
+
+
+def test_the_history_is_read_back_to_the_record_a_write_was_made_on():
+    runner = History([refresh_commit(3), [4, "UPDATE", None]])
+    runner.rows = [refresh_commit(v) for v in range(3)] + runner.rows
+    runner.rows += [[v, "OPTIMIZE", None] for v in range(5, 30)] + [refresh_commit(30, on_record=3)]
+    recorded = StateHistory(runner, STATE).recorded()
+    assert runner.limits == [RECENT_COMMITS, None]
+    assert recorded is not None and recorded.later_writes == ("UPDATE at version 4",)
+
+
+def test_the_write_on_a_record_names_it_in_its_commit():
+    history = StateHistory(History([]), STATE)
+    assert history.on_record() is None
     history.from_view(shown(3), shown_version=3)
-    before = history.record_before(6)
-    assert before == delta.RecordedState(3, "fp", SOURCES, ("UPDATE at version 4",), guard="g")
-    # Only maintenance between: the record held.
-    runner.rows = [refresh_commit(3), [4, "OPTIMIZE", None], refresh_commit(5)]
-    assert history.record_before(5) == history.assumed
+    assert history.on_record() == 3

@@ -223,6 +223,10 @@ class RecordedState:
     # The refresh id the state's guard row holds after that commit (emit.Guard);
     # None in states written before the guard row existed.
     guard: str | None = None
+    # The state version whose record the commit was made on, when it took it
+    # from the view (state_history.py): every commit between the two is in
+    # later_writes unless it keeps the rows.
+    on_record: int | None = None
 
 
 # Operations on a state table that leave its rows as they were: commits of these
@@ -464,11 +468,14 @@ def commit_metadata(
     sources: Sequence[SourceSnapshot],
     guard: str | None = None,
     columns_read: Mapping[TableName, Mapping[str, str]] | None = None,
+    on_record: int | None = None,
 ) -> dict[str, Any]:
     """What a refresh commit records; `guard`: the guard row's id after it (default: this one).
 
     `columns_read`: the columns (name -> type) the model reads of each source,
     which the next refresh compares with the source's columns then.
+    `on_record`: the state version whose record the write was made on, when
+    the refresh took it from the view instead of the history (RecordedState).
     """
     read = {str(table).lower(): dict(columns) for table, columns in (columns_read or {}).items()}
     recorded = {}
@@ -487,6 +494,7 @@ def commit_metadata(
         "fingerprint": fingerprint,
         "sources": recorded,
         "guard": guard or refresh_id,
+        **({"on_record": on_record} if on_record is not None else {}),
     }
 
 
@@ -496,7 +504,8 @@ def parse_recorded(state: TableName, columns: list[str], rows: Rows) -> Recorded
     metadata_at = columns.index("userMetadata")
     operation_at = columns.index("operation")
     later: list[str] = []
-    for row in sorted(rows, key=lambda r: int(r[version_at]), reverse=True):
+    ordered = sorted(rows, key=lambda r: int(r[version_at]), reverse=True)
+    for at, row in enumerate(ordered):
         metadata = _load(row[metadata_at])
         # Names are compared lower-cased: commits written before TableName
         # lower-cased its parts may spell the state or a source in mixed case.
@@ -504,14 +513,30 @@ def parse_recorded(state: TableName, columns: list[str], rows: Rows) -> Recorded
             if str(row[operation_at]) not in DATA_PRESERVING_OPERATIONS:
                 later.append(f"{row[operation_at]} at version {int(row[version_at])}")
             continue
+        on_record = metadata.get("on_record")
+        if on_record is not None and str(row[operation_at]) not in REPLACING_OPERATIONS:
+            # Made on the record of version `on_record`: a commit in between
+            # that changed the rows lies under this one's change.
+            later += [
+                f"{r[operation_at]} at version {int(r[version_at])}"
+                for r in ordered[at + 1 :]
+                if int(r[version_at]) > int(on_record)
+                and str(r[operation_at]) not in DATA_PRESERVING_OPERATIONS
+            ]
         return RecordedState(
             state_version=int(row[version_at]),
             fingerprint=str(metadata.get("fingerprint")),
             sources={str(k).lower(): v for k, v in (metadata.get("sources") or {}).items()},
-            later_writes=tuple(reversed(later)),
+            later_writes=tuple(sorted(later, key=_version_of)),
             guard=str(metadata["guard"]) if metadata.get("guard") else None,
+            on_record=int(on_record) if on_record is not None else None,
         )
     return None
+
+
+def _version_of(write: str) -> int:
+    """The version of a later_writes entry ("<operation> at version <n>")."""
+    return int(write.rsplit(" ", 1)[1])
 
 
 def load_metadata(value: Any) -> dict[str, Any] | None:

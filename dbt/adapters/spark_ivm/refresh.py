@@ -559,6 +559,7 @@ class Refresh:
                 self.pins.recorded(pinned),
                 guard=guard,
                 columns_read=plan.source_columns,
+                on_record=self.history.on_record(),
             )
 
         return StateWrites(
@@ -681,24 +682,18 @@ class Refresh:
 
         The write made the version after the record's, or something else
         committed between them (state_history.py): then the history says
-        what, and whether the state still reflects the record.
+        what, as it would to the next refresh (delta.RecordedState.on_record).
         """
         assumed = self.history.assumed
         if assumed is None:
             return None
-        version = self.history.latest_version()
-        if version == assumed.state_version + 1:
+        if self.history.latest_version() == assumed.state_version + 1:
             return None
-        before = self.history.record_before(version)
-        if before == assumed:
-            return None  # only commits that keep the rows (OPTIMIZE, VACUUM) came between
-        found = decision.decide(plan, pinned, replace(facts, recorded=before), self.settings)
-        if found.builds:
-            return found.reason
-        return (
-            f"the state's history does not hold the record its view carries (state version "
-            f"{assumed.state_version}), so this refresh's change may be applied on other rows"
+        self.history.forget_assumed()
+        found = decision.decide(
+            plan, pinned, replace(facts, recorded=self.history.recorded()), self.settings
         )
+        return found.reason if found.builds else None
 
     def join_states(self, pinned: dict[TableName, delta.SourceSnapshot]) -> join_states.JoinStates:
         """The model's join states (ivm_join_state), sized by the pinned sources."""

@@ -14,8 +14,10 @@ transaction id with the version the record names, so Delta skips it when any
 refresh committed after that version (a group member not yet published, a
 run that stopped before publishing, another invocation), and the version it
 made must follow the record's at once, or something else committed between
-them (an UPDATE by hand), which `record_before` then reads. Either way the
-refresh goes on from the history, as it would have from the start.
+them (an UPDATE by hand): the refresh then reads the history and rebuilds the
+model before its view moves. The write names in its commit the record it was
+made on (delta.RecordedState.on_record), so that a run stopped before that
+check leaves it to the next run's reading of the history.
 """
 
 from __future__ import annotations
@@ -55,9 +57,9 @@ LOG_CHECK_EVERY = 5
 def record_property(recorded: delta.RecordedState, unchecked: int) -> str:
     """RECORD_PROPERTY's value: `recorded`, and the refreshes made since the history was read.
 
-    >>> text = record_property(delta.RecordedState(4, "f", {"raw.t": {"version": 2}}, guard="g"), 1)
-    >>> read_record_property(text)
-    (RecordedState(state_version=4, fingerprint='f', sources={'raw.t': {'version': 2}}, later_writes=(), guard='g'), 1)
+    >>> recorded = delta.RecordedState(4, "f", {"raw.t": {"version": 2}}, guard="g")
+    >>> read_record_property(record_property(recorded, 1)) == (recorded, 1)
+    True
     >>> read_record_property("not json") is None
     True
     """
@@ -159,12 +161,21 @@ class StateHistory:
     _history_only: bool = field(default=False, init=False)
 
     def recorded(self) -> delta.RecordedState | None:
-        """The newest refresh commit's record (None: no refresh commit in the history)."""
+        """The newest refresh commit's record (None: no refresh commit in the history).
+
+        A commit made on a view's record (RecordedState.on_record) is read
+        with every commit back to that record's, which lie under its change.
+        """
         for limit in (RECENT_COMMITS, None):
             columns, rows = self.runner.query(delta.describe_history(self.state, limit=limit))
             self._rows = (columns, rows)
             recorded = delta.parse_recorded(self.state, columns, rows)
-            if recorded is not None or limit is None or len(rows) < limit:
+            if limit is None or len(rows) < limit:
+                return recorded
+            oldest = min(int(row[columns.index("version")]) for row in rows)
+            if recorded is not None and (
+                recorded.on_record is None or recorded.on_record >= oldest
+            ):
                 return recorded
         return None
 
@@ -191,19 +202,11 @@ class StateHistory:
     def forget_assumed(self) -> None:
         """Go on from the history: the view's record did not hold (module docstring)."""
         self.assumed = None
-        self._committed = self._committed_record = None
         self._history_only = True
 
-    def record_before(self, version: int) -> delta.RecordedState | None:
-        """The newest refresh commit before `version`, with the commits after it, from the history."""
-        assert self.assumed is not None
-        limit = max(RECENT_COMMITS, version - self.assumed.state_version + 1)
-        columns, rows = self.runner.query(delta.describe_history(self.state, limit=limit))
-        self._rows = (columns, rows)
-        at = columns.index("version")
-        return delta.parse_recorded(
-            self.state, columns, [row for row in rows if int(row[at]) < version]
-        )
+    def on_record(self) -> int | None:
+        """The state version whose record this refresh's writes are made on, if the view's."""
+        return self.assumed.state_version if self.assumed is not None else None
 
     def committed(self, version: int, metadata: dict[str, Any]) -> None:
         """This refresh's commit to the state made `version` (StateWrites.own_session)."""
