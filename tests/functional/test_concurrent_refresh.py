@@ -10,11 +10,11 @@ moves it (emit.Guard); a log state's INSERT carries Delta's transaction id
 with the state version this run read, which the first write passed
 (log_state.py).
 
-A log state's refresh usually starts from the record its view carries, not
-the state's history (state_history.py): a write skipped there may mean
-another refresh committed long before (a group member never published), so
-the refresh goes on from the history, where the other write is found and
-nothing is applied twice.
+A refresh usually starts from the record its view carries, not the state's
+history (state_history.py): a write refused there (a log's skipped by
+Delta, a MERGE failing its guard) may mean another refresh committed long
+before (a group member never published), so the refresh goes on from the
+history, where the other write is found and nothing is applied twice.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ class TestConcurrentRefresh(OneSourceProject):
         for model, form in FORMS.items():
             shown = table_properties(spark, states[model])
             assert shown.get(log_state.STATE_FORM_PROPERTY, "merged") == form, model
-        # Without its view's record, the log state's refresh reads the history.
-        spark.sql(f"ALTER VIEW {schema}.grouped UNSET TBLPROPERTIES ('{RECORD_PROPERTY}')")
+        # Without their views' records, the refreshes read the states' histories.
+        for model in FORMS:
+            spark.sql(f"ALTER VIEW {schema}.{model} UNSET TBLPROPERTIES ('{RECORD_PROPERTY}')")
         spark.sql(f"INSERT INTO {source_table} VALUES (5, 'e', 5, 5.00), (1, 'a', 2, NULL)")
         spark.sql(f"DELETE FROM {source_table} WHERE k IS NULL")
         before = {model: latest_version(spark, state) for model, state in states.items()}
@@ -86,24 +87,27 @@ class TestConcurrentRefresh(OneSourceProject):
             assert latest_version(spark, state) == before[model] + 1, model
             assert_model_matches_query(spark, schema, model, QUERIES["grouped"], "src")
 
-    def test_a_write_skipped_on_the_views_record_goes_on_from_the_history(
+    def test_a_write_refused_on_the_views_record_goes_on_from_the_history(
         self, project, spark, source_table
     ):
         schema = project.test_schema
-        state = f"{schema}.grouped__ivm_state"
-        assert RECORD_PROPERTY in table_properties(spark, f"{schema}.grouped")
+        states = {model: f"{schema}.{model}__ivm_state" for model in FORMS}
+        for model in FORMS:
+            assert RECORD_PROPERTY in table_properties(spark, f"{schema}.{model}"), model
         spark.sql(f"UPDATE {source_table} SET v = v + 10 WHERE k = 5")
-        before = latest_version(spark, state)
-        with racing({"grouped"}) as raced:
-            results, output = run_dbt_and_capture(["--debug", "run", "--select", "grouped"])
-        assert set(raced) == {"grouped"}
-        assert "reading the state's history" in output
-        # The raced write holds the change; this run found it and applied nothing more.
-        assert str(results[0].adapter_response.get("code")) == "NO_CHANGE"
-        assert latest_version(spark, state) == before + 1
-        shown = table_properties(spark, f"{schema}.grouped")
-        assert int(shown["spark_ivm.state_version"]) == before + 1
-        assert_model_matches_query(spark, schema, "grouped", QUERIES["grouped"], "src")
+        before = {model: latest_version(spark, state) for model, state in states.items()}
+        with racing(set(FORMS)) as raced:
+            results, output = run_dbt_and_capture(["--debug", "run"])
+        assert set(raced) == set(FORMS)
+        assert output.count("reading the state's history") == len(FORMS), output
+        for result in results:
+            # The raced write holds the change; this run found it and applied nothing more.
+            assert str(result.adapter_response.get("code")) == "NO_CHANGE", result.node.name
+        for model, state in states.items():
+            assert latest_version(spark, state) == before[model] + 1, model
+            shown = table_properties(spark, f"{schema}.{model}")
+            assert int(shown["spark_ivm.state_version"]) == before[model] + 1, model
+            assert_model_matches_query(spark, schema, model, QUERIES["grouped"], "src")
 
 
 @contextlib.contextmanager

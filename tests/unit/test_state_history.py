@@ -152,6 +152,9 @@ def test_the_history_is_read_where_the_record_cannot_say():
     # Every LOG_CHECK_EVERY-th refresh, for the rewrite policy's counts.
     assert history.from_view(shown(3, LOG_CHECK_EVERY - 2), shown_version=3) is not None
     assert history.from_view(shown(3, LOG_CHECK_EVERY - 1), shown_version=3) is None
+    # A merged state has no rewrite policy to count for.
+    merged = history.from_view(shown(3, LOG_CHECK_EVERY - 1), shown_version=3, periodic=False)
+    assert merged is not None
 
 
 def test_a_record_that_did_not_hold_is_not_taken_again():

@@ -494,14 +494,17 @@ class Refresh:
     ) -> decision.Facts:
         """What the decision weighs, read from the state's record, the sources and the view.
 
-        A log state's record is the one its view carries, unless the history
-        has been read in this refresh or must be (state_history.py).
+        The state's record is the one its view carries where the write
+        checks it (_takes_view_record), unless the history has been read in
+        this refresh or must be (state_history.py).
         """
         view_properties = self._view_properties or {}
         state_exists = self.relations.exists(self.state) is not None
         recorded = None
-        if state_exists and plan.log_state:
-            recorded = self.history.from_view(view_properties, shown_version)
+        if state_exists and self._takes_view_record(plan):
+            recorded = self.history.from_view(
+                view_properties, shown_version, periodic=plan.log_state
+            )
         if state_exists and recorded is None:
             recorded = self.history.recorded()
         # Only ivm_strategy: auto and ivm_join_state: auto weigh the sources' sizes.
@@ -524,6 +527,21 @@ class Refresh:
             schema_commits=commits,
             wholesale={t: w for t in pinned if (w := self.pins.wholesale(t))},
             history=history,
+        )
+
+    def _takes_view_record(self, plan: ViewPlan) -> bool:
+        """Whether the refresh may start from the record its view carries (state_history.py).
+
+        Its write must check the record: a log state's INSERT by Delta's
+        transaction id, a merged state's MERGE by its guard row; and this
+        refresh must learn the version it made (own_session). Not a WINDOW
+        model (a change that touches no partition commits unguarded), nor
+        one keeping join states (their upkeep reads the state's history).
+        """
+        return (
+            self.own_session
+            and plan.view_class is not ViewClass.WINDOW
+            and self.settings.join_state == JoinStateSetting.NONE
         )
 
     def _with_model_columns(
@@ -632,11 +650,6 @@ class Refresh:
                     read_version,
                     compacting=self.history.log_compaction_due(),
                 )
-                broken = self._record_broken(plan, pinned, facts)
-                if broken is not None:
-                    self.log.warning(f"{self.model}: rebuilding fully: {broken}")
-                    result.action, result.reason = Action.REBUILD, broken
-                    return self._build(plan, pinned, result, shown_version, facts.history, found)
             else:
                 written = writes.apply_change(
                     plan, ranges, facts.recorded.guard, self.join_states(pinned), pinned
@@ -656,6 +669,11 @@ class Refresh:
             reason = _unreadable_reason(ranges, error)
             self.log.warning(f"{self.model}: rebuilding fully: {reason}")
             result.action, result.reason = Action.REBUILD, reason
+            return self._build(plan, pinned, result, shown_version, facts.history, found)
+        broken = self._record_broken(plan, pinned, facts)
+        if broken is not None:
+            self.log.warning(f"{self.model}: rebuilding fully: {broken}")
+            result.action, result.reason = Action.REBUILD, broken
             return self._build(plan, pinned, result, shown_version, facts.history, found)
         result.action = Action.INCREMENTAL
         result.rows_inserted = written.inserted

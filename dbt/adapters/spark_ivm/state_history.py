@@ -180,13 +180,14 @@ class StateHistory:
         return None
 
     def from_view(
-        self, view_properties: dict[str, str], shown_version: int | None
+        self, view_properties: dict[str, str], shown_version: int | None, periodic: bool = True
     ) -> delta.RecordedState | None:
         """The record of the state version the view shows, taken for the history's.
 
         None where the history must be read: no record, a view showing
-        another version, the LOG_CHECK_EVERY-th refresh, or a record that
-        did not hold in this refresh.
+        another version, the LOG_CHECK_EVERY-th refresh (`periodic`: a log
+        state, whose rewrite policy counts from the history), or a record
+        that did not hold in this refresh.
         """
         if self._history_only or self._rows is not None:
             return None
@@ -194,7 +195,9 @@ class StateHistory:
         if found is None:
             return None
         recorded, unchecked = found
-        if recorded.state_version != shown_version or unchecked + 1 >= LOG_CHECK_EVERY:
+        if recorded.state_version != shown_version:
+            return None
+        if periodic and unchecked + 1 >= LOG_CHECK_EVERY:
             return None
         self.assumed, self._unchecked = recorded, unchecked
         return recorded
