@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dbt.adapters.spark_ivm import delta, schema_changes
+from dbt.adapters.spark_ivm import delta, schema_changes, upstreams
 from dbt.adapters.spark_ivm.decision import FALLBACK_TABLE, WHOLESALE_MATERIALIZATIONS
 from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from ivm_compiler import InvalidSource, TableName, nodes
@@ -217,7 +217,7 @@ class Pins:
             # A state keeps a change feed only while ivm models read it
             # (emit.CHANGE_FEED_PROPERTY): the first to read it turns it on.
             turn_on_change_feed=upstream is not None,
-            source=False,
+            share=False,
         )
         version = snapshot.version
         if upstream is not None and use_published and upstream.published_version is not None:
@@ -230,16 +230,16 @@ class Pins:
         table: TableName,
         needs_change_feed: bool,
         turn_on_change_feed: bool = False,
-        source: bool = True,
+        share: bool = True,
     ) -> delta.SourceSnapshot:
         """A Delta table's snapshot now, refusing what cannot feed changes.
 
         `turn_on_change_feed`: an upstream ivm model's state without a change
         feed gets one (its changes from the next commit on can then be read).
-        `source`: False for a model's state, whose properties are read anew (the
-        first reader may turn its change feed on).
+        `share`: False for a model's state, whose properties are read anew (the
+        first reader may turn its change feed on) and kept nowhere (properties).
         """
-        properties = self._delta_properties(table, source)
+        properties = self._delta_properties(table, share)
         feed = properties.get(delta.CHANGE_FEED_PROPERTY, "false").lower() == "true"
         if needs_change_feed and not feed and turn_on_change_feed:
             self.log.info(
@@ -334,8 +334,7 @@ class Pins:
         if known is None and shared is not None:
             known = shared.properties(key)
         if known is None:
-            _, rows = self.runner.query(delta.show_properties(table))
-            known = {str(row[0]): str(row[1]) for row in rows}
+            known = upstreams.properties(self.runner, table)
             if shared is not None:
                 shared.keep_properties(key, known)
         if share:
