@@ -202,6 +202,37 @@ def _term_sign(term_sign: int, aliases: list[str]) -> exp.Expr:
     return sign
 
 
+def repeated_feeds(plan: ViewPlan, ranges: Mapping[TableName, VersionRange]) -> list[TableName]:
+    """The sources whose change feed one refresh reads more than once: worth staging first.
+
+    Counted on the statements' trees: the key-bounds probe reads a source's
+    feed once per key column it bounds, and the sum above reads input i's
+    change in term i and, as R_i' - dR_i, in each earlier changed input's
+    term. Only the plan's own sources whose columns it knows
+    (plan.source_columns) are staged; an upstream ivm model's change is
+    read through its view (reads.signed_changes).
+    """
+    if not any(ranges[table].changed for table in plan.tables):
+        return []
+    trees: list[exp.Expr] = [signed_rows(plan, ranges)]
+    bounded = bounded_keys(plan, ranges)
+    if bounded:
+        trees.append(key_bounds.probe_query(bounded))
+    reads_of: dict[str, int] = {}
+    for tree in trees:
+        for call in tree.find_all(exp.Anonymous):
+            if call.name.lower() == "table_changes" and call.expressions:
+                feed = call.expressions[0].name
+                reads_of[feed] = reads_of.get(feed, 0) + 1
+    return [
+        table
+        for table in plan.tables
+        if table not in plan.upstreams
+        and table in plan.source_columns
+        and reads_of.get(table.sql(), 0) > 1
+    ]
+
+
 def bounded_keys(
     plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
 ) -> dict[TableName, tuple[exp.Subquery, list[key_bounds.KeyColumn]]]:

@@ -492,6 +492,23 @@ def stage_changes(
     return _sql(exp.Cache(this=exp.Table(this=ident(name)), expression=rows))
 
 
+def repeated_feeds(
+    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]
+) -> list[TableName]:
+    """The sources whose change feed the refresh reads more than once (changes.repeated_feeds)."""
+    return changes.repeated_feeds(plan, ranges)
+
+
+def stage_feed(plan: ViewPlan, table: TableName, versions: reads.VersionRange, name: str) -> str:
+    """CACHE TABLE <name> AS a source's change-feed rows: read once, then by every statement.
+
+    The refresh passes the range on with `staged=name`, so the probe and the
+    change rows read it (reads.signed_changes), and drops it after the
+    write (drop_staged).
+    """
+    return _sql(reads.stage_feed(table, versions, list(plan.source_columns[table]), name))
+
+
 def drop_staged(name: str) -> list[str]:
     """The statements that free a staged relation: its cache, then its temporary view."""
     return [

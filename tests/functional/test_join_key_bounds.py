@@ -9,7 +9,7 @@ dimension, and the model must still equal its query.
 from __future__ import annotations
 
 import pytest
-from dbt.tests.util import run_dbt
+from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, state_builds
 from tests.functional.ivm_project import DIM_DDL, IvmProject, create_source, model_files
@@ -97,5 +97,9 @@ class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
         spark.sql(f"UPDATE {sources['dim']} SET name = 'renamed' WHERE k = 3")
         spark.sql(f"DELETE FROM {sources['src']} WHERE k = 2 AND g = 'a'")
         spark.sql(f"INSERT INTO {sources['src']} VALUES (3, 'b', 7, 0.50), (NULL, NULL, 1, NULL)")
-        run_dbt(["run"])
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        # Each feed is read by the probe and by two terms: staged once, read
+        # from there (writes.StateWrites.staged_feeds).
+        staged = next(line for line in log.splitlines() if "change feeds staged once" in line)
+        assert sources["src"] in staged and sources["dim"] in staged, staged
         self._check(project, spark)

@@ -34,11 +34,12 @@ and after a rewrite the log holds one row per key.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -393,6 +394,8 @@ class Refreshes:
         # The log's refreshes so far: every second one rewrites it (log_state.compact).
         self.appends = 0
         self.compacted = False
+        # Change feeds staged before a refresh's statements (writes.StateWrites.staged_feeds).
+        self.staged_feeds = 0
         self.sources = {s.name: s for s in model.sources}
         self.tables = {s.name: DeltaTable(s.name, s.schema) for s in model.sources}
         self.engine = Engine(list(self.tables.values()), hook, memo_of(model))
@@ -445,7 +448,8 @@ class Refreshes:
             return
         guard = emit.Guard(read=self.guard, write=next(self.refresh_ids))
         if self.plan.log_state:
-            self._append(windows, guard)
+            with self._staged_feeds(windows, guard) as staged:
+                self._append(staged, guard)
             self.versions = pinned
             self._check_log()
             self.check_view()
@@ -455,7 +459,8 @@ class Refreshes:
             applied = self._refresh_partitions(windows, pinned, guard, before)
         else:
             try:
-                applied = self._merge_changes(windows, guard, before)
+                with self._staged_feeds(windows, guard) as staged:
+                    applied = self._merge_changes(staged, guard, before)
             except duckdb.Error as error:
                 if emit.CANCELLED not in str(error):
                     raise
@@ -469,6 +474,26 @@ class Refreshes:
         self.versions = pinned
         self._check_state(applied)
         self.check_view()
+
+    @contextlib.contextmanager
+    def _staged_feeds(
+        self, windows: Mapping[TableName, VersionRange], guard: emit.Guard
+    ) -> Iterator[dict[TableName, VersionRange]]:
+        """As writes.StateWrites.staged_feeds: each feed read more than once staged first."""
+        staged = dict(windows)
+        names_staged = []
+        try:
+            for index, table in enumerate(emit.repeated_feeds(self.plan, windows)):
+                name = f"{names.STAGED_PREFIX}{guard.write}_{index}"
+                self.engine.execute(emit.stage_feed(self.plan, table, windows[table], name))
+                names_staged.append(name)
+                staged[table] = dataclasses.replace(windows[table], staged=name)
+            self.staged_feeds += len(names_staged)
+            yield staged
+        finally:
+            for name in names_staged:
+                for statement in emit.drop_staged(name):
+                    self.engine.execute(statement)
 
     def _merge_changes(
         self, windows: Mapping[TableName, VersionRange], guard: emit.Guard, before: list[dict]

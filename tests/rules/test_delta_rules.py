@@ -25,6 +25,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from sqlglot import exp
 
 from ivm_compiler import reads
 from tests.rules.engine import Change, ChangeRow, Delete, Insert, Update
@@ -180,6 +181,42 @@ def _dominated(name: str, aggregate: str, rows: tuple, *also: Change) -> Refresh
     )
     step = ((SRC.name, Delete("v", 2)), *((SRC.name, change) for change in also))
     return run(model, Scenario(((SRC.name, Insert(rows)),), (step,)))
+
+
+# -- change feeds staged once (writes.StateWrites.staged_feeds) ------------------------
+
+# One refresh after both inputs of a join changed: each feed is read by the
+# key-bounds probe and by two terms of the join's change.
+BOTH_INPUTS = (
+    (
+        (SRC.name, Insert(((1, "b", 0, Decimal("-2.25")), (2, "c", 1, None)))),
+        (DIM.name, Insert(((2, "y", 2),))),
+        (DIM.name, Update("k", 1, "w", 2)),
+    ),
+)
+
+
+@pytest.mark.parametrize(("name", "log"), [("joined_groups", False), ("joined_rows", True)])
+def test_a_join_reads_each_changed_inputs_feed_from_its_stage(name: str, log: bool) -> None:
+    refreshes = run(MODEL_BY_NAME[name], Scenario(SEED, BOTH_INPUTS), log=log)
+    assert refreshes.staged_feeds == 2
+
+
+@pytest.mark.parametrize(("name", "log"), [("joined_groups", False), ("joined_rows", True)])
+def test_a_stage_missing_its_rows_is_caught(
+    name: str, log: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The statements read the stage, not the feed: an empty stage loses the change."""
+    stage_feed = reads.stage_feed
+
+    def empty(*args: object, **kwargs: object) -> exp.Cache:
+        staged = stage_feed(*args, **kwargs)  # type: ignore[arg-type]
+        staged.expression.set("where", exp.Where(this=exp.false()))
+        return staged
+
+    monkeypatch.setattr(reads, "stage_feed", empty)
+    with pytest.raises(Mismatch, match="differs from the build"):
+        run(MODEL_BY_NAME[name], Scenario(SEED, BOTH_INPUTS), log=log)
 
 
 # Deleting 1e9 from {-0.2, 0.1, 1e9 + 0.5}: taking it out of the moments by

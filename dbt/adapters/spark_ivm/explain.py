@@ -9,6 +9,7 @@ can be read, diffed or run by hand.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,48 +65,66 @@ def _change_statements(
     """How a refresh applies a change: one MERGE, or for WINDOW a probe and a MERGE.
 
     `pending`: the windows are the sources' commits since the last refresh
-    (else the next commit of one source, which does not exist yet).
+    (else the next commit of one source, which does not exist yet). The
+    statements shown read the change feeds a refresh stages from their
+    stages (stage_feed_<source>); the probe run here reads the feeds.
     """
-    if plan.log_state:
-        # A log state (ivm_state_form='log') takes the change with one INSERT;
-        # a refresh rewrites it (log_state.compact) once the log outgrows.
-        probe = emit.probe_join_keys(plan, windows)
-        bounds = (
-            refresh.writes(plan, {}).join_key_bounds(plan, windows) if probe and pending else {}
-        )
-        return {
-            **({"probe_join_keys": probe[0]} if probe else {}),
-            "append_changes": log_state.append_changes(
-                plan, refresh.state, windows, EXPLAIN_REFRESH_ID, bounds
-            ),
-        }
     if plan.view_class is not ViewClass.WINDOW:
-        upkeep, join_reads = _join_state_statements(plan, refresh, windows, guard)
-        probe = emit.probe_join_keys(plan, windows)
-        if probe is None:
-            return {
-                **upkeep,
-                "merge_changes": emit.merge_changes(
-                    plan, refresh.state, windows, guard, join_reads=join_reads
-                ),
-            }
-        # The probe only reads the change feed: with pending commits run it,
-        # so that the MERGE shown is the one the next refresh runs; without,
-        # the MERGE is shown unbounded (each term then gains `BETWEEN` bounds).
-        bounds = refresh.writes(plan, {}).join_key_bounds(plan, windows) if pending else {}
-        return {
-            **upkeep,
-            "probe_join_keys": probe[0],
-            "merge_changes": emit.merge_changes(
-                plan, refresh.state, windows, guard, bounds, join_reads
-            ),
-        }
+        staging, shown = _staged_feeds(plan, windows)
+        return {**staging, **_applying_statements(plan, refresh, windows, shown, guard, pending)}
     if not plan.window_partition:
         return {}  # recomputed by create_state on every refresh with changes
     return {
         "probe_partitions": emit.probe_partitions(plan, windows),
         # The probe's keys replace FALSE (no partition) in the three predicates.
         "merge_partitions": emit.merge_partitions(plan, refresh.state, current, [], guard),
+    }
+
+
+def _staged_feeds(
+    plan: ViewPlan, windows: dict[TableName, VersionRange]
+) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
+    """The CACHE TABLE of each feed the refresh stages, and the windows reading the stages."""
+    statements: dict[str, str] = {}
+    shown = dict(windows)
+    if not any(window.changed for window in windows.values()):
+        return statements, shown
+    for index, table in enumerate(emit.repeated_feeds(plan, windows)):
+        name = f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}_{index}"
+        statements[f"stage_feed_{table.name}"] = emit.stage_feed(plan, table, windows[table], name)
+        shown[table] = dataclasses.replace(windows[table], staged=name)
+    return statements, shown
+
+
+def _applying_statements(
+    plan: ViewPlan,
+    refresh: Refresh,
+    windows: dict[TableName, VersionRange],
+    shown: dict[TableName, VersionRange],
+    guard: emit.Guard,
+    pending: bool,
+) -> dict[str, str]:
+    """The probe and the write of a change: an INSERT into a log state, else a MERGE."""
+    probe = emit.probe_join_keys(plan, shown)
+    # The probe only reads the change feed: with pending commits run it, so
+    # that the write shown is the one the next refresh runs; without, it is
+    # shown unbounded (each term then gains `BETWEEN` bounds).
+    bounds = refresh.writes(plan, {}).join_key_bounds(plan, windows) if probe and pending else {}
+    probing = {"probe_join_keys": probe[0]} if probe else {}
+    if plan.log_state:
+        # A log state (ivm_state_form='log') takes the change with one INSERT;
+        # a refresh rewrites it (log_state.compact) once the log outgrows.
+        return {
+            **probing,
+            "append_changes": log_state.append_changes(
+                plan, refresh.state, shown, EXPLAIN_REFRESH_ID, bounds
+            ),
+        }
+    upkeep, join_reads = _join_state_statements(plan, refresh, shown, guard)
+    return {
+        **upkeep,
+        **probing,
+        "merge_changes": emit.merge_changes(plan, refresh.state, shown, guard, bounds, join_reads),
     }
 
 

@@ -13,8 +13,10 @@ another refresh of the model committed after this one read the state.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,24 +169,25 @@ class StateWrites:
         which the commit records as it found it.
         """
         refresh_id = uuid.uuid4().hex
-        bounds = self.join_key_bounds(plan, ranges)
-        if compacting:
-            self.log.debug(f"{self.model}: rewriting the state's log as its consolidated rows")
-            statement = log_state.compact(plan, self.state, ranges, guard_read, bounds)
-        else:
-            statement = log_state.append_changes(plan, self.state, ranges, refresh_id, bounds)
-        try:
-            self.commit(
-                statement,
-                self.metadata(refresh_id, guard_read),
-                log_state.txn_settings(read_version),
-            )
-        except ConcurrentRefresh:
-            raise
-        except Exception as error:
-            if delta.is_concurrent_refresh(error):
-                raise ConcurrentRefresh(self.model, self.state, error) from error
-            raise
+        with self.staged_feeds(plan, ranges, refresh_id) as reading:
+            bounds = self.join_key_bounds(plan, reading)
+            if compacting:
+                self.log.debug(f"{self.model}: rewriting the state's log as its consolidated rows")
+                statement = log_state.compact(plan, self.state, reading, guard_read, bounds)
+            else:
+                statement = log_state.append_changes(plan, self.state, reading, refresh_id, bounds)
+            try:
+                self.commit(
+                    statement,
+                    self.metadata(refresh_id, guard_read),
+                    log_state.txn_settings(read_version),
+                )
+            except ConcurrentRefresh:
+                raise
+            except Exception as error:
+                if delta.is_concurrent_refresh(error):
+                    raise ConcurrentRefresh(self.model, self.state, error) from error
+                raise
         # Delta's INSERT answers with no counts.
         return Written(log_write="rewritten" if compacting else "appended")
 
@@ -198,6 +201,21 @@ class StateWrites:
     ) -> Written:
         """The change over `ranges` applied to the state with one guarded MERGE."""
         refresh_id = uuid.uuid4().hex
+        with self.staged_feeds(plan, ranges, refresh_id) as reading:
+            written, kept = self._apply(plan, reading, guard_read, kept_states, pinned, refresh_id)
+        kept_states.drop_unkept(plan, kept)
+        return written
+
+    def _apply(
+        self,
+        plan: ViewPlan,
+        ranges: dict[TableName, VersionRange],
+        guard_read: str,
+        kept_states: join_states.JoinStates,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        refresh_id: str,
+    ) -> tuple[Written, list[Any]]:
+        """apply_change's MERGE; also the join states it kept up, which it returns."""
         guard = emit.Guard(read=guard_read, write=refresh_id)
         bounds = self.join_key_bounds(plan, ranges)
         try:
@@ -234,8 +252,39 @@ class StateWrites:
         finally:
             for statement in emit.drop_staged(staged) if staged is not None else ():
                 self.runner.execute(statement)
-        kept_states.drop_unkept(plan, kept)
-        return written
+        return written, kept
+
+    @contextlib.contextmanager
+    def staged_feeds(
+        self, plan: ViewPlan, ranges: dict[TableName, VersionRange], refresh_id: str
+    ) -> Iterator[dict[TableName, VersionRange]]:
+        """`ranges`, each change feed the refresh reads more than once staged first.
+
+        Each repeated feed (emit.repeated_feeds) is cached as a session
+        relation (emit.stage_feed) and its range names it, so the key-bounds
+        probe, the join states' upkeep and the write read it from there; the
+        relations are dropped when the block ends, whatever happened. They
+        only hold what the pinned versions fix, so a refresh stopped in
+        between leaves nothing to undo.
+        """
+        staged: list[str] = []
+        try:
+            ranges = dict(ranges)
+            for index, table in enumerate(emit.repeated_feeds(plan, ranges)):
+                name = f"{names.STAGED_PREFIX}{refresh_id}_{index}"
+                self.runner.execute(emit.stage_feed(plan, table, ranges[table], name))
+                staged.append(name)
+                ranges[table] = dataclasses.replace(ranges[table], staged=name)
+            if staged:
+                self.log.debug(
+                    f"{self.model}: change feeds staged once for this refresh: "
+                    + ", ".join(str(t) for t, r in ranges.items() if r.staged)
+                )
+            yield ranges
+        finally:
+            for name in staged:
+                for statement in emit.drop_staged(name):
+                    self.runner.execute(statement)
 
     def join_key_bounds(
         self, plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
