@@ -9,7 +9,8 @@ import pytest
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.state_history import StateHistory
 from dbt.adapters.spark_ivm.writes import CancellingRemoval, StateWrites
-from ivm_compiler import TableName, emit
+from ivm_compiler import TableName, emit, log_state
+from tests.unit.test_staged_feeds import BOTH_CHANGED, _join_plan
 
 STATE = TableName(db="analytics", name="m__ivm_state")
 MERGE = "MERGE INTO analytics.m__ivm_state ..."
@@ -122,3 +123,64 @@ def test_a_refused_cancelling_removal_is_told_apart_from_other_errors():
     writes, _ = _writes(FailingRunner(last="12"), own_session=False)
     with pytest.raises(RuntimeError, match="the MERGE failed"):
         writes._merge(MERGE, {"refresh": "r"})
+
+
+# -- change feeds staged once (StateWrites.staged_feeds) ----------------------------------
+
+
+class StagingRunner(SessionRunner):
+    """A SessionRunner whose INSERT fails when `fail_write`, and each UNCACHE when `fail_drop`."""
+
+    def __init__(self, fail_write: bool = False, fail_drop: bool = False) -> None:
+        super().__init__(last="12")
+        self.fail_write, self.fail_drop = fail_write, fail_drop
+
+    def execute(self, sql: str) -> None:
+        super().execute(sql)
+        if self.fail_drop and sql.startswith("UNCACHE"):
+            raise RuntimeError("the session is gone")
+
+    def query(self, sql: str):
+        if self.fail_write and " INSERT INTO " in sql:
+            self.statements.append(sql)
+            raise RuntimeError("the write failed")
+        if sql.startswith("SELECT 0 AS `__ivm_key`"):
+            self.statements.append(sql)
+            return ["__ivm_key", "__ivm_part", "__ivm_lo", "__ivm_hi"], []
+        return super().query(sql)
+
+
+def _log_join_append(runner: StagingRunner) -> None:
+    plan = log_state.with_log(_join_plan())
+    writes, _ = _writes(runner, own_session=True)
+    writes.append_change(plan, dict(BOTH_CHANGED), "r-read", read_version=3, compacting=False)
+
+
+def _staged_names(runner: StagingRunner) -> list[str]:
+    return [s.split("`")[1] for s in runner.statements if s.startswith("CACHE TABLE")]
+
+
+def test_a_join_stages_both_feeds_reads_them_and_drops_them_after_the_write():
+    runner = StagingRunner()
+    _log_join_append(runner)
+    names = _staged_names(runner)
+    assert len(names) == 2
+    probe = next(s for s in runner.statements if s.startswith("SELECT 0 AS `__ivm_key`"))
+    write = next(s for s in runner.statements if " INSERT INTO " in s)
+    for sql in (probe, write):
+        assert "TABLE_CHANGES(" not in sql and all(f"`{n}`" in sql for n in names)
+    after = runner.statements[runner.statements.index(write) + 1 :]
+    for name in names:
+        assert emit.drop_staged(name)[0] in after and emit.drop_staged(name)[1] in after
+
+
+def test_a_failed_write_drops_the_stages_and_raises_its_own_error():
+    runner = StagingRunner(fail_write=True, fail_drop=True)
+    with pytest.raises(RuntimeError, match="the write failed"):
+        _log_join_append(runner)
+    assert sum(s.startswith("UNCACHE") for s in runner.statements) == 2
+
+
+def test_a_failed_drop_after_a_good_write_is_raised():
+    with pytest.raises(RuntimeError, match="the session is gone"):
+        _log_join_append(StagingRunner(fail_drop=True))

@@ -67,7 +67,7 @@ def _change_statements(
     `pending`: the windows are the sources' commits since the last refresh
     (else the next commit of one source, which does not exist yet). The
     statements shown read the change feeds a refresh stages from their
-    stages (stage_feed_<source>); the probe run here reads the feeds.
+    stages (stage_feed_<n>_<source>); the probe run here reads the feeds.
     """
     if plan.view_class is not ViewClass.WINDOW:
         staging, shown = _staged_feeds(plan, windows)
@@ -87,11 +87,10 @@ def _staged_feeds(
     """The CACHE TABLE of each feed the refresh stages, and the windows reading the stages."""
     statements: dict[str, str] = {}
     shown = dict(windows)
-    if not any(window.changed for window in windows.values()):
-        return statements, shown
     for index, table in enumerate(emit.repeated_feeds(plan, windows)):
         name = f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}_{index}"
-        statements[f"stage_feed_{table.name}"] = emit.stage_feed(plan, table, windows[table], name)
+        statement = emit.stage_feed(plan, table, windows[table], name)
+        statements[f"stage_feed_{index}_{table.name}"] = statement
         shown[table] = dataclasses.replace(windows[table], staged=name)
     return statements, shown
 

@@ -265,7 +265,8 @@ class StateWrites:
         probe, the join states' upkeep and the write read it from there; the
         relations are dropped when the block ends, whatever happened. They
         only hold what the pinned versions fix, so a refresh stopped in
-        between leaves nothing to undo.
+        between leaves nothing to undo; after a failure, a drop that fails
+        too is logged, not raised, so the error says what failed first.
         """
         staged: list[str] = []
         try:
@@ -281,7 +282,15 @@ class StateWrites:
                     + ", ".join(str(t) for t, r in ranges.items() if r.staged)
                 )
             yield ranges
-        finally:
+        except BaseException:
+            for name in staged:
+                try:
+                    for statement in emit.drop_staged(name):
+                        self.runner.execute(statement)
+                except Exception as error:  # noqa: BLE001 - the first failure is the one raised
+                    self.log.debug(f"{self.model}: dropping {name} failed: {first_line(error)}")
+            raise
+        else:
             for name in staged:
                 for statement in emit.drop_staged(name):
                     self.runner.execute(statement)
