@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
+from dbt.adapters.spark_ivm import delta
 from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, state_builds
 from tests.functional.ivm_project import DIM_DDL, IvmProject, create_source, model_files
 
@@ -22,6 +23,13 @@ KEYS = (1, 2, 3, 4)
 
 
 class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
+    @pytest.fixture(scope="class", autouse=True)
+    def data_skipping(self):
+        """Delta's data skipping kept on for these tiny sources (delta.scan_settings)."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(delta, "SMALL_SOURCE_BYTES", 0)
+            yield
+
     @pytest.fixture(scope="class")
     def models(self):
         # Merged: the bounds narrow the change query both state forms run, and

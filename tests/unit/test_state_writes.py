@@ -184,3 +184,19 @@ def test_a_failed_write_drops_the_stages_and_raises_its_own_error():
 def test_a_failed_drop_after_a_good_write_is_raised():
     with pytest.raises(RuntimeError, match="the session is gone"):
         _log_join_append(StagingRunner(fail_drop=True))
+
+
+def test_a_change_over_small_sources_is_written_without_data_skipping():
+    runner = StagingRunner()
+    writes, _ = _writes(runner, own_session=True)
+    writes.scan_settings = {delta.DATA_SKIPPING_CONF: "false"}
+    writes.append_change(
+        log_state.with_log(_join_plan()), dict(BOTH_CHANGED), "r-read", 3, compacting=False
+    )
+    write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
+    assert runner.statements.index(delta.set_conf(delta.DATA_SKIPPING_CONF, "false")) < write
+    assert runner.statements.index(delta.reset_conf(delta.DATA_SKIPPING_CONF)) > write
+    # Only the write: the stages and the probe read change feeds, which have no statistics.
+    assert runner.statements.index(delta.set_conf(delta.DATA_SKIPPING_CONF, "false")) > max(
+        i for i, s in enumerate(runner.statements) if s.startswith("SELECT 0 AS `__ivm_key`")
+    )

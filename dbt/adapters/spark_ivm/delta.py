@@ -51,6 +51,15 @@ LAST_COMMIT_CONF = "spark.databricks.delta.lastCommitVersionInSession"
 # A Spark Thrift Server with this conf true serves every connection from one
 # session, whose confs are then shared like the embedded runtime's.
 SINGLE_SESSION_CONF = "spark.sql.hive.thriftServer.singleSession"
+# Delta's data skipping: each scan with a filter prunes its files by their
+# statistics in a Spark job of its own while the statement is planned.
+DATA_SKIPPING_CONF = "spark.databricks.delta.stats.skipping"
+# Sources up to this size are read whole by a change statement: pruning their
+# files saves at most reading them, about what planning the pruning costs
+# (measured on the worked example's customers_to_chase, 20 scans of two
+# 2,000-row sources: its change query planned in 3.5-4.2 s with data skipping,
+# 0.85-0.93 s without; run in 7.3-7.5 s against 5.2-5.7 s).
+SMALL_SOURCE_BYTES = 16 * 1024 * 1024
 
 Rows = Sequence[Sequence[Any]]
 Query = Callable[[str], tuple[list[str], Rows]]
@@ -79,6 +88,26 @@ class CommitRows:
     def replaces_table(self) -> bool:
         """A CREATE OR REPLACE: the table's rows, columns and id start over at this version."""
         return self.operation in REPLACING_OPERATIONS
+
+
+def scan_settings(pinned: Mapping[TableName, SourceSnapshot]) -> dict[str, str]:
+    """Session confs for a change statement over `pinned`: no data skipping if every source is small.
+
+    Only where every source's size is known (SourceSnapshot.size_bytes) and
+    at most SMALL_SOURCE_BYTES: a large source's key-bounded reads
+    (key_bounds.py) are what data skipping makes cheap.
+
+    >>> small = SourceSnapshot(TableName("s", "t"), None, 3, size_bytes=5_000)
+    >>> scan_settings({small.table: small})
+    {'spark.databricks.delta.stats.skipping': 'false'}
+    >>> unknown = SourceSnapshot(TableName("s", "u"), None, 3)
+    >>> scan_settings({small.table: small, unknown.table: unknown})
+    {}
+    """
+    sizes = [snapshot.size_bytes for snapshot in pinned.values()]
+    if sizes and all(size is not None and size <= SMALL_SOURCE_BYTES for size in sizes):
+        return {DATA_SKIPPING_CONF: "false"}
+    return {}
 
 
 # Two reads of one commit's time agree to the millisecond but for Delta's

@@ -588,6 +588,7 @@ class Refresh:
             metadata,
             own_session=self.own_session,
             committed=self.history.committed,
+            scan_settings=delta.scan_settings(pinned),
         )
 
     def _build(

@@ -88,6 +88,8 @@ class StateWrites:
     # session conf and told to `committed`, with the commit's metadata.
     own_session: bool = False
     committed: Callable[[int, dict[str, Any]], None] = field(default=lambda version, metadata: None)
+    # Session confs every change statement runs under (delta.scan_settings).
+    scan_settings: Mapping[str, str] = field(default_factory=dict)
 
     def commit(
         self,
@@ -180,7 +182,7 @@ class StateWrites:
                 self.commit(
                     statement,
                     self.metadata(refresh_id, guard_read),
-                    log_state.txn_settings(read_version),
+                    {**log_state.txn_settings(read_version), **self.scan_settings},
                 )
             except ConcurrentRefresh:
                 raise
@@ -225,10 +227,14 @@ class StateWrites:
                 raise ConcurrentRefresh(self.model, self.state, error) from error
             raise
         staged = f"{names.STAGED_PREFIX}{refresh_id}" if emit.stages_changes(plan) else None
-        settings = emit.merge_settings(plan)
+        settings = {**emit.merge_settings(plan), **self.scan_settings}
         try:
             if staged is not None:
-                self.runner.execute(emit.stage_changes(plan, ranges, staged, bounds, join_reads))
+                # The stage reads the join partners: it runs under the write's scan settings.
+                with self._under(self.scan_settings):
+                    self.runner.execute(
+                        emit.stage_changes(plan, ranges, staged, bounds, join_reads)
+                    )
             try:
                 written = self._merge(
                     emit.merge_changes(plan, self.state, ranges, guard, bounds, join_reads, staged),
@@ -253,6 +259,17 @@ class StateWrites:
             for statement in emit.drop_staged(staged) if staged is not None else ():
                 self.runner.execute(statement)
         return written, kept
+
+    @contextlib.contextmanager
+    def _under(self, settings: Mapping[str, str]) -> Iterator[None]:
+        """Session confs set for the statements of the block, reset after it."""
+        for key, value in settings.items():
+            self.runner.execute(delta.set_conf(key, value))
+        try:
+            yield
+        finally:
+            for key in settings:
+                self.runner.execute(delta.reset_conf(key))
 
     @contextlib.contextmanager
     def staged_feeds(
