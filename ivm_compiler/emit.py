@@ -19,7 +19,8 @@ of the state leave it out.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from sqlglot import exp
 from sqlglot.errors import ParseError
@@ -492,21 +493,41 @@ def stage_changes(
     return _sql(exp.Cache(this=exp.Table(this=ident(name)), expression=rows))
 
 
-def repeated_feeds(
-    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]
-) -> list[TableName]:
-    """The sources whose change feed the refresh reads more than once (changes.repeated_feeds)."""
-    return changes.repeated_feeds(plan, ranges)
+class FeedStage(NamedTuple):
+    """One change feed staged for a refresh: its source, the relation's name, its CACHE TABLE."""
+
+    table: TableName
+    name: str
+    statement: str
 
 
-def stage_feed(plan: ViewPlan, table: TableName, versions: reads.VersionRange, name: str) -> str:
-    """CACHE TABLE <name> AS a source's change-feed rows: read once, then by every statement.
+def stage_feeds(
+    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange], prefix: str
+) -> tuple[list[FeedStage], dict[TableName, reads.VersionRange]]:
+    """Each change feed the refresh reads more than once, staged as `<prefix>_<n>`.
 
-    The refresh passes the range on with `staged=name`, so the probe and the
-    change rows read it (reads.signed_changes), and drops it after the
-    write (drop_staged).
+    The stages (changes.repeated_feeds) cache the source's change rows, only
+    the columns the model reads and `_change_type`, with CACHE TABLE; the
+    ranges returned name them (`staged=`), so the probe and the change rows
+    read the stage (reads.signed_changes). The refresh runs the statements
+    first and frees the relations after the write (drop_staged).
     """
-    return _sql(reads.stage_feed(table, versions, list(plan.source_columns[table]), name))
+    stages = [
+        FeedStage(
+            table,
+            f"{prefix}_{index}",
+            _sql(
+                reads.stage_feed(
+                    table, ranges[table], list(plan.source_columns[table]), f"{prefix}_{index}"
+                )
+            ),
+        )
+        for index, table in enumerate(changes.repeated_feeds(plan, ranges))
+    ]
+    reading = dict(ranges)
+    for stage in stages:
+        reading[stage.table] = replace(ranges[stage.table], staged=stage.name)
+    return stages, reading
 
 
 def drop_staged(name: str) -> list[str]:

@@ -34,7 +34,6 @@ and after a rewrite the log holds one row per key.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import itertools
 import math
@@ -480,14 +479,12 @@ class Refreshes:
         self, windows: Mapping[TableName, VersionRange], guard: emit.Guard
     ) -> Iterator[dict[TableName, VersionRange]]:
         """As writes.StateWrites.staged_feeds: each feed read more than once staged first."""
-        staged = dict(windows)
+        stages, staged = emit.stage_feeds(self.plan, windows, f"{names.STAGED_PREFIX}{guard.write}")
         names_staged = []
         try:
-            for index, table in enumerate(emit.repeated_feeds(self.plan, windows)):
-                name = f"{names.STAGED_PREFIX}{guard.write}_{index}"
-                self.engine.execute(emit.stage_feed(self.plan, table, windows[table], name))
-                names_staged.append(name)
-                staged[table] = dataclasses.replace(windows[table], staged=name)
+            for stage in stages:
+                self.engine.execute(stage.statement)
+                names_staged.append(stage.name)
             self.staged_feeds += len(names_staged)
             yield staged
         finally:

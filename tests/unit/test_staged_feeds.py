@@ -1,4 +1,4 @@
-"""Change feeds a refresh reads more than once, staged first (changes.repeated_feeds, reads.stage_feed)."""
+"""Change feeds a refresh reads more than once, staged first (emit.stage_feeds)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,16 @@ def _join_plan():
     return plan
 
 
+def _staged(plan, ranges):
+    stages, _ = emit.stage_feeds(plan, ranges, "__ivm_staged_r")
+    return [stage.table for stage in stages]
+
+
 def test_a_join_stages_each_changed_inputs_feed_the_probe_and_a_term_read():
     # orders: its term and the probe; customers: its term, orders' term
     # (as R' - dR) and the probe.
-    assert emit.repeated_feeds(_join_plan(), BOTH_CHANGED) == [ORDERS_TABLE, CUSTOMERS_TABLE]
-    assert emit.repeated_feeds(_join_plan(), ORDERS_CHANGED) == [ORDERS_TABLE]
+    assert _staged(_join_plan(), BOTH_CHANGED) == [ORDERS_TABLE, CUSTOMERS_TABLE]
+    assert _staged(_join_plan(), ORDERS_CHANGED) == [ORDERS_TABLE]
 
 
 def test_a_feed_read_once_is_not_staged():
@@ -39,12 +44,15 @@ def test_a_feed_read_once_is_not_staged():
         [("customer", "string"), ("n", "bigint")],
         [("key_0", "string")],
     )
-    assert emit.repeated_feeds(plan, {ORDERS_TABLE: VersionRange(3, 5)}) == []
-    assert emit.repeated_feeds(plan, {ORDERS_TABLE: VersionRange(5, 5)}) == []
+    assert _staged(plan, {ORDERS_TABLE: VersionRange(3, 5)}) == []
+    assert _staged(plan, {ORDERS_TABLE: VersionRange(5, 5)}) == []
 
 
 def test_the_stage_keeps_the_columns_the_model_reads_and_the_change_type():
-    sql = emit.stage_feed(_join_plan(), ORDERS_TABLE, VersionRange(3, 5), "__ivm_staged_r_0")
+    stages, reading = emit.stage_feeds(_join_plan(), BOTH_CHANGED, "__ivm_staged_r")
+    assert [stage.name for stage in stages] == ["__ivm_staged_r_0", "__ivm_staged_r_1"]
+    assert [reading[stage.table].staged for stage in stages] == [s.name for s in stages]
+    sql = stages[0].statement
     assert sql.startswith("CACHE TABLE `__ivm_staged_r_0` AS SELECT ")
     assert "TABLE_CHANGES('`shop`.`orders`', 4, 5)" in sql
     for column in ("`customer`", "`amount`", "`qty`", "`_change_type`"):

@@ -9,7 +9,6 @@ can be read, diffed or run by hand.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,13 +84,11 @@ def _staged_feeds(
     plan: ViewPlan, windows: dict[TableName, VersionRange]
 ) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
     """The CACHE TABLE of each feed the refresh stages, and the windows reading the stages."""
-    statements: dict[str, str] = {}
-    shown = dict(windows)
-    for index, table in enumerate(emit.repeated_feeds(plan, windows)):
-        name = f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}_{index}"
-        statement = emit.stage_feed(plan, table, windows[table], name)
-        statements[f"stage_feed_{index}_{table.name}"] = statement
-        shown[table] = dataclasses.replace(windows[table], staged=name)
+    stages, shown = emit.stage_feeds(plan, windows, f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}")
+    statements = {
+        f"stage_feed_{index}_{stage.table.name}": stage.statement
+        for index, stage in enumerate(stages)
+    }
     return statements, shown
 
 

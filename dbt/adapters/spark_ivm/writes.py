@@ -14,7 +14,6 @@ another refresh of the model committed after this one read the state.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -107,19 +106,16 @@ class StateWrites:
         idempotent = log_state.TXN_APP_ID_CONF in settings
         with delta.COMMIT_LOCK:
             self.runner.execute(delta.set_commit_metadata(metadata))
-            for key, value in settings.items():
-                self.runner.execute(delta.set_conf(key, value))
-            if self.own_session:
-                # Unset first: a version left by an earlier commit of this
-                # session (the previous model's, on a reused connection) must
-                # never pass for this statement's.
-                self.runner.execute(delta.forget_last_commit())
-            try:
-                answer = self.runner.query(statement)
-            finally:
-                self.runner.execute(delta.reset_commit_metadata())
-                for key in settings:
-                    self.runner.execute(delta.reset_conf(key))
+            with self._under(settings):
+                if self.own_session:
+                    # Unset first: a version left by an earlier commit of this
+                    # session (the previous model's, on a reused connection) must
+                    # never pass for this statement's.
+                    self.runner.execute(delta.forget_last_commit())
+                try:
+                    answer = self.runner.query(statement)
+                finally:
+                    self.runner.execute(delta.reset_commit_metadata())
             if self.own_session:
                 version = delta.conf_value(
                     *self.runner.query(delta.read_conf(delta.LAST_COMMIT_CONF))
@@ -204,61 +200,61 @@ class StateWrites:
         """The change over `ranges` applied to the state with one guarded MERGE."""
         refresh_id = uuid.uuid4().hex
         with self.staged_feeds(plan, ranges, refresh_id) as reading:
-            written, kept = self._apply(plan, reading, guard_read, kept_states, pinned, refresh_id)
+            guard = emit.Guard(read=guard_read, write=refresh_id)
+            bounds = self.join_key_bounds(plan, reading)
+            try:
+                join_reads, kept = kept_states.prepare(plan, reading, pinned, bounds)
+            except Exception as error:
+                if delta.is_concurrent_refresh(error):
+                    raise ConcurrentRefresh(self.model, self.state, error) from error
+                raise
+            changes_stage = (
+                f"{names.STAGED_PREFIX}{refresh_id}" if emit.stages_changes(plan) else None
+            )
+            settings = {**emit.merge_settings(plan), **self.scan_settings}
+            try:
+                if changes_stage is not None:
+                    # The stage reads the join partners: it runs under the write's scan settings.
+                    with self._under(self.scan_settings):
+                        self.runner.execute(
+                            emit.stage_changes(plan, reading, changes_stage, bounds, join_reads)
+                        )
+                try:
+                    written = self._merge(
+                        emit.merge_changes(
+                            plan, self.state, reading, guard, bounds, join_reads, changes_stage
+                        ),
+                        self.metadata(refresh_id, None),
+                        settings,
+                    )
+                except CancellingRemoval:
+                    if not merge_source.recomputes_groups(plan):
+                        raise  # the refresh recomputes the model
+                    # The MERGE wrote nothing; this one recomputes the cancelled
+                    # groups from the sources and merges the rest, in one commit.
+                    versions = {t: s.version for t, s in pinned.items()}
+                    written = self._merge(
+                        emit.merge_changes_recomputing_cancelled(
+                            plan,
+                            self.state,
+                            reading,
+                            versions,
+                            guard,
+                            bounds,
+                            join_reads,
+                            changes_stage,
+                        ),
+                        self.metadata(refresh_id, None),
+                        settings,
+                    )
+                    written.recomputed_groups = True
+            finally:
+                for statement in (
+                    emit.drop_staged(changes_stage) if changes_stage is not None else ()
+                ):
+                    self.runner.execute(statement)
         kept_states.drop_unkept(plan, kept)
         return written
-
-    def _apply(
-        self,
-        plan: ViewPlan,
-        ranges: dict[TableName, VersionRange],
-        guard_read: str,
-        kept_states: join_states.JoinStates,
-        pinned: dict[TableName, delta.SourceSnapshot],
-        refresh_id: str,
-    ) -> tuple[Written, list[Any]]:
-        """apply_change's MERGE; also the join states it kept up, which it returns."""
-        guard = emit.Guard(read=guard_read, write=refresh_id)
-        bounds = self.join_key_bounds(plan, ranges)
-        try:
-            join_reads, kept = kept_states.prepare(plan, ranges, pinned, bounds)
-        except Exception as error:
-            if delta.is_concurrent_refresh(error):
-                raise ConcurrentRefresh(self.model, self.state, error) from error
-            raise
-        staged = f"{names.STAGED_PREFIX}{refresh_id}" if emit.stages_changes(plan) else None
-        settings = {**emit.merge_settings(plan), **self.scan_settings}
-        try:
-            if staged is not None:
-                # The stage reads the join partners: it runs under the write's scan settings.
-                with self._under(self.scan_settings):
-                    self.runner.execute(
-                        emit.stage_changes(plan, ranges, staged, bounds, join_reads)
-                    )
-            try:
-                written = self._merge(
-                    emit.merge_changes(plan, self.state, ranges, guard, bounds, join_reads, staged),
-                    self.metadata(refresh_id, None),
-                    settings,
-                )
-            except CancellingRemoval:
-                if not merge_source.recomputes_groups(plan):
-                    raise  # the refresh recomputes the model
-                # The MERGE wrote nothing; this one recomputes the cancelled
-                # groups from the sources and merges the rest, in one commit.
-                versions = {t: s.version for t, s in pinned.items()}
-                written = self._merge(
-                    emit.merge_changes_recomputing_cancelled(
-                        plan, self.state, ranges, versions, guard, bounds, join_reads, staged
-                    ),
-                    self.metadata(refresh_id, None),
-                    settings,
-                )
-                written.recomputed_groups = True
-        finally:
-            for statement in emit.drop_staged(staged) if staged is not None else ():
-                self.runner.execute(statement)
-        return written, kept
 
     @contextlib.contextmanager
     def _under(self, settings: Mapping[str, str]) -> Iterator[None]:
@@ -277,28 +273,26 @@ class StateWrites:
     ) -> Iterator[dict[TableName, VersionRange]]:
         """`ranges`, each change feed the refresh reads more than once staged first.
 
-        Each repeated feed (emit.repeated_feeds) is cached as a session
-        relation (emit.stage_feed) and its range names it, so the key-bounds
+        Each repeated feed is cached as a session relation
+        (emit.stage_feeds) and its range names it, so the key-bounds
         probe, the join states' upkeep and the write read it from there; the
         relations are dropped when the block ends, whatever happened. They
         only hold what the pinned versions fix, so a refresh stopped in
         between leaves nothing to undo; after a failure, a drop that fails
         too is logged, not raised, so the error says what failed first.
         """
+        stages, reading = emit.stage_feeds(plan, ranges, f"{names.STAGED_PREFIX}{refresh_id}")
         staged: list[str] = []
         try:
-            ranges = dict(ranges)
-            for index, table in enumerate(emit.repeated_feeds(plan, ranges)):
-                name = f"{names.STAGED_PREFIX}{refresh_id}_{index}"
-                self.runner.execute(emit.stage_feed(plan, table, ranges[table], name))
-                staged.append(name)
-                ranges[table] = dataclasses.replace(ranges[table], staged=name)
+            for stage in stages:
+                self.runner.execute(stage.statement)
+                staged.append(stage.name)
             if staged:
                 self.log.debug(
                     f"{self.model}: change feeds staged once for this refresh: "
-                    + ", ".join(str(t) for t, r in ranges.items() if r.staged)
+                    + ", ".join(str(stage.table) for stage in stages)
                 )
-            yield ranges
+            yield reading
         except BaseException:
             for name in staged:
                 try:
