@@ -33,11 +33,11 @@ rewrites them as signed inner-join terms over inputs and key relations
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from sqlglot import exp
 
-from ivm_compiler import key_bounds, names
+from ivm_compiler import key_bounds, names, reads
 from ivm_compiler.plan import KeyRelation, SourceRef, ViewPlan
 from ivm_compiler.reads import (
     VersionRange,
@@ -183,7 +183,10 @@ def signed_rows(
             )
     if not terms:
         raise ValueError("signed_rows needs at least one source with changes in its window")
-    return union_all(terms)
+    # Built reading sources by time travel; staged snapshots replace those reads.
+    staged = reads.read_snapshots(union_all(terms), ranges)
+    assert isinstance(staged, exp.Query)
+    return staged
 
 
 def _term_sign(term_sign: int, aliases: list[str]) -> exp.Expr:
@@ -230,6 +233,35 @@ def repeated_feeds(plan: ViewPlan, ranges: Mapping[TableName, VersionRange]) -> 
         if table not in plan.upstreams
         and table in plan.source_columns
         and reads_of.get(table.sql(), 0) > 1
+    ]
+
+
+def repeated_snapshots(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, VersionRange],
+    small: Collection[TableName],
+    bounds: key_bounds.Bounds | None = None,
+    join_reads: JoinReads | None = None,
+) -> list[TableName]:
+    """The `small` sources whose pinned snapshot the change rows read more than once.
+
+    Counted on the change rows' tree as the write builds it (signed_rows
+    with its bounds and join reads). A join's term reads each partner at its
+    pinned version, and an earlier changed input's term reads a later one
+    again (R_i' - dR_i): staged, the snapshot is planned and read once.
+    Only small sources (delta.small_sources): staging copies the whole
+    snapshot's columns, where a large partner is read within its key bounds.
+    """
+    if not any(ranges[table].changed for table in plan.tables):
+        return []
+    counts = reads.snapshot_reads(signed_rows(plan, ranges, bounds, join_reads))
+    return [
+        table
+        for table in plan.tables
+        if table in small
+        and table not in plan.upstreams
+        and table in plan.source_columns
+        and counts.get((table, ranges[table].pinned), 0) > 1
     ]
 
 

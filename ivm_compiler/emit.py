@@ -18,7 +18,7 @@ of the state leave it out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -493,8 +493,8 @@ def stage_changes(
     return _sql(exp.Cache(this=exp.Table(this=ident(name)), expression=rows))
 
 
-class FeedStage(NamedTuple):
-    """One change feed staged for a refresh: its source, the relation's name, its CACHE TABLE."""
+class Stage(NamedTuple):
+    """A source's rows staged for one refresh: the source, the relation's name, its CACHE TABLE."""
 
     table: TableName
     name: str
@@ -503,7 +503,7 @@ class FeedStage(NamedTuple):
 
 def stage_feeds(
     plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange], prefix: str
-) -> tuple[list[FeedStage], dict[TableName, reads.VersionRange]]:
+) -> tuple[list[Stage], dict[TableName, reads.VersionRange]]:
     """Each change feed the refresh reads more than once, staged as `<prefix>_<n>`.
 
     The stages (changes.repeated_feeds) cache the source's change rows, only
@@ -513,7 +513,7 @@ def stage_feeds(
     first and frees the relations after the write (drop_staged).
     """
     stages = [
-        FeedStage(
+        Stage(
             table,
             f"{prefix}_{index}",
             _sql(
@@ -527,6 +527,43 @@ def stage_feeds(
     reading = dict(ranges)
     for stage in stages:
         reading[stage.table] = replace(ranges[stage.table], staged=stage.name)
+    return stages, reading
+
+
+def stage_snapshots(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, reads.VersionRange],
+    prefix: str,
+    small: Collection[TableName],
+    bounds: key_bounds.Bounds | None = None,
+    join_reads: changes.JoinReads | None = None,
+) -> tuple[list[Stage], dict[TableName, reads.VersionRange]]:
+    """Each small source's pinned snapshot the change rows read more than once, staged as `<prefix>_<n>`.
+
+    As stage_feeds, for the sources' rows at their pinned versions
+    (changes.repeated_snapshots, reads.stage_snapshot): the ranges returned
+    name the stages (`snapshot=`), and the change rows read them
+    (reads.read_snapshots). `bounds` and `join_reads` are the write's.
+    """
+    tables = changes.repeated_snapshots(plan, ranges, small, bounds, join_reads)
+    stages = [
+        Stage(
+            table,
+            f"{prefix}_{index}",
+            _sql(
+                reads.stage_snapshot(
+                    table,
+                    ranges[table].pinned,
+                    list(plan.source_columns[table]),
+                    f"{prefix}_{index}",
+                )
+            ),
+        )
+        for index, table in enumerate(tables)
+    ]
+    reading = dict(ranges)
+    for stage in stages:
+        reading[stage.table] = replace(ranges[stage.table], snapshot=stage.name)
     return stages, reading
 
 

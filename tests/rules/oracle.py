@@ -395,6 +395,8 @@ class Refreshes:
         self.compacted = False
         # Change feeds staged before a refresh's statements (writes.StateWrites.staged_feeds).
         self.staged_feeds = 0
+        # Source snapshots staged likewise (writes.StateWrites.staged_snapshots).
+        self.staged_snapshots = 0
         self.sources = {s.name: s for s in model.sources}
         self.tables = {s.name: DeltaTable(s.name, s.schema) for s in model.sources}
         self.engine = Engine(list(self.tables.values()), hook, memo_of(model))
@@ -480,15 +482,36 @@ class Refreshes:
     ) -> Iterator[dict[TableName, VersionRange]]:
         """As writes.StateWrites.staged_feeds: each feed read more than once staged first."""
         stages, staged = emit.stage_feeds(self.plan, windows, f"{names.STAGED_PREFIX}{guard.write}")
-        names_staged = []
+        with self._staged(stages):
+            self.staged_feeds += len(stages)
+            yield staged
+
+    @contextlib.contextmanager
+    def _staged_snapshots(
+        self, windows: Mapping[TableName, VersionRange], guard: emit.Guard, bounds: dict
+    ) -> Iterator[dict[TableName, VersionRange]]:
+        """As writes.StateWrites.staged_snapshots, every source taken as small."""
+        stages, staged = emit.stage_snapshots(
+            self.plan,
+            windows,
+            f"{names.STAGED_PREFIX}{guard.write}_snapshot",
+            small=self.plan.tables,
+            bounds=bounds,
+        )
+        with self._staged(stages):
+            self.staged_snapshots += len(stages)
+            yield staged
+
+    @contextlib.contextmanager
+    def _staged(self, stages: list[emit.Stage]) -> Iterator[None]:
+        staged = []
         try:
             for stage in stages:
                 self.engine.execute(stage.statement)
-                names_staged.append(stage.name)
-            self.staged_feeds += len(names_staged)
-            yield staged
+                staged.append(stage.name)
+            yield
         finally:
-            for name in names_staged:
+            for name in staged:
                 for statement in emit.drop_staged(name):
                     self.engine.execute(statement)
 
@@ -496,17 +519,20 @@ class Refreshes:
         self, windows: Mapping[TableName, VersionRange], guard: emit.Guard, before: list[dict]
     ) -> list[dict]:
         bounds = self._join_key_bounds(windows)
-        # As writes.StateWrites.apply_change runs it: the signed rows staged
-        # first where the change query reads them more than once.
-        staged = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(self.plan) else None
-        if staged is not None:
-            self.engine.execute(emit.stage_changes(self.plan, windows, staged, bounds))
-        merge = emit.merge_changes(self.plan, STATE, windows, guard, bounds, staged=staged)
-        try:
-            delta = self._apply(merge, guard, self.plan.merge_keys)
-        finally:
-            for statement in emit.drop_staged(staged) if staged is not None else ():
-                self.engine.execute(statement)
+        with self._staged_snapshots(windows, guard, bounds) as reading:
+            # As writes.StateWrites.apply_change runs it: the signed rows staged
+            # first where the change query reads them more than once.
+            staged = (
+                f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(self.plan) else None
+            )
+            if staged is not None:
+                self.engine.execute(emit.stage_changes(self.plan, reading, staged, bounds))
+            merge = emit.merge_changes(self.plan, STATE, reading, guard, bounds, staged=staged)
+            try:
+                delta = self._apply(merge, guard, self.plan.merge_keys)
+            finally:
+                for statement in emit.drop_staged(staged) if staged is not None else ():
+                    self.engine.execute(statement)
         return apply_changes(self.plan, before, delta)
 
     def _append(self, windows: Mapping[TableName, VersionRange], guard: emit.Guard) -> None:
@@ -514,11 +540,12 @@ class Refreshes:
         bounds = self._join_key_bounds(windows)
         self.appends += 1
         self.compacted = self.appends % 2 == 0
-        if self.compacted:
-            statement = log_state.compact(self.plan, STATE, windows, self.guard, bounds)
-        else:
-            statement = log_state.append_changes(self.plan, STATE, windows, guard.write, bounds)
-        self.engine.execute(statement)
+        with self._staged_snapshots(windows, guard, bounds) as reading:
+            if self.compacted:
+                statement = log_state.compact(self.plan, STATE, reading, self.guard, bounds)
+            else:
+                statement = log_state.append_changes(self.plan, STATE, reading, guard.write, bounds)
+            self.engine.execute(statement)
 
     def _join_key_bounds(self, windows: Mapping[TableName, VersionRange]) -> dict:
         """The probe's key bounds, as writes.StateWrites.join_key_bounds reads them."""

@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from ivm_compiler import reads
 from tests.rules.engine import Change, ChangeRow, Delete, Insert, Update
-from tests.rules.models import DIM, MODELS, SRC, Model, Source
+from tests.rules.models import DIM, MODELS, SRC, TAG, Model, Source
 from tests.rules.oracle import Mismatch, Refreshes, Scenario, run
 
 EXAMPLES = int(os.environ.get("IVM_RULES_EXAMPLES", "3"))
@@ -217,6 +217,33 @@ def test_a_stage_missing_its_rows_is_caught(
     monkeypatch.setattr(reads, "stage_feed", empty)
     with pytest.raises(Mismatch, match="differs from the build"):
         run(MODEL_BY_NAME[name], Scenario(SEED, BOTH_INPUTS), log=log)
+
+
+# -- small sources' snapshots staged once (writes.StateWrites.staged_snapshots) ---------
+
+# The seed with tags for both dimension names, so the three-way join has rows.
+TAGGED = (*SEED, (TAG.name, Insert((("x", "X"), ("y", "N"), ("w", None)))))
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_a_snapshot_read_by_two_terms_is_read_from_its_stage(log: bool) -> None:
+    # Both changed inputs' terms read the third input at its pinned version.
+    refreshes = run(MODEL_BY_NAME["three_way_grouped"], Scenario(TAGGED, BOTH_INPUTS), log=log)
+    assert refreshes.staged_snapshots >= 1
+
+
+def test_a_snapshot_stage_missing_its_rows_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write reads the stage, not the table: an empty stage loses the partner's rows."""
+    stage_snapshot = reads.stage_snapshot
+
+    def empty(*args: object, **kwargs: object) -> exp.Cache:
+        staged = stage_snapshot(*args, **kwargs)  # type: ignore[arg-type]
+        staged.expression.set("where", exp.Where(this=exp.false()))
+        return staged
+
+    monkeypatch.setattr(reads, "stage_snapshot", empty)
+    with pytest.raises(Mismatch, match="differs from the build"):
+        run(MODEL_BY_NAME["three_way_grouped"], Scenario(TAGGED, BOTH_INPUTS))
 
 
 # Deleting 1e9 from {-0.2, 0.1, 1e9 + 0.5}: taking it out of the moments by

@@ -1,4 +1,5 @@
-"""Change feeds a refresh reads more than once, staged first (emit.stage_feeds)."""
+"""What a refresh reads more than once, staged first: change feeds (emit.stage_feeds) and
+small sources' pinned snapshots (emit.stage_snapshots)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dataclasses
 
 from ivm_compiler import emit, log_state
 from ivm_compiler.reads import VersionRange
+from ivm_compiler.sql import TableName
 from tests.unit.test_compile import (
     CUSTOMERS_TABLE,
     GUARD,
@@ -13,6 +15,7 @@ from tests.unit.test_compile import (
     JOIN_PROBE,
     JOIN_SQL,
     ORDERS_TABLE,
+    SHIPMENTS,
     STATE,
     compile_with,
 )
@@ -74,3 +77,59 @@ def test_a_staged_range_is_read_from_its_stage_by_the_probe_and_every_write():
         assert "FROM `__ivm_staged_r_0`" in sql
         # The unstaged input still reads its change feed.
         assert "TABLE_CHANGES('`shop`.`customers`', 8, 8)" in sql
+
+
+# -- pinned snapshots of small sources (emit.stage_snapshots) ---------------------------
+
+SHIPMENTS_TABLE = TableName(db="shop", name="shipments")
+# NOT IN splits into five terms (L - L ⋈ M - ...): each reads the other input
+# at its pinned version, and the key relations read the subquery's table.
+NOT_IN_CHANGED = {ORDERS_TABLE: VersionRange(3, 5), SHIPMENTS_TABLE: VersionRange(6, 7)}
+
+
+def _not_in_plan():
+    plan, _ = compile_with(
+        "SELECT o.customer FROM shop.orders o WHERE o.id NOT IN (SELECT id FROM shop.shipments)",
+        [("customer", "string")],
+        sources=SHIPMENTS,
+    )
+    return plan
+
+
+def test_a_small_sources_snapshot_read_by_several_terms_is_staged_and_read_from_there():
+    plan = _not_in_plan()
+    small = {ORDERS_TABLE, SHIPMENTS_TABLE}
+    stages, reading = emit.stage_snapshots(plan, NOT_IN_CHANGED, "__ivm_staged_r_snapshot", small)
+    assert [stage.table for stage in stages] == [ORDERS_TABLE, SHIPMENTS_TABLE]
+    assert stages[0].statement == (
+        "CACHE TABLE `__ivm_staged_r_snapshot_0` AS "
+        "SELECT `customer`, `id` FROM `shop`.`orders` VERSION AS OF 5"
+    )
+    assert "FROM `shop`.`shipments` VERSION AS OF 7" in stages[1].statement
+    merge = emit.merge_changes(plan, STATE, reading, GUARD)
+    append = log_state.append_changes(log_state.with_log(plan), STATE, reading, "r-this", {})
+    for sql in (merge, append):
+        assert "VERSION AS OF" not in sql
+        assert "FROM `__ivm_staged_r_snapshot_0` AS `o`" in sql
+        assert "`__ivm_staged_r_snapshot_1`" in sql
+        # The change feeds are still read.
+        assert "TABLE_CHANGES('`shop`.`orders`', 4, 5)" in sql
+
+
+def test_only_small_sources_are_staged():
+    plan = _not_in_plan()
+    none, reading = emit.stage_snapshots(plan, NOT_IN_CHANGED, "s", small=set())
+    assert none == [] and reading == NOT_IN_CHANGED
+    stages, reading = emit.stage_snapshots(plan, NOT_IN_CHANGED, "s", small={SHIPMENTS_TABLE})
+    assert [stage.table for stage in stages] == [SHIPMENTS_TABLE]
+    merge = emit.merge_changes(plan, STATE, reading, GUARD)
+    assert "`shop`.`orders` VERSION AS OF 5" in merge
+    assert "`shop`.`shipments` VERSION AS OF" not in merge
+
+
+def test_a_snapshot_read_once_is_not_staged():
+    # A two-way join's terms read each partner once: dO ⋈ C' and O' ⋈ dC.
+    stages, _ = emit.stage_snapshots(
+        _join_plan(), BOTH_CHANGED, "s", small={ORDERS_TABLE, CUSTOMERS_TABLE}
+    )
+    assert stages == []

@@ -10,7 +10,12 @@ from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.state_history import StateHistory
 from dbt.adapters.spark_ivm.writes import CancellingRemoval, StateWrites
 from ivm_compiler import TableName, emit, log_state
-from tests.unit.test_staged_feeds import BOTH_CHANGED, _join_plan
+from tests.unit.test_staged_feeds import (
+    BOTH_CHANGED,
+    NOT_IN_CHANGED,
+    _join_plan,
+    _not_in_plan,
+)
 
 STATE = TableName(db="analytics", name="m__ivm_state")
 MERGE = "MERGE INTO analytics.m__ivm_state ..."
@@ -200,3 +205,30 @@ def test_a_change_over_small_sources_is_written_without_data_skipping():
     assert runner.statements.index(delta.set_conf(delta.DATA_SKIPPING_CONF, "false")) > max(
         i for i, s in enumerate(runner.statements) if s.startswith("SELECT 0 AS `__ivm_key`")
     )
+
+
+def test_small_sources_snapshots_are_staged_for_the_write_and_dropped_after_it():
+    runner = StagingRunner()
+    writes, _ = _writes(runner, own_session=True)
+    writes.small_sources = frozenset(NOT_IN_CHANGED)
+    writes.append_change(
+        log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
+    )
+    snapshots = [n for n in _staged_names(runner) if "_snapshot_" in n]
+    assert len(snapshots) == 2
+    write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
+    assert "VERSION AS OF" not in runner.statements[write]
+    assert all(f"`{n}`" in runner.statements[write] for n in snapshots)
+    for name in snapshots:
+        assert runner.statements.index(emit.drop_staged(name)[0]) > write
+
+
+def test_without_small_sources_no_snapshot_is_staged():
+    runner = StagingRunner()
+    writes, _ = _writes(runner, own_session=True)
+    writes.append_change(
+        log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
+    )
+    assert not any("_snapshot_" in n for n in _staged_names(runner))
+    write = next(s for s in runner.statements if " INSERT INTO " in s)
+    assert "`shop`.`orders` VERSION AS OF 5" in write

@@ -23,6 +23,7 @@ from ivm_compiler import (
     changes,
     emit,
     join_states,
+    key_bounds,
     log_state,
     names,
 )
@@ -60,6 +61,7 @@ def _change_statements(
     current: dict,
     guard: emit.Guard,
     pending: bool,
+    small: frozenset[TableName] = frozenset(),
 ) -> dict[str, str]:
     """How a refresh applies a change: one MERGE, or for WINDOW a probe and a MERGE.
 
@@ -70,7 +72,10 @@ def _change_statements(
     """
     if plan.view_class is not ViewClass.WINDOW:
         staging, shown = _staged_feeds(plan, windows)
-        return {**staging, **_applying_statements(plan, refresh, windows, shown, guard, pending)}
+        return {
+            **staging,
+            **_applying_statements(plan, refresh, windows, shown, guard, pending, small),
+        }
     if not plan.window_partition:
         return {}  # recomputed by create_state on every refresh with changes
     return {
@@ -99,6 +104,7 @@ def _applying_statements(
     shown: dict[TableName, VersionRange],
     guard: emit.Guard,
     pending: bool,
+    small: frozenset[TableName],
 ) -> dict[str, str]:
     """The probe and the write of a change: an INSERT into a log state, else a MERGE."""
     probe = emit.probe_join_keys(plan, shown)
@@ -110,18 +116,47 @@ def _applying_statements(
     if plan.log_state:
         # A log state (ivm_state_form='log') takes the change with one INSERT;
         # a refresh rewrites it (log_state.compact) once the log outgrows.
+        snapshots, reading = _staged_snapshots(plan, shown, small, bounds)
         return {
             **probing,
+            **snapshots,
             "append_changes": log_state.append_changes(
-                plan, refresh.state, shown, EXPLAIN_REFRESH_ID, bounds
+                plan, refresh.state, reading, EXPLAIN_REFRESH_ID, bounds
             ),
         }
     upkeep, join_reads = _join_state_statements(plan, refresh, shown, guard)
+    snapshots, reading = _staged_snapshots(plan, shown, small, bounds, join_reads)
     return {
         **upkeep,
         **probing,
-        "merge_changes": emit.merge_changes(plan, refresh.state, shown, guard, bounds, join_reads),
+        **snapshots,
+        "merge_changes": emit.merge_changes(
+            plan, refresh.state, reading, guard, bounds, join_reads
+        ),
     }
+
+
+def _staged_snapshots(
+    plan: ViewPlan,
+    shown: dict[TableName, VersionRange],
+    small: frozenset[TableName],
+    bounds: key_bounds.Bounds,
+    join_reads: changes.JoinReads | None = None,
+) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
+    """The CACHE TABLE of each small source's snapshot the refresh stages, and the windows reading them."""
+    stages, reading = emit.stage_snapshots(
+        plan,
+        shown,
+        f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}_snapshot",
+        small,
+        bounds,
+        join_reads,
+    )
+    statements = {
+        f"stage_snapshot_{index}_{stage.table.name}": stage.statement
+        for index, stage in enumerate(stages)
+    }
+    return statements, reading
 
 
 def _join_state_statements(
@@ -274,7 +309,15 @@ def _statements(
     )
     return {
         "create_state": emit.create_state(plan, refresh.state, current, EXPLAIN_REFRESH_ID),
-        **_change_statements(plan, refresh, windows, current, guard, pending),
+        **_change_statements(
+            plan,
+            refresh,
+            windows,
+            current,
+            guard,
+            pending,
+            _small_sources(refresh, pinned, recorded),
+        ),
         "create_view": emit.create_view(
             plan,
             refresh.state,
@@ -286,6 +329,21 @@ def _statements(
         ),
         "model_query": emit.model_query(plan, current),
     }
+
+
+def _small_sources(
+    refresh: Refresh,
+    pinned: dict[TableName, delta.SourceSnapshot],
+    recorded: delta.RecordedState | None,
+) -> frozenset[TableName]:
+    """The sources a refresh now would take as small (delta.small_sources), sized as it sizes them."""
+    sized = {
+        table: refresh.pins.complete(
+            snapshot, recorded.sources.get(str(table)) if recorded else None, refresh.needs_size
+        )
+        for table, snapshot in pinned.items()
+    }
+    return delta.small_sources(sized)
 
 
 def _source_lines(

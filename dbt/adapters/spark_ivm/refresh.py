@@ -507,14 +507,9 @@ class Refresh:
             )
         if state_exists and recorded is None:
             recorded = self.history.recorded()
-        # Only ivm_strategy: auto and ivm_join_state: auto weigh the sources' sizes.
-        needs_size = (
-            self.settings.strategy is Strategy.AUTO
-            or self.settings.join_state == JoinStateSetting.AUTO
-        )
         for table, snapshot in pinned.items():
             entry = recorded.sources.get(str(table)) if recorded else None
-            pinned[table] = self.pins.complete(snapshot, entry, needs_size)
+            pinned[table] = self.pins.complete(snapshot, entry, self.needs_size)
         commits = {}
         if recorded is not None:
             for table, after in schema_changes.sources_to_check(plan, pinned, recorded).items():
@@ -568,6 +563,17 @@ class Refresh:
 
     # -- 5. write ---------------------------------------------------------------
 
+    @property
+    def needs_size(self) -> bool:
+        """Whether pinning reads a source's size where its history cannot say (Pins.complete).
+
+        Only ivm_strategy: auto and ivm_join_state: auto weigh the sources' sizes.
+        """
+        return (
+            self.settings.strategy is Strategy.AUTO
+            or self.settings.join_state == JoinStateSetting.AUTO
+        )
+
     def writes(self, plan: ViewPlan, pinned: dict[TableName, delta.SourceSnapshot]) -> StateWrites:
         def metadata(refresh_id: str, guard: str | None) -> dict[str, Any]:
             return delta.commit_metadata(
@@ -589,6 +595,7 @@ class Refresh:
             own_session=self.own_session,
             committed=self.history.committed,
             scan_settings=delta.scan_settings(pinned),
+            small_sources=delta.small_sources(pinned),
         )
 
     def _build(

@@ -21,7 +21,16 @@ from typing import Any
 
 from dbt.adapters.spark_ivm import delta, join_states
 from dbt.adapters.spark_ivm.publish import Log, Runner
-from ivm_compiler import TableName, ViewPlan, emit, key_bounds, log_state, merge_source, names
+from ivm_compiler import (
+    TableName,
+    ViewPlan,
+    changes,
+    emit,
+    key_bounds,
+    log_state,
+    merge_source,
+    names,
+)
 from ivm_compiler.errors import IvmError, first_line
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.view_classes import window as windows_rules
@@ -89,6 +98,8 @@ class StateWrites:
     committed: Callable[[int, dict[str, Any]], None] = field(default=lambda version, metadata: None)
     # Session confs every change statement runs under (delta.scan_settings).
     scan_settings: Mapping[str, str] = field(default_factory=dict)
+    # Sources small enough to stage whole (delta.small_sources, emit.stage_snapshots).
+    small_sources: frozenset[TableName] = frozenset()
 
     def commit(
         self,
@@ -169,25 +180,41 @@ class StateWrites:
         refresh_id = uuid.uuid4().hex
         with self.staged_feeds(plan, ranges, refresh_id) as reading:
             bounds = self.join_key_bounds(plan, reading)
-            if compacting:
-                self.log.debug(f"{self.model}: rewriting the state's log as its consolidated rows")
-                statement = log_state.compact(plan, self.state, reading, guard_read, bounds)
-            else:
-                statement = log_state.append_changes(plan, self.state, reading, refresh_id, bounds)
-            try:
-                self.commit(
-                    statement,
-                    self.metadata(refresh_id, guard_read),
-                    {**log_state.txn_settings(read_version), **self.scan_settings},
+            with self.staged_snapshots(plan, reading, refresh_id, bounds) as reading:
+                self._append(
+                    plan, reading, guard_read, read_version, compacting, bounds, refresh_id
                 )
-            except ConcurrentRefresh:
-                raise
-            except Exception as error:
-                if delta.is_concurrent_refresh(error):
-                    raise ConcurrentRefresh(self.model, self.state, error) from error
-                raise
         # Delta's INSERT answers with no counts.
         return Written(log_write="rewritten" if compacting else "appended")
+
+    def _append(
+        self,
+        plan: ViewPlan,
+        reading: dict[TableName, VersionRange],
+        guard_read: str,
+        read_version: int,
+        compacting: bool,
+        bounds: key_bounds.Bounds,
+        refresh_id: str,
+    ) -> None:
+        """append_change's INSERT, or the log's rewrite, in one commit guarded by its transaction id."""
+        if compacting:
+            self.log.debug(f"{self.model}: rewriting the state's log as its consolidated rows")
+            statement = log_state.compact(plan, self.state, reading, guard_read, bounds)
+        else:
+            statement = log_state.append_changes(plan, self.state, reading, refresh_id, bounds)
+        try:
+            self.commit(
+                statement,
+                self.metadata(refresh_id, guard_read),
+                {**log_state.txn_settings(read_version), **self.scan_settings},
+            )
+        except ConcurrentRefresh:
+            raise
+        except Exception as error:
+            if delta.is_concurrent_refresh(error):
+                raise ConcurrentRefresh(self.model, self.state, error) from error
+            raise
 
     def apply_change(
         self,
@@ -199,8 +226,8 @@ class StateWrites:
     ) -> Written:
         """The change over `ranges` applied to the state with one guarded MERGE."""
         refresh_id = uuid.uuid4().hex
+        guard = emit.Guard(read=guard_read, write=refresh_id)
         with self.staged_feeds(plan, ranges, refresh_id) as reading:
-            guard = emit.Guard(read=guard_read, write=refresh_id)
             bounds = self.join_key_bounds(plan, reading)
             try:
                 join_reads, kept = kept_states.prepare(plan, reading, pinned, bounds)
@@ -208,53 +235,57 @@ class StateWrites:
                 if delta.is_concurrent_refresh(error):
                     raise ConcurrentRefresh(self.model, self.state, error) from error
                 raise
-            changes_stage = (
-                f"{names.STAGED_PREFIX}{refresh_id}" if emit.stages_changes(plan) else None
-            )
-            settings = {**emit.merge_settings(plan), **self.scan_settings}
-            try:
-                if changes_stage is not None:
-                    # The stage reads the join partners: it runs under the write's scan settings.
-                    with self._under(self.scan_settings):
-                        self.runner.execute(
-                            emit.stage_changes(plan, reading, changes_stage, bounds, join_reads)
-                        )
-                try:
-                    written = self._merge(
-                        emit.merge_changes(
-                            plan, self.state, reading, guard, bounds, join_reads, changes_stage
-                        ),
-                        self.metadata(refresh_id, None),
-                        settings,
-                    )
-                except CancellingRemoval:
-                    if not merge_source.recomputes_groups(plan):
-                        raise  # the refresh recomputes the model
-                    # The MERGE wrote nothing; this one recomputes the cancelled
-                    # groups from the sources and merges the rest, in one commit.
-                    versions = {t: s.version for t, s in pinned.items()}
-                    written = self._merge(
-                        emit.merge_changes_recomputing_cancelled(
-                            plan,
-                            self.state,
-                            reading,
-                            versions,
-                            guard,
-                            bounds,
-                            join_reads,
-                            changes_stage,
-                        ),
-                        self.metadata(refresh_id, None),
-                        settings,
-                    )
-                    written.recomputed_groups = True
-            finally:
-                for statement in (
-                    emit.drop_staged(changes_stage) if changes_stage is not None else ()
-                ):
-                    self.runner.execute(statement)
+            with self.staged_snapshots(plan, reading, refresh_id, bounds, join_reads) as reading:
+                written = self._merge_change(plan, reading, guard, bounds, join_reads, pinned)
         kept_states.drop_unkept(plan, kept)
         return written
+
+    def _merge_change(
+        self,
+        plan: ViewPlan,
+        reading: dict[TableName, VersionRange],
+        guard: emit.Guard,
+        bounds: key_bounds.Bounds,
+        join_reads: changes.JoinReads,
+        pinned: dict[TableName, delta.SourceSnapshot],
+    ) -> Written:
+        """apply_change's MERGE, over the change staged first where the plan asks (emit.stages_changes)."""
+        changes_stage = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(plan) else None
+        settings = {**emit.merge_settings(plan), **self.scan_settings}
+        metadata = self.metadata(guard.write, None)
+        try:
+            if changes_stage is not None:
+                # The stage reads the join partners: it runs under the write's scan settings.
+                with self._under(self.scan_settings):
+                    self.runner.execute(
+                        emit.stage_changes(plan, reading, changes_stage, bounds, join_reads)
+                    )
+            try:
+                return self._merge(
+                    emit.merge_changes(
+                        plan, self.state, reading, guard, bounds, join_reads, changes_stage
+                    ),
+                    metadata,
+                    settings,
+                )
+            except CancellingRemoval:
+                if not merge_source.recomputes_groups(plan):
+                    raise  # the refresh recomputes the model
+            # The MERGE wrote nothing; this one recomputes the cancelled groups
+            # from the sources and merges the rest, in one commit.
+            versions = {t: s.version for t, s in pinned.items()}
+            written = self._merge(
+                emit.merge_changes_recomputing_cancelled(
+                    plan, self.state, reading, versions, guard, bounds, join_reads, changes_stage
+                ),
+                metadata,
+                settings,
+            )
+            written.recomputed_groups = True
+            return written
+        finally:
+            for statement in emit.drop_staged(changes_stage) if changes_stage is not None else ():
+                self.runner.execute(statement)
 
     @contextlib.contextmanager
     def _under(self, settings: Mapping[str, str]) -> Iterator[None]:
@@ -275,13 +306,45 @@ class StateWrites:
 
         Each repeated feed is cached as a session relation
         (emit.stage_feeds) and its range names it, so the key-bounds
-        probe, the join states' upkeep and the write read it from there; the
-        relations are dropped when the block ends, whatever happened. They
-        only hold what the pinned versions fix, so a refresh stopped in
+        probe, the join states' upkeep and the write read it from there.
+        """
+        stages, reading = emit.stage_feeds(plan, ranges, f"{names.STAGED_PREFIX}{refresh_id}")
+        with self._staged(stages, "change feeds"):
+            yield reading
+
+    @contextlib.contextmanager
+    def staged_snapshots(
+        self,
+        plan: ViewPlan,
+        ranges: dict[TableName, VersionRange],
+        refresh_id: str,
+        bounds: key_bounds.Bounds,
+        join_reads: changes.JoinReads | None = None,
+    ) -> Iterator[dict[TableName, VersionRange]]:
+        """`ranges`, each small source's snapshot the change rows read more than once staged first.
+
+        emit.stage_snapshots: the write's change rows then read the source at
+        its pinned version from the stage, planned once.
+        """
+        stages, reading = emit.stage_snapshots(
+            plan,
+            ranges,
+            f"{names.STAGED_PREFIX}{refresh_id}_snapshot",
+            self.small_sources,
+            bounds,
+            join_reads,
+        )
+        with self._staged(stages, "snapshots"):
+            yield reading
+
+    @contextlib.contextmanager
+    def _staged(self, stages: list[emit.Stage], what: str) -> Iterator[None]:
+        """The block run with `stages` cached first and dropped after it, whatever happened.
+
+        They only hold what the pinned versions fix, so a refresh stopped in
         between leaves nothing to undo; after a failure, a drop that fails
         too is logged, not raised, so the error says what failed first.
         """
-        stages, reading = emit.stage_feeds(plan, ranges, f"{names.STAGED_PREFIX}{refresh_id}")
         staged: list[str] = []
         try:
             for stage in stages:
@@ -289,10 +352,10 @@ class StateWrites:
                 staged.append(stage.name)
             if staged:
                 self.log.debug(
-                    f"{self.model}: change feeds staged once for this refresh: "
+                    f"{self.model}: {what} staged once for this refresh: "
                     + ", ".join(str(stage.table) for stage in stages)
                 )
-            yield reading
+            yield
         except BaseException:
             for name in staged:
                 try:
