@@ -249,8 +249,9 @@ def repeated_snapshots(
     with its bounds and join reads). A join's term reads each partner at its
     pinned version, and an earlier changed input's term reads a later one
     again (R_i' - dR_i): staged, the snapshot is planned and read once.
-    Only small sources (delta.small_sources): staging copies the whole
-    snapshot's columns, where a large partner is read within its key bounds.
+    Only the sources in `small`: a stage reads its source whole, where a
+    partner read keeps its key bounds (the refresh passes every source
+    when all are small, else none: delta.snapshot_sources).
     """
     if not any(ranges[table].changed for table in plan.tables):
         return []

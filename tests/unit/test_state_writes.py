@@ -210,7 +210,7 @@ def test_a_change_over_small_sources_is_written_without_data_skipping():
 def test_small_sources_snapshots_are_staged_for_the_write_and_dropped_after_it():
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
-    writes.small_sources = frozenset(NOT_IN_CHANGED)
+    writes.snapshot_sources = frozenset(NOT_IN_CHANGED)
     writes.append_change(
         log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
     )

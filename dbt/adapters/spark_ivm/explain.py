@@ -316,7 +316,7 @@ def _statements(
             current,
             guard,
             pending,
-            _small_sources(refresh, pinned, recorded),
+            _snapshot_sources(refresh, pinned, recorded),
         ),
         "create_view": emit.create_view(
             plan,
@@ -331,19 +331,19 @@ def _statements(
     }
 
 
-def _small_sources(
+def _snapshot_sources(
     refresh: Refresh,
     pinned: dict[TableName, delta.SourceSnapshot],
     recorded: delta.RecordedState | None,
 ) -> frozenset[TableName]:
-    """The sources a refresh now would take as small (delta.small_sources), sized as it sizes them."""
+    """The sources whose snapshots a refresh now may stage (delta.snapshot_sources), sized as it sizes them."""
     sized = {
         table: refresh.pins.complete(
             snapshot, recorded.sources.get(str(table)) if recorded else None, refresh.needs_size
         )
         for table, snapshot in pinned.items()
     }
-    return delta.small_sources(sized)
+    return delta.snapshot_sources(sized)
 
 
 def _source_lines(

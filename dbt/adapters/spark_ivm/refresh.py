@@ -486,6 +486,17 @@ class Refresh:
         # A view published before the property existed: its text says it.
         return published_version(self.runner, self.target, self.state)
 
+    @property
+    def needs_size(self) -> bool:
+        """Whether pinning reads a source's size where its history cannot say (Pins.complete).
+
+        Only ivm_strategy: auto and ivm_join_state: auto weigh the sources' sizes.
+        """
+        return (
+            self.settings.strategy is Strategy.AUTO
+            or self.settings.join_state == JoinStateSetting.AUTO
+        )
+
     def _facts(
         self,
         plan: ViewPlan,
@@ -563,17 +574,6 @@ class Refresh:
 
     # -- 5. write ---------------------------------------------------------------
 
-    @property
-    def needs_size(self) -> bool:
-        """Whether pinning reads a source's size where its history cannot say (Pins.complete).
-
-        Only ivm_strategy: auto and ivm_join_state: auto weigh the sources' sizes.
-        """
-        return (
-            self.settings.strategy is Strategy.AUTO
-            or self.settings.join_state == JoinStateSetting.AUTO
-        )
-
     def writes(self, plan: ViewPlan, pinned: dict[TableName, delta.SourceSnapshot]) -> StateWrites:
         def metadata(refresh_id: str, guard: str | None) -> dict[str, Any]:
             return delta.commit_metadata(
@@ -595,7 +595,7 @@ class Refresh:
             own_session=self.own_session,
             committed=self.history.committed,
             scan_settings=delta.scan_settings(pinned),
-            small_sources=delta.small_sources(pinned),
+            snapshot_sources=delta.snapshot_sources(pinned),
         )
 
     def _build(

@@ -98,8 +98,8 @@ class StateWrites:
     committed: Callable[[int, dict[str, Any]], None] = field(default=lambda version, metadata: None)
     # Session confs every change statement runs under (delta.scan_settings).
     scan_settings: Mapping[str, str] = field(default_factory=dict)
-    # Sources small enough to stage whole (delta.small_sources, emit.stage_snapshots).
-    small_sources: frozenset[TableName] = frozenset()
+    # Sources whose snapshot the write may stage (delta.snapshot_sources, emit.stage_snapshots).
+    snapshot_sources: frozenset[TableName] = frozenset()
 
     def commit(
         self,
@@ -181,40 +181,29 @@ class StateWrites:
         with self.staged_feeds(plan, ranges, refresh_id) as reading:
             bounds = self.join_key_bounds(plan, reading)
             with self.staged_snapshots(plan, reading, refresh_id, bounds) as reading:
-                self._append(
-                    plan, reading, guard_read, read_version, compacting, bounds, refresh_id
-                )
+                if compacting:
+                    self.log.debug(
+                        f"{self.model}: rewriting the state's log as its consolidated rows"
+                    )
+                    statement = log_state.compact(plan, self.state, reading, guard_read, bounds)
+                else:
+                    statement = log_state.append_changes(
+                        plan, self.state, reading, refresh_id, bounds
+                    )
+                try:
+                    self.commit(
+                        statement,
+                        self.metadata(refresh_id, guard_read),
+                        {**log_state.txn_settings(read_version), **self.scan_settings},
+                    )
+                except ConcurrentRefresh:
+                    raise
+                except Exception as error:
+                    if delta.is_concurrent_refresh(error):
+                        raise ConcurrentRefresh(self.model, self.state, error) from error
+                    raise
         # Delta's INSERT answers with no counts.
         return Written(log_write="rewritten" if compacting else "appended")
-
-    def _append(
-        self,
-        plan: ViewPlan,
-        reading: dict[TableName, VersionRange],
-        guard_read: str,
-        read_version: int,
-        compacting: bool,
-        bounds: key_bounds.Bounds,
-        refresh_id: str,
-    ) -> None:
-        """append_change's INSERT, or the log's rewrite, in one commit guarded by its transaction id."""
-        if compacting:
-            self.log.debug(f"{self.model}: rewriting the state's log as its consolidated rows")
-            statement = log_state.compact(plan, self.state, reading, guard_read, bounds)
-        else:
-            statement = log_state.append_changes(plan, self.state, reading, refresh_id, bounds)
-        try:
-            self.commit(
-                statement,
-                self.metadata(refresh_id, guard_read),
-                {**log_state.txn_settings(read_version), **self.scan_settings},
-            )
-        except ConcurrentRefresh:
-            raise
-        except Exception as error:
-            if delta.is_concurrent_refresh(error):
-                raise ConcurrentRefresh(self.model, self.state, error) from error
-            raise
 
     def apply_change(
         self,
@@ -330,7 +319,7 @@ class StateWrites:
             plan,
             ranges,
             f"{names.STAGED_PREFIX}{refresh_id}_snapshot",
-            self.small_sources,
+            self.snapshot_sources,
             bounds,
             join_reads,
         )
