@@ -202,19 +202,24 @@ def test_a_join_reads_each_changed_inputs_feed_from_its_stage(name: str, log: bo
     assert refreshes.staged_feeds == 2
 
 
+def _empty_stages(monkeypatch: pytest.MonkeyPatch, builder: str) -> None:
+    """reads.<builder>'s CACHE TABLE statements made to hold no rows (WHERE FALSE)."""
+    stage = getattr(reads, builder)
+
+    def empty(*args: object, **kwargs: object) -> exp.Cache:
+        staged = stage(*args, **kwargs)
+        staged.expression.set("where", exp.Where(this=exp.false()))
+        return staged
+
+    monkeypatch.setattr(reads, builder, empty)
+
+
 @pytest.mark.parametrize(("name", "log"), [("joined_groups", False), ("joined_rows", True)])
 def test_a_stage_missing_its_rows_is_caught(
     name: str, log: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The statements read the stage, not the feed: an empty stage loses the change."""
-    stage_feed = reads.stage_feed
-
-    def empty(*args: object, **kwargs: object) -> exp.Cache:
-        staged = stage_feed(*args, **kwargs)  # type: ignore[arg-type]
-        staged.expression.set("where", exp.Where(this=exp.false()))
-        return staged
-
-    monkeypatch.setattr(reads, "stage_feed", empty)
+    _empty_stages(monkeypatch, "stage_feed")
     with pytest.raises(Mismatch, match="differs from the build"):
         run(MODEL_BY_NAME[name], Scenario(SEED, BOTH_INPUTS), log=log)
 
@@ -234,14 +239,7 @@ def test_a_snapshot_read_by_two_terms_is_read_from_its_stage(log: bool) -> None:
 
 def test_a_snapshot_stage_missing_its_rows_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The write reads the stage, not the table: an empty stage loses the partner's rows."""
-    stage_snapshot = reads.stage_snapshot
-
-    def empty(*args: object, **kwargs: object) -> exp.Cache:
-        staged = stage_snapshot(*args, **kwargs)  # type: ignore[arg-type]
-        staged.expression.set("where", exp.Where(this=exp.false()))
-        return staged
-
-    monkeypatch.setattr(reads, "stage_snapshot", empty)
+    _empty_stages(monkeypatch, "stage_snapshot")
     with pytest.raises(Mismatch, match="differs from the build"):
         run(MODEL_BY_NAME["three_way_grouped"], Scenario(TAGGED, BOTH_INPUTS))
 
