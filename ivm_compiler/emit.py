@@ -512,22 +512,14 @@ def stage_feeds(
     read the stage (reads.signed_changes). The refresh runs the statements
     first and frees the relations after the write (drop_staged).
     """
-    stages = [
-        Stage(
-            table,
-            f"{prefix}_{index}",
-            _sql(
-                reads.stage_feed(
-                    table, ranges[table], list(plan.source_columns[table]), f"{prefix}_{index}"
-                )
-            ),
-        )
-        for index, table in enumerate(changes.repeated_feeds(plan, ranges))
-    ]
-    reading = dict(ranges)
-    for stage in stages:
-        reading[stage.table] = replace(ranges[stage.table], staged=stage.name)
-    return stages, reading
+    return _staged(
+        plan,
+        ranges,
+        prefix,
+        changes.repeated_feeds(plan, ranges),
+        lambda table, columns, name: reads.stage_feed(table, ranges[table], columns, name),
+        lambda versions, name: replace(versions, staged=name),
+    )
 
 
 def stage_snapshots(
@@ -545,25 +537,35 @@ def stage_snapshots(
     name the stages (`snapshot=`), and the change rows read them
     (reads.read_snapshots). `bounds` and `join_reads` are the write's.
     """
-    tables = changes.repeated_snapshots(plan, ranges, small, bounds, join_reads)
-    stages = [
-        Stage(
-            table,
-            f"{prefix}_{index}",
-            _sql(
-                reads.stage_snapshot(
-                    table,
-                    ranges[table].pinned,
-                    list(plan.source_columns[table]),
-                    f"{prefix}_{index}",
-                )
-            ),
-        )
-        for index, table in enumerate(tables)
-    ]
+    return _staged(
+        plan,
+        ranges,
+        prefix,
+        changes.repeated_snapshots(plan, ranges, small, bounds, join_reads),
+        lambda table, columns, name: reads.stage_snapshot(
+            table, ranges[table].pinned, columns, name
+        ),
+        lambda versions, name: replace(versions, snapshot=name),
+    )
+
+
+def _staged(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, reads.VersionRange],
+    prefix: str,
+    tables: list[TableName],
+    cache: Callable[[TableName, list[str], str], exp.Cache],
+    reading_stage: Callable[[reads.VersionRange, str], reads.VersionRange],
+) -> tuple[list[Stage], dict[TableName, reads.VersionRange]]:
+    """`tables` staged as `<prefix>_<n>` by `cache`, and `ranges` with each read from its stage."""
+    stages = []
     reading = dict(ranges)
-    for stage in stages:
-        reading[stage.table] = replace(ranges[stage.table], snapshot=stage.name)
+    for index, table in enumerate(tables):
+        name = f"{prefix}_{index}"
+        stages.append(
+            Stage(table, name, _sql(cache(table, list(plan.source_columns[table]), name)))
+        )
+        reading[table] = reading_stage(ranges[table], name)
     return stages, reading
 
 

@@ -111,7 +111,7 @@ def scan_settings(pinned: Mapping[TableName, SourceSnapshot]) -> dict[str, str]:
     >>> scan_settings({small.table: small, unknown.table: unknown})
     {}
     """
-    if pinned and small_sources(pinned) == set(pinned):
+    if _all_small(pinned):
         return {DATA_SKIPPING_CONF: "false", ADAPTIVE_CONF: "false"}
     return {}
 
@@ -133,8 +133,12 @@ def snapshot_sources(pinned: Mapping[TableName, SourceSnapshot]) -> frozenset[Ta
     >>> snapshot_sources({small.table: small, large.table: large})
     frozenset()
     """
-    small = small_sources(pinned)
-    return small if small == set(pinned) else frozenset()
+    return frozenset(pinned) if _all_small(pinned) else frozenset()
+
+
+def _all_small(pinned: Mapping[TableName, SourceSnapshot]) -> bool:
+    """Whether there are sources and every one is small (small_sources): the small-model rules."""
+    return bool(pinned) and small_sources(pinned) == set(pinned)
 
 
 def small_sources(pinned: Mapping[TableName, SourceSnapshot]) -> frozenset[TableName]:

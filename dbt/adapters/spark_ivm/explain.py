@@ -90,11 +90,14 @@ def _staged_feeds(
 ) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
     """The CACHE TABLE of each feed the refresh stages, and the windows reading the stages."""
     stages, shown = emit.stage_feeds(plan, windows, f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}")
-    statements = {
-        f"stage_feed_{index}_{stage.table.name}": stage.statement
-        for index, stage in enumerate(stages)
+    return _steps("stage_feed", stages), shown
+
+
+def _steps(kind: str, stages: list[emit.Stage]) -> dict[str, str]:
+    """Each stage's CACHE TABLE under its step name, `<kind>_<n>_<source>`."""
+    return {
+        f"{kind}_{index}_{stage.table.name}": stage.statement for index, stage in enumerate(stages)
     }
-    return statements, shown
 
 
 def _applying_statements(
@@ -152,11 +155,7 @@ def _staged_snapshots(
         bounds,
         join_reads,
     )
-    statements = {
-        f"stage_snapshot_{index}_{stage.table.name}": stage.statement
-        for index, stage in enumerate(stages)
-    }
-    return statements, reading
+    return _steps("stage_snapshot", stages), reading
 
 
 def _join_state_statements(
