@@ -88,3 +88,21 @@ def test_a_closed_connections_session_is_reused_unless_a_statement_failed(table)
         assert run(after_failure, f"SELECT count(*) AS n FROM {table}")[0]["n"] >= 0
     finally:
         after_failure.close()
+
+
+def test_a_reused_session_has_no_temporary_view_of_the_connection_before(table):
+    first = connect()
+    session = first.session
+    run(first, f"CREATE TEMPORARY VIEW left_behind AS SELECT * FROM {table}")
+    run(first, f"CACHE TABLE cached_behind AS SELECT * FROM {table}")
+    assert session.catalog.isCached(table)  # the view's cached plan is the table's
+    first.close()
+    reused = connect()
+    try:
+        assert reused.session is session
+        names = [row["tableName"] for row in run(reused, f"SHOW TABLES IN {SCHEMA}")]
+        assert names == ["t"]
+        # The cached view's data is uncached with it, not left in the shared cache.
+        assert not session.catalog.isCached(table)
+    finally:
+        reused.close()

@@ -19,6 +19,12 @@ own), as a Spark Thrift Server gives each of its connections. Sessions are
 kept for the next connection when a connection closes, so their number stays
 that of the connections open at once; one on which a statement failed is
 dropped instead, as a session that may hold a conf its failed statement left.
+A kept session's temporary views are dropped first: the next connection must
+find none, as a new server session would. dbt-spark's incremental
+materialization leaves ``<model>__dbt_tmp`` behind, and Spark lists a
+temporary view under every schema with no schema of its own, which breaks a
+later connection's ``dbt docs generate`` ("'NoneType' object has no attribute
+'lower'" in dbt-core's catalog).
 """
 
 from __future__ import annotations
@@ -56,6 +62,17 @@ def _new_session(parameters: Mapping[str, str]) -> Any:
     return session
 
 
+def _drop_temporary_views(session: Any) -> None:
+    """Drop (and so uncache) every temporary view of `session`.
+
+    Read from the session's catalog in the JVM: no Spark job and no metastore
+    call, where SHOW TABLES lists the current database's tables too.
+    """
+    views = session._jsparkSession.sessionState().catalog().listLocalTempViews("*").iterator()
+    while views.hasNext():
+        session.catalog.dropTempView(views.next().table())
+
+
 class OwnSessionConnection(Connection):
     """dbt-spark's session Connection, with a SparkSession no other connection uses."""
 
@@ -81,6 +98,7 @@ class OwnSessionConnection(Connection):
         self._closed = True
         if self.failed:
             return
+        _drop_temporary_views(self.session)
         with _IDLE_LOCK:
             _IDLE.setdefault(self._key, []).append(self.session)
 
