@@ -179,6 +179,16 @@ def test_a_join_stages_both_feeds_reads_them_and_drops_them_after_the_write():
         assert emit.drop_staged(name)[0] in after and emit.drop_staged(name)[1] in after
 
 
+def test_stages_are_made_keeping_their_analyzed_plan_and_the_write_runs_without_it():
+    runner = StagingRunner()
+    _log_join_append(runner)
+    ((key, value),) = delta.STAGE_SETTINGS.items()
+    stages = [i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE")]
+    write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
+    assert runner.statements.index(delta.set_conf(key, value)) < min(stages)
+    assert max(stages) < runner.statements.index(delta.reset_conf(key)) < write
+
+
 def test_a_failed_write_drops_the_stages_and_raises_its_own_error():
     runner = StagingRunner(fail_write=True, fail_drop=True)
     with pytest.raises(RuntimeError, match="the write failed"):

@@ -245,7 +245,7 @@ class StateWrites:
         try:
             if changes_stage is not None:
                 # The stage reads the join partners: it runs under the write's scan settings.
-                with self._under(self.scan_settings):
+                with self._under({**self.scan_settings, **delta.STAGE_SETTINGS}):
                     self.runner.execute(
                         emit.stage_changes(plan, reading, changes_stage, bounds, join_reads)
                     )
@@ -336,9 +336,10 @@ class StateWrites:
         """
         staged: list[str] = []
         try:
-            for stage in stages:
-                self.runner.execute(stage.statement)
-                staged.append(stage.name)
+            with self._under(delta.STAGE_SETTINGS if stages else {}):
+                for stage in stages:
+                    self.runner.execute(stage.statement)
+                    staged.append(stage.name)
             if staged:
                 self.log.debug(
                     f"{self.model}: {what} staged once for this refresh: "
