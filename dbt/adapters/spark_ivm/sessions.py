@@ -98,7 +98,10 @@ class OwnSessionConnection(Connection):
         self._closed = True
         if self.failed:
             return
-        _drop_temporary_views(self.session)
+        try:
+            _drop_temporary_views(self.session)
+        except Exception:  # noqa: BLE001 - e.g. its Spark application stopped: not kept, as a failed one
+            return
         with _IDLE_LOCK:
             _IDLE.setdefault(self._key, []).append(self.session)
 
