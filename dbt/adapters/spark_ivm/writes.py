@@ -240,41 +240,68 @@ class StateWrites:
     ) -> Written:
         """apply_change's MERGE, over the change staged first where the plan asks (emit.stages_changes)."""
         changes_stage = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(plan) else None
-        settings = {**emit.merge_settings(plan), **self.scan_settings}
+        settings = emit.merge_settings(plan)
         metadata = self.metadata(guard.write, None)
-        try:
-            if changes_stage is not None:
-                # The stage reads the join partners: it runs under the write's scan settings.
-                with self._under({**self.scan_settings, **delta.STAGE_SETTINGS}):
-                    self.runner.execute(
-                        emit.stage_changes(plan, reading, changes_stage, bounds, join_reads)
-                    )
+        # The scan settings hold for the stage (it reads the join partners) and
+        # the MERGE alike: set once for both, not again around the commit.
+        with self._under(self.scan_settings):
             try:
-                return self._merge(
-                    emit.merge_changes(
-                        plan, self.state, reading, guard, bounds, join_reads, changes_stage
-                    ),
+                if changes_stage is not None:
+                    with self._under(delta.STAGE_SETTINGS):
+                        self.runner.execute(
+                            emit.stage_changes(plan, reading, changes_stage, bounds, join_reads)
+                        )
+                return self._merge_or_recompute(
+                    plan,
+                    reading,
+                    guard,
+                    bounds,
+                    join_reads,
+                    pinned,
+                    changes_stage,
                     metadata,
                     settings,
                 )
-            except CancellingRemoval:
-                if not merge_source.recomputes_groups(plan):
-                    raise  # the refresh recomputes the model
-            # The MERGE wrote nothing; this one recomputes the cancelled groups
-            # from the sources and merges the rest, in one commit.
-            versions = {t: s.version for t, s in pinned.items()}
-            written = self._merge(
-                emit.merge_changes_recomputing_cancelled(
-                    plan, self.state, reading, versions, guard, bounds, join_reads, changes_stage
+            finally:
+                for statement in emit.drop_staged(changes_stage) if changes_stage else ():
+                    self.runner.execute(statement)
+
+    def _merge_or_recompute(
+        self,
+        plan: ViewPlan,
+        reading: dict[TableName, VersionRange],
+        guard: emit.Guard,
+        bounds: key_bounds.Bounds,
+        join_reads: changes.JoinReads,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        changes_stage: str | None,
+        metadata: dict[str, Any],
+        settings: Mapping[str, str],
+    ) -> Written:
+        """The guarded MERGE; where it would cancel a group's inexact sum, one recomputing those groups."""
+        try:
+            return self._merge(
+                emit.merge_changes(
+                    plan, self.state, reading, guard, bounds, join_reads, changes_stage
                 ),
                 metadata,
                 settings,
             )
-            written.recomputed_groups = True
-            return written
-        finally:
-            for statement in emit.drop_staged(changes_stage) if changes_stage is not None else ():
-                self.runner.execute(statement)
+        except CancellingRemoval:
+            if not merge_source.recomputes_groups(plan):
+                raise  # the refresh recomputes the model
+        # The MERGE wrote nothing; this one recomputes the cancelled groups
+        # from the sources and merges the rest, in one commit.
+        versions = {t: s.version for t, s in pinned.items()}
+        written = self._merge(
+            emit.merge_changes_recomputing_cancelled(
+                plan, self.state, reading, versions, guard, bounds, join_reads, changes_stage
+            ),
+            metadata,
+            settings,
+        )
+        written.recomputed_groups = True
+        return written
 
     @contextlib.contextmanager
     def _under(self, settings: Mapping[str, str]) -> Iterator[None]:
