@@ -502,7 +502,10 @@ class Stage(NamedTuple):
 
 
 def stage_feeds(
-    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange], prefix: str
+    plan: ViewPlan,
+    ranges: Mapping[TableName, reads.VersionRange],
+    prefix: str,
+    partitions: int | None = None,
 ) -> tuple[list[Stage], dict[TableName, reads.VersionRange]]:
     """Each change feed the refresh reads more than once, staged as `<prefix>_<n>`.
 
@@ -511,13 +514,16 @@ def stage_feeds(
     ranges returned name them (`staged=`), so the probe and the change rows
     read the stage (reads.signed_changes). The refresh runs the statements
     first and frees the relations after the write (drop_staged).
+    `partitions`: each stage coalesced into that many (delta.staging).
     """
     return _staged(
         plan,
         ranges,
         prefix,
         changes.repeated_feeds(plan, ranges),
-        lambda table, columns, name: reads.stage_feed(table, ranges[table], columns, name),
+        lambda table, columns, name: reads.stage_feed(
+            table, ranges[table], columns, name, partitions
+        ),
         lambda versions, name: replace(versions, staged=name),
     )
 
@@ -529,6 +535,7 @@ def stage_snapshots(
     small: Collection[TableName],
     bounds: key_bounds.Bounds | None = None,
     join_reads: changes.JoinReads | None = None,
+    partitions: int | None = None,
 ) -> tuple[list[Stage], dict[TableName, reads.VersionRange]]:
     """Each small source's pinned snapshot the change rows read more than once, staged as `<prefix>_<n>`.
 
@@ -543,7 +550,7 @@ def stage_snapshots(
         prefix,
         changes.repeated_snapshots(plan, ranges, small, bounds, join_reads),
         lambda table, columns, name: reads.stage_snapshot(
-            table, ranges[table].pinned, columns, name
+            table, ranges[table].pinned, columns, name, partitions
         ),
         lambda versions, name: replace(versions, snapshot=name),
     )

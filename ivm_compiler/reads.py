@@ -133,7 +133,11 @@ def change_feed(table: TableName, versions: VersionRange) -> exp.Table:
 
 
 def stage_feed(
-    table: TableName, versions: VersionRange, columns: Sequence[str], name: str
+    table: TableName,
+    versions: VersionRange,
+    columns: Sequence[str],
+    name: str,
+    partitions: int | None = None,
 ) -> exp.Cache:
     """CACHE TABLE <name> AS a source's change-feed rows over `versions`, with `columns` only.
 
@@ -148,10 +152,16 @@ def stage_feed(
     """
     projected = [exp.column(c, quoted=True) for c in [*columns, CHANGE_TYPE]]
     rows = exp.select(*projected).from_(change_feed(table, versions))
-    return exp.Cache(this=exp.Table(this=ident(name)), expression=rows)
+    return _cache(name, rows, partitions)
 
 
-def stage_snapshot(table: TableName, version: int, columns: Sequence[str], name: str) -> exp.Cache:
+def stage_snapshot(
+    table: TableName,
+    version: int,
+    columns: Sequence[str],
+    name: str,
+    partitions: int | None = None,
+) -> exp.Cache:
     """CACHE TABLE <name> AS a source's rows at `version`, with `columns` only.
 
     Each `VERSION AS OF` reference is planned anew: Delta resolves the
@@ -164,9 +174,21 @@ def stage_snapshot(table: TableName, version: int, columns: Sequence[str], name:
     'CACHE TABLE `s` AS SELECT `k` FROM `raw`.`t` VERSION AS OF 5'
     """
     rows = exp.select(*[exp.column(c, quoted=True) for c in columns])
-    return exp.Cache(
-        this=exp.Table(this=ident(name)), expression=rows.from_(version_as_of(table, version))
-    )
+    return _cache(name, rows.from_(version_as_of(table, version)), partitions)
+
+
+def _cache(name: str, rows: exp.Select, partitions: int | None) -> exp.Cache:
+    """CACHE TABLE <name> AS `rows`, coalesced into `partitions` when given (a COALESCE hint).
+
+    A stage's partitions are the tasks of every scan of it; small sources'
+    stages are made into one (delta.staging), their reads one task each.
+
+    >>> _cache("s", exp.select("k").from_("t"), 1).sql("spark")
+    'CACHE TABLE `s` AS SELECT /*+ COALESCE(1) */ k FROM t'
+    """
+    if partitions is not None:
+        rows.set("hint", exp.Hint(expressions=[exp.Coalesce(this=exp.Literal.number(partitions))]))
+    return exp.Cache(this=exp.Table(this=ident(name)), expression=rows)
 
 
 def snapshot_reads(tree: exp.Expr) -> dict[tuple[TableName, int], int]:

@@ -220,7 +220,7 @@ def test_a_change_over_small_sources_is_written_without_data_skipping():
 def test_small_sources_snapshots_are_staged_for_the_write_and_dropped_after_it():
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
-    writes.snapshot_sources = frozenset(NOT_IN_CHANGED)
+    writes.staging = delta.Staging(frozenset(NOT_IN_CHANGED))
     writes.append_change(
         log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
     )
@@ -231,6 +231,34 @@ def test_small_sources_snapshots_are_staged_for_the_write_and_dropped_after_it()
     assert all(f"`{n}`" in runner.statements[write] for n in snapshots)
     for name in snapshots:
         assert runner.statements.index(emit.drop_staged(name)[0]) > write
+
+
+def test_over_small_sources_every_stage_is_coalesced_and_without_them_none():
+    coalesced, plain = StagingRunner(), StagingRunner()
+    for runner, staging in (
+        (coalesced, delta.staging(_sized(NOT_IN_CHANGED, 5_000))),
+        (plain, delta.staging(_sized(NOT_IN_CHANGED, delta.SMALL_SOURCE_BYTES + 1))),
+    ):
+        writes, _ = _writes(runner, own_session=True)
+        writes.staging = staging
+        writes.append_change(
+            log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, False
+        )
+    stages = [s for s in coalesced.statements if s.startswith("CACHE TABLE")]
+    # Both change feeds and both snapshots, each in one partition.
+    assert len(stages) == 4
+    assert all(" AS SELECT /*+ COALESCE(1) */ " in s for s in stages)
+    plain_stages = [s for s in plain.statements if s.startswith("CACHE TABLE")]
+    assert len(plain_stages) == 2
+    assert not any("COALESCE(1)" in s for s in plain_stages)
+
+
+def _sized(ranges, size_bytes: int) -> dict[TableName, delta.SourceSnapshot]:
+    """Pins of `ranges`' sources at their pinned versions, each of `size_bytes`."""
+    return {
+        table: delta.SourceSnapshot(table, None, versions.pinned, size_bytes=size_bytes)
+        for table, versions in ranges.items()
+    }
 
 
 def test_without_small_sources_no_snapshot_is_staged():

@@ -61,7 +61,7 @@ def _change_statements(
     current: dict,
     guard: emit.Guard,
     pending: bool,
-    small: frozenset[TableName] = frozenset(),
+    staging: delta.Staging = delta.NOTHING_STAGED,
 ) -> dict[str, str]:
     """How a refresh applies a change: one MERGE, or for WINDOW a probe and a MERGE.
 
@@ -71,10 +71,10 @@ def _change_statements(
     stages (stage_feed_<n>_<source>); the probe run here reads the feeds.
     """
     if plan.view_class is not ViewClass.WINDOW:
-        staging, shown = _staged_feeds(plan, windows)
+        stages, shown = _staged_feeds(plan, windows, staging)
         return {
-            **staging,
-            **_applying_statements(plan, refresh, windows, shown, guard, pending, small),
+            **stages,
+            **_applying_statements(plan, refresh, windows, shown, guard, pending, staging),
         }
     if not plan.window_partition:
         return {}  # recomputed by create_state on every refresh with changes
@@ -86,10 +86,12 @@ def _change_statements(
 
 
 def _staged_feeds(
-    plan: ViewPlan, windows: dict[TableName, VersionRange]
+    plan: ViewPlan, windows: dict[TableName, VersionRange], staging: delta.Staging
 ) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
     """The CACHE TABLE of each feed the refresh stages, and the windows reading the stages."""
-    stages, shown = emit.stage_feeds(plan, windows, f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}")
+    stages, shown = emit.stage_feeds(
+        plan, windows, f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}", staging.partitions
+    )
     return _steps("stage_feed", stages), shown
 
 
@@ -107,7 +109,7 @@ def _applying_statements(
     shown: dict[TableName, VersionRange],
     guard: emit.Guard,
     pending: bool,
-    small: frozenset[TableName],
+    staging: delta.Staging,
 ) -> dict[str, str]:
     """The probe and the write of a change: an INSERT into a log state, else a MERGE."""
     probe = emit.probe_join_keys(plan, shown)
@@ -119,7 +121,7 @@ def _applying_statements(
     if plan.log_state:
         # A log state (ivm_state_form='log') takes the change with one INSERT;
         # a refresh rewrites it (log_state.compact) once the log outgrows.
-        snapshots, reading = _staged_snapshots(plan, shown, small, bounds)
+        snapshots, reading = _staged_snapshots(plan, shown, staging, bounds)
         return {
             **probing,
             **snapshots,
@@ -128,7 +130,7 @@ def _applying_statements(
             ),
         }
     upkeep, join_reads = _join_state_statements(plan, refresh, shown, guard)
-    snapshots, reading = _staged_snapshots(plan, shown, small, bounds, join_reads)
+    snapshots, reading = _staged_snapshots(plan, shown, staging, bounds, join_reads)
     return {
         **upkeep,
         **probing,
@@ -142,7 +144,7 @@ def _applying_statements(
 def _staged_snapshots(
     plan: ViewPlan,
     shown: dict[TableName, VersionRange],
-    small: frozenset[TableName],
+    staging: delta.Staging,
     bounds: key_bounds.Bounds,
     join_reads: changes.JoinReads | None = None,
 ) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
@@ -151,9 +153,10 @@ def _staged_snapshots(
         plan,
         shown,
         f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}_snapshot",
-        small,
+        staging.snapshots,
         bounds,
         join_reads,
+        staging.partitions,
     )
     return _steps("stage_snapshot", stages), reading
 
@@ -315,7 +318,7 @@ def _statements(
             current,
             guard,
             pending,
-            _snapshot_sources(refresh, pinned, recorded),
+            _staging(refresh, pinned, recorded),
         ),
         "create_view": emit.create_view(
             plan,
@@ -330,19 +333,19 @@ def _statements(
     }
 
 
-def _snapshot_sources(
+def _staging(
     refresh: Refresh,
     pinned: dict[TableName, delta.SourceSnapshot],
     recorded: delta.RecordedState | None,
-) -> frozenset[TableName]:
-    """The sources whose snapshots a refresh now may stage (delta.snapshot_sources), sized as it sizes them."""
+) -> delta.Staging:
+    """What a refresh now would stage (delta.staging), the sources sized as it sizes them."""
     sized = {
         table: refresh.pins.complete(
             snapshot, recorded.sources.get(str(table)) if recorded else None, refresh.needs_size
         )
         for table, snapshot in pinned.items()
     }
-    return delta.snapshot_sources(sized)
+    return delta.staging(sized)
 
 
 def _source_lines(

@@ -595,7 +595,7 @@ class Refresh:
             own_session=self.own_session,
             committed=self.history.committed,
             scan_settings=delta.scan_settings(pinned),
-            snapshot_sources=delta.snapshot_sources(pinned),
+            staging=delta.staging(pinned),
         )
 
     def _build(

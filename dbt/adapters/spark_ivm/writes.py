@@ -98,8 +98,9 @@ class StateWrites:
     committed: Callable[[int, dict[str, Any]], None] = field(default=lambda version, metadata: None)
     # Session confs every change statement runs under (delta.scan_settings).
     scan_settings: Mapping[str, str] = field(default_factory=dict)
-    # Sources whose snapshot the write may stage (delta.snapshot_sources, emit.stage_snapshots).
-    snapshot_sources: frozenset[TableName] = frozenset()
+    # What the write stages: small sources' snapshots, and into how many
+    # partitions (delta.staging, emit.stage_feeds, emit.stage_snapshots).
+    staging: delta.Staging = delta.NOTHING_STAGED
 
     def commit(
         self,
@@ -324,7 +325,9 @@ class StateWrites:
         (emit.stage_feeds) and its range names it, so the key-bounds
         probe, the join states' upkeep and the write read it from there.
         """
-        stages, reading = emit.stage_feeds(plan, ranges, f"{names.STAGED_PREFIX}{refresh_id}")
+        stages, reading = emit.stage_feeds(
+            plan, ranges, f"{names.STAGED_PREFIX}{refresh_id}", self.staging.partitions
+        )
         with self._staged(stages, "change feeds"):
             yield reading
 
@@ -346,9 +349,10 @@ class StateWrites:
             plan,
             ranges,
             f"{names.STAGED_PREFIX}{refresh_id}_snapshot",
-            self.snapshot_sources,
+            self.staging.snapshots,
             bounds,
             join_reads,
+            self.staging.partitions,
         )
         with self._staged(stages, "snapshots"):
             yield reading
