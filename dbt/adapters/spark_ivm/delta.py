@@ -75,6 +75,17 @@ ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
 # reference must read; the data comes from the cache either way.
 STAGE_SETTINGS = {"spark.sql.legacy.storeAnalyzedPlanForView": "true"}
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+# Spark generates and compiles Java for each stage of a new statement shape
+# (whole-stage codegen) and for its projections and orderings: over small
+# sources that costs more than running them interpreted, and a refresh's
+# statements are new shapes in every dbt process of the embedded runtime
+# (the worked example's batch: 47.36 s of refreshes interpreted against
+# 57.00 s, customers_to_chase's INSERT 2.77 s against 3.67 s, 2026-11-30).
+# The tests run interpreted throughout (tests/conftest.py, SPEED_CONF).
+INTERPRETED_SETTINGS = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 # Where every source is small, each stage is coalesced into this many
 # partitions and each shuffle of a change statement made into as many: a
 # task per partition costs its scheduling and deserialization, and there is
@@ -118,13 +129,15 @@ def scan_settings(pinned: Mapping[TableName, SourceSnapshot]) -> dict[str, str]:
     Only where every source's size is known (SourceSnapshot.size_bytes) and
     at most SMALL_SOURCE_BYTES: no data skipping (a large source's
     key-bounded reads, key_bounds.py, are what it makes cheap), no
-    adaptive execution (what it re-plans pays on large shuffles) and
-    SMALL_STAGE_PARTITIONS shuffle partitions.
+    adaptive execution (what it re-plans pays on large shuffles),
+    SMALL_STAGE_PARTITIONS shuffle partitions and no generated code
+    (INTERPRETED_SETTINGS).
 
     >>> small = SourceSnapshot(TableName("s", "t"), None, 3, size_bytes=5_000)
-    >>> scan_settings({small.table: small})  # doctest: +NORMALIZE_WHITESPACE
-    {'spark.databricks.delta.stats.skipping': 'false', 'spark.sql.adaptive.enabled': 'false',
-     'spark.sql.shuffle.partitions': '1'}
+    >>> sorted(scan_settings({small.table: small}).items())  # doctest: +NORMALIZE_WHITESPACE
+    [('spark.databricks.delta.stats.skipping', 'false'), ('spark.sql.adaptive.enabled', 'false'),
+     ('spark.sql.codegen.factoryMode', 'NO_CODEGEN'), ('spark.sql.codegen.wholeStage', 'false'),
+     ('spark.sql.shuffle.partitions', '1')]
     >>> unknown = SourceSnapshot(TableName("s", "u"), None, 3)
     >>> scan_settings({small.table: small, unknown.table: unknown})
     {}
@@ -134,6 +147,7 @@ def scan_settings(pinned: Mapping[TableName, SourceSnapshot]) -> dict[str, str]:
             DATA_SKIPPING_CONF: "false",
             ADAPTIVE_CONF: "false",
             SHUFFLE_PARTITIONS_CONF: str(SMALL_STAGE_PARTITIONS),
+            **INTERPRETED_SETTINGS,
         }
     return {}
 
