@@ -201,20 +201,22 @@ def test_a_failed_drop_after_a_good_write_is_raised():
         _log_join_append(StagingRunner(fail_drop=True))
 
 
-def test_a_change_over_small_sources_is_written_without_data_skipping():
+def test_a_change_over_small_sources_runs_under_the_scan_settings_from_its_stages_to_its_write():
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
     writes.scan_settings = {delta.DATA_SKIPPING_CONF: "false"}
     writes.append_change(
         log_state.with_log(_join_plan()), dict(BOTH_CHANGED), "r-read", 3, compacting=False
     )
+    set_at = runner.statements.index(delta.set_conf(delta.DATA_SKIPPING_CONF, "false"))
+    reset_at = runner.statements.index(delta.reset_conf(delta.DATA_SKIPPING_CONF))
     write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
-    assert runner.statements.index(delta.set_conf(delta.DATA_SKIPPING_CONF, "false")) < write
-    assert runner.statements.index(delta.reset_conf(delta.DATA_SKIPPING_CONF)) > write
-    # Only the write: the stages and the probe read change feeds, which have no statistics.
-    assert runner.statements.index(delta.set_conf(delta.DATA_SKIPPING_CONF, "false")) > max(
-        i for i, s in enumerate(runner.statements) if s.startswith("SELECT 0 AS `__ivm_key`")
-    )
+    first_stage = next(i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE"))
+    last_drop = max(i for i, s in enumerate(runner.statements) if s.startswith("DROP VIEW"))
+    # Set once, before the stages (their scans and the probe's run as the
+    # write's do), reset once, after the stages are freed.
+    assert set_at < first_stage < write < last_drop < reset_at
+    assert runner.statements.count(delta.set_conf(delta.DATA_SKIPPING_CONF, "false")) == 1
 
 
 def test_small_sources_snapshots_are_staged_for_the_write_and_dropped_after_it():

@@ -96,7 +96,8 @@ class StateWrites:
     # session conf and told to `committed`, with the commit's metadata.
     own_session: bool = False
     committed: Callable[[int, dict[str, Any]], None] = field(default=lambda version, metadata: None)
-    # Session confs every change statement runs under (delta.scan_settings).
+    # Session confs every statement of a change runs under, from its first
+    # stage to its write (delta.scan_settings).
     scan_settings: Mapping[str, str] = field(default_factory=dict)
     # What the write stages: small sources' snapshots, and into how many
     # partitions (delta.staging, emit.stage_feeds, emit.stage_snapshots).
@@ -179,7 +180,10 @@ class StateWrites:
         which the commit records as it found it.
         """
         refresh_id = uuid.uuid4().hex
-        with self.staged_feeds(plan, ranges, refresh_id) as reading:
+        with (
+            self._under(self.scan_settings),
+            self.staged_feeds(plan, ranges, refresh_id) as reading,
+        ):
             bounds = self.join_key_bounds(plan, reading)
             with self.staged_snapshots(plan, reading, refresh_id, bounds) as reading:
                 if compacting:
@@ -195,7 +199,7 @@ class StateWrites:
                     self.commit(
                         statement,
                         self.metadata(refresh_id, guard_read),
-                        {**log_state.txn_settings(read_version), **self.scan_settings},
+                        log_state.txn_settings(read_version),
                     )
                 except ConcurrentRefresh:
                     raise
@@ -217,7 +221,10 @@ class StateWrites:
         """The change over `ranges` applied to the state with one guarded MERGE."""
         refresh_id = uuid.uuid4().hex
         guard = emit.Guard(read=guard_read, write=refresh_id)
-        with self.staged_feeds(plan, ranges, refresh_id) as reading:
+        with (
+            self._under(self.scan_settings),
+            self.staged_feeds(plan, ranges, refresh_id) as reading,
+        ):
             bounds = self.join_key_bounds(plan, reading)
             try:
                 join_reads, kept = kept_states.prepare(plan, reading, pinned, bounds)
@@ -243,29 +250,18 @@ class StateWrites:
         changes_stage = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(plan) else None
         settings = emit.merge_settings(plan)
         metadata = self.metadata(guard.write, None)
-        # The scan settings hold for the stage (it reads the join partners) and
-        # the MERGE alike: set once for both, not again around the commit.
-        with self._under(self.scan_settings):
-            try:
-                if changes_stage is not None:
-                    with self._under(delta.STAGE_SETTINGS):
-                        self.runner.execute(
-                            emit.stage_changes(plan, reading, changes_stage, bounds, join_reads)
-                        )
-                return self._merge_or_recompute(
-                    plan,
-                    reading,
-                    guard,
-                    bounds,
-                    join_reads,
-                    pinned,
-                    changes_stage,
-                    metadata,
-                    settings,
-                )
-            finally:
-                for statement in emit.drop_staged(changes_stage) if changes_stage else ():
-                    self.runner.execute(statement)
+        try:
+            if changes_stage is not None:
+                with self._under(delta.STAGE_SETTINGS):
+                    self.runner.execute(
+                        emit.stage_changes(plan, reading, changes_stage, bounds, join_reads)
+                    )
+            return self._merge_or_recompute(
+                plan, reading, guard, bounds, join_reads, pinned, changes_stage, metadata, settings
+            )
+        finally:
+            for statement in emit.drop_staged(changes_stage) if changes_stage else ():
+                self.runner.execute(statement)
 
     def _merge_or_recompute(
         self,
