@@ -361,3 +361,28 @@ def test_runs_of_one_commit_embedded_and_on_a_cluster_keep_apart(tmp_path):
     assert report.load_results(runs / "sf1-rf01-cluster.json")["session"]["master"].startswith(
         "spark://"
     )
+
+
+def test_example_runs_reads_each_runs_table_and_reports_totals_ratios_and_models_under_build():
+    from micro import example_runs
+
+    def output(refresh: float) -> str:
+        return (
+            "Incremental refresh: only the change feed is read\n  model  seconds  what happened\n"
+            "  a  9.00  IVM incremental\n"
+            f"{example_runs.HEADING} (seconds)\n"
+            "  model                 refresh    build    table  table/refresh\n"
+            f"  a                     {refresh:.2f}     3.00     1.00          0.50x\n"
+            "  b                     1.00     2.00     0.50          0.50x\n"
+            f"  all models            {refresh + 1:.2f}     5.00     1.50          0.50x\n"
+            "Refresh with no new source commits\n"
+        )
+
+    runs = {"old": example_runs.read_run(output(4.0)), "new": example_runs.read_run(output(2.0))}
+    assert runs["new"]["a"] == example_runs.ModelTimes(2.0, 3.0, 1.0)
+    assert set(runs["old"]) == {"a", "b", example_runs.TOTAL}
+    table = example_runs.report(runs).split("\n")
+    assert "| `a` | 4.00 | 2.00 |" in table
+    assert "| all models: refreshes | 5.00 | 3.00 |" in table
+    assert "| all models: table / refresh | 0.30x | 0.50x |" in table
+    assert "| refreshes under their first build | 1 of 2 | 2 of 2 |" in table
