@@ -92,7 +92,7 @@ INTERPRETED_SETTINGS = {
 # nothing to spread over the cores (customers_to_chase's change query ran 67
 # tasks in 7 stages, 1.3 s of it deserializing tasks; with one partition
 # 3.0-3.1 s warm against 3.9-4.8 s, 2026-11-30).
-SMALL_STAGE_PARTITIONS = 1
+SMALL_PARTITIONS = 1
 
 Rows = Sequence[Sequence[Any]]
 Query = Callable[[str], tuple[list[str], Rows]]
@@ -130,7 +130,7 @@ def scan_settings(pinned: Mapping[TableName, SourceSnapshot]) -> dict[str, str]:
     at most SMALL_SOURCE_BYTES: no data skipping (a large source's
     key-bounded reads, key_bounds.py, are what it makes cheap), no
     adaptive execution (what it re-plans pays on large shuffles),
-    SMALL_STAGE_PARTITIONS shuffle partitions and no generated code
+    SMALL_PARTITIONS shuffle partitions and no generated code
     (INTERPRETED_SETTINGS).
 
     >>> small = SourceSnapshot(TableName("s", "t"), None, 3, size_bytes=5_000)
@@ -146,7 +146,7 @@ def scan_settings(pinned: Mapping[TableName, SourceSnapshot]) -> dict[str, str]:
         return {
             DATA_SKIPPING_CONF: "false",
             ADAPTIVE_CONF: "false",
-            SHUFFLE_PARTITIONS_CONF: str(SMALL_STAGE_PARTITIONS),
+            SHUFFLE_PARTITIONS_CONF: str(SMALL_PARTITIONS),
             **INTERPRETED_SETTINGS,
         }
     return {}
@@ -167,7 +167,7 @@ NOTHING_STAGED = Staging()
 
 
 def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
-    """How a change statement over `pinned` stages: small sources' stages in SMALL_STAGE_PARTITIONS.
+    """How a change statement over `pinned` stages: small sources' stages in SMALL_PARTITIONS.
 
     >>> small = SourceSnapshot(TableName("s", "t"), None, 3, size_bytes=5_000)
     >>> staging({small.table: small}).partitions
@@ -176,7 +176,7 @@ def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
     True
     """
     if _all_small(pinned):
-        return Staging(snapshot_sources(pinned), SMALL_STAGE_PARTITIONS)
+        return Staging(snapshot_sources(pinned), SMALL_PARTITIONS)
     return NOTHING_STAGED
 
 
