@@ -106,9 +106,11 @@ def signed_changes(
         true=exp.Literal.number(1),
         false=exp.Literal.number(-1),
     )
-    rows = exp.select(exp.Star(), exp.alias_(sign, names.SIGN, quoted=True)).from_(changes)
+    rows = exp.select(exp.Star(), exp.alias_(sign, names.SIGN, quoted=True, copy=False)).from_(
+        changes, copy=False
+    )
     if upstream is None:
-        return rows.subquery(ident(alias))
+        return rows.subquery(ident(alias), copy=False)
     view = _upstream_reading(upstream, rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
     sign_column = exp.column(names.SIGN, table=ident(names.UPSTREAM_CHANGES_ALIAS), quoted=True)
     return view.select(exp.alias_(sign_column, names.SIGN, quoted=True)).subquery(ident(alias))
@@ -265,10 +267,12 @@ def table_before(
     sign = exp.column(names.SIGN, quoted=True)
     if upstream is None:
         projected = [exp.column(c, quoted=True) for c in columns]
-        now = exp.select(*projected, exp.alias_(exp.Literal.number(1), names.SIGN, quoted=True))
-        now = now.from_(version_as_of(table, versions.pinned))
+        now = exp.select(
+            *projected, exp.alias_(exp.Literal.number(1), names.SIGN, quoted=True, copy=False)
+        )
+        now = now.from_(version_as_of(table, versions.pinned), copy=False)
         changed = signed_changes(table, versions, names.CHANGED_ROWS_ALIAS)
-        undone = exp.select(*[p.copy() for p in projected]).from_(changed)
+        undone = exp.select(*[p.copy() for p in projected]).from_(changed, copy=False)
     else:
         now = _upstream_reading(upstream, version_as_of(upstream.state, versions.pinned))
         now = now.select(exp.alias_(exp.Literal.number(1), names.SIGN, quoted=True))
@@ -276,8 +280,10 @@ def table_before(
         undone = exp.select(
             *[exp.column(c, quoted=True) for c in _output_names(upstream.view)]
         ).from_(changed)
-    undone = undone.select(exp.alias_(exp.Neg(this=sign), names.SIGN, quoted=True))
-    return exp.union(now, undone, distinct=False).subquery(ident(alias))
+    undone = undone.select(
+        exp.alias_(exp.Neg(this=sign), names.SIGN, quoted=True, copy=False), copy=False
+    )
+    return exp.union(now, undone, distinct=False, copy=False).subquery(ident(alias), copy=False)
 
 
 def _output_names(view: exp.Select) -> list[str]:
@@ -294,19 +300,19 @@ def _key_rows(relation: KeyRelation, rows: exp.Expr, *extra: exp.Expr) -> exp.Se
     return (
         exp.select(
             *[
-                exp.alias_(key.copy(), names.join_key(i), quoted=True)
+                exp.alias_(key.copy(), names.join_key(i), quoted=True, copy=False)
                 for i, key in enumerate(relation.keys)
             ],
             *extra,
         )
-        .from_(rows)
-        .where(exp.and_(*conditions))
+        .from_(rows, copy=False)
+        .where(exp.and_(*conditions, copy=False), copy=False)
     )
 
 
 def _key_values(relation: KeyRelation, rows: exp.Expr) -> exp.Select:
     """SELECT DISTINCT <keys> FROM rows WHERE <condition> AND no key is NULL."""
-    return _key_rows(relation, rows).distinct()
+    return _key_rows(relation, rows).distinct(copy=False)
 
 
 def _key_columns(relation: KeyRelation, table: str | None = None) -> list[exp.Column]:
@@ -322,7 +328,7 @@ def keys_at_version(
     """An outer join's key relation with its input at a pinned version."""
     source = relation.source
     rows = table_at_version(source.table, version, source.alias, upstream)
-    return _key_values(relation, rows).subquery(ident(relation.alias))
+    return _key_values(relation, rows).subquery(ident(relation.alias), copy=False)
 
 
 def _counted_rows(
@@ -349,9 +355,9 @@ def _counted_rows(
             exp.EQ(this=key.copy(), expression=column)
             for key, column in zip(relation.keys, _key_columns(relation, only.alias))
         ]
-        pinned = pinned.join(only, on=exp.and_(*on), join_type="LEFT SEMI")
+        pinned = pinned.join(only, on=exp.and_(*on, copy=False), join_type="LEFT SEMI", copy=False)
     changed = signed_changes(source.table, versions, source.alias, upstream)
-    return exp.union(pinned, _key_rows(relation, changed, *then), distinct=False)
+    return exp.union(pinned, _key_rows(relation, changed, *then), distinct=False, copy=False)
 
 
 def keys_before(
@@ -385,10 +391,10 @@ def keys_before(
     count = exp.Sum(this=exp.column(names.SIGN, quoted=True))
     return (
         exp.select(*_key_columns(relation))
-        .from_(rows.subquery(ident("p")))
-        .group_by(*_key_columns(relation))
-        .having(exp.GT(this=count, expression=exp.Literal.number(0)))
-        .subquery(ident(relation.alias))
+        .from_(rows.subquery(ident("p"), copy=False), copy=False)
+        .group_by(*_key_columns(relation), copy=False)
+        .having(exp.GT(this=count, expression=exp.Literal.number(0)), copy=False)
+        .subquery(ident(relation.alias), copy=False)
     )
 
 
@@ -405,7 +411,7 @@ def key_changes(
     source = relation.source
     touched = _key_values(
         relation, signed_changes(source.table, versions, source.alias, upstream)
-    ).subquery(ident(names.TOUCHED_KEYS_ALIAS))
+    ).subquery(ident(names.TOUCHED_KEYS_ALIAS), copy=False)
     now_rows, change_rows = "__ivm_now", "__ivm_change"
     sign = exp.column(names.SIGN, table=ident(source.alias), quoted=True)
     rows = _counted_rows(
@@ -434,11 +440,13 @@ def key_changes(
 
     presence = exp.Sub(this=present(now), expression=present(then))
     return (
-        exp.select(*_key_columns(relation), exp.alias_(presence, names.SIGN, quoted=True))
-        .from_(rows.subquery(ident("p")))
-        .group_by(*_key_columns(relation))
-        .having(exp.NEQ(this=presence.copy(), expression=exp.Literal.number(0)))
-        .subquery(ident(relation.alias))
+        exp.select(
+            *_key_columns(relation), exp.alias_(presence, names.SIGN, quoted=True, copy=False)
+        )
+        .from_(rows.subquery(ident("p"), copy=False), copy=False)
+        .group_by(*_key_columns(relation), copy=False)
+        .having(exp.NEQ(this=presence.copy(), expression=exp.Literal.number(0)), copy=False)
+        .subquery(ident(relation.alias), copy=False)
     )
 
 
