@@ -65,6 +65,17 @@ class CancellingRemoval(Exception):
         super().__init__(f"{self.REASON} ({first_line(error, limit=300)})")
 
 
+@dataclass(frozen=True)
+class _MergeInputs:
+    """What a change's MERGE reads: the plan, its ranges (stages named), guard, key bounds, join-state reads."""
+
+    plan: ViewPlan
+    reading: dict[TableName, VersionRange]
+    guard: emit.Guard
+    bounds: key_bounds.Bounds
+    join_reads: changes.JoinReads
+
+
 @dataclass
 class Written:
     """What a change's commit did to the state rows (Delta's MERGE counts)."""
@@ -233,49 +244,42 @@ class StateWrites:
                     raise ConcurrentRefresh(self.model, self.state, error) from error
                 raise
             with self.staged_snapshots(plan, reading, refresh_id, bounds, join_reads) as reading:
-                written = self._merge_change(plan, reading, guard, bounds, join_reads, pinned)
+                written = self._merge_change(
+                    _MergeInputs(plan, reading, guard, bounds, join_reads), pinned
+                )
         kept_states.drop_unkept(plan, kept)
         return written
 
     def _merge_change(
-        self,
-        plan: ViewPlan,
-        reading: dict[TableName, VersionRange],
-        guard: emit.Guard,
-        bounds: key_bounds.Bounds,
-        join_reads: changes.JoinReads,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        self, inputs: _MergeInputs, pinned: dict[TableName, delta.SourceSnapshot]
     ) -> Written:
         """apply_change's MERGE, over the change staged first where the plan asks (emit.stages_changes)."""
+        plan, guard = inputs.plan, inputs.guard
         changes_stage = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(plan) else None
-        settings = emit.merge_settings(plan)
-        metadata = self.metadata(guard.write, None)
         try:
             if changes_stage is not None:
                 with self._under(delta.STAGE_SETTINGS):
                     self.runner.execute(
-                        emit.stage_changes(plan, reading, changes_stage, bounds, join_reads)
+                        emit.stage_changes(
+                            plan, inputs.reading, changes_stage, inputs.bounds, inputs.join_reads
+                        )
                     )
-            return self._merge_or_recompute(
-                plan, reading, guard, bounds, join_reads, pinned, changes_stage, metadata, settings
-            )
+            return self._merge_or_recompute(inputs, pinned, changes_stage)
         finally:
             for statement in emit.drop_staged(changes_stage) if changes_stage else ():
                 self.runner.execute(statement)
 
     def _merge_or_recompute(
         self,
-        plan: ViewPlan,
-        reading: dict[TableName, VersionRange],
-        guard: emit.Guard,
-        bounds: key_bounds.Bounds,
-        join_reads: changes.JoinReads,
+        inputs: _MergeInputs,
         pinned: dict[TableName, delta.SourceSnapshot],
         changes_stage: str | None,
-        metadata: dict[str, Any],
-        settings: Mapping[str, str],
     ) -> Written:
         """The guarded MERGE; where it would cancel a group's inexact sum, one recomputing those groups."""
+        plan, reading, guard = inputs.plan, inputs.reading, inputs.guard
+        bounds, join_reads = inputs.bounds, inputs.join_reads
+        settings = emit.merge_settings(plan)
+        metadata = self.metadata(guard.write, None)
         try:
             return self._merge(
                 emit.merge_changes(
