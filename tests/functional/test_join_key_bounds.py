@@ -25,7 +25,7 @@ KEYS = (1, 2, 3, 4)
 class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
     @pytest.fixture(scope="class", autouse=True)
     def data_skipping(self):
-        """Delta's data skipping kept on for these tiny sources (delta.scan_settings)."""
+        """Delta's data skipping kept on for these tiny sources (delta.staging)."""
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(delta, "SMALL_SOURCE_BYTES", 0)
             yield

@@ -201,10 +201,10 @@ def test_a_failed_drop_after_a_good_write_is_raised():
         _log_join_append(StagingRunner(fail_drop=True))
 
 
-def test_a_change_over_small_sources_runs_under_the_scan_settings_from_its_stages_to_its_write():
+def test_a_change_over_small_sources_runs_under_its_settings_from_its_stages_to_its_write():
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
-    writes.scan_settings = {delta.DATA_SKIPPING_CONF: "false"}
+    writes.staging = delta.Staging(settings={delta.DATA_SKIPPING_CONF: "false"})
     writes.append_change(
         log_state.with_log(_join_plan()), dict(BOTH_CHANGED), "r-read", 3, compacting=False
     )

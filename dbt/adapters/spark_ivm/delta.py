@@ -11,7 +11,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -123,60 +123,59 @@ class CommitRows:
         return self.operation in REPLACING_OPERATIONS
 
 
-def scan_settings(pinned: Mapping[TableName, SourceSnapshot]) -> dict[str, str]:
-    """Session confs for a change statement over `pinned`: the cheapest plan if every source is small.
-
-    Only where every source's size is known (SourceSnapshot.size_bytes) and
-    at most SMALL_SOURCE_BYTES: no data skipping (a large source's
-    key-bounded reads, key_bounds.py, are what it makes cheap), no
-    adaptive execution (what it re-plans pays on large shuffles),
-    SMALL_PARTITIONS shuffle partitions and no generated code
-    (INTERPRETED_SETTINGS).
-
-    >>> small = SourceSnapshot(TableName("s", "t"), None, 3, size_bytes=5_000)
-    >>> sorted(scan_settings({small.table: small}).items())  # doctest: +NORMALIZE_WHITESPACE
-    [('spark.databricks.delta.stats.skipping', 'false'), ('spark.sql.adaptive.enabled', 'false'),
-     ('spark.sql.codegen.factoryMode', 'NO_CODEGEN'), ('spark.sql.codegen.wholeStage', 'false'),
-     ('spark.sql.shuffle.partitions', '1')]
-    >>> unknown = SourceSnapshot(TableName("s", "u"), None, 3)
-    >>> scan_settings({small.table: small, unknown.table: unknown})
-    {}
-    """
-    if _all_small(pinned):
-        return {
-            DATA_SKIPPING_CONF: "false",
-            ADAPTIVE_CONF: "false",
-            SHUFFLE_PARTITIONS_CONF: str(SMALL_PARTITIONS),
-            **INTERPRETED_SETTINGS,
-        }
-    return {}
-
-
 @dataclass(frozen=True)
 class Staging:
-    """What a change statement over pinned sources stages (emit.stage_feeds, emit.stage_snapshots)."""
+    """How a change over pinned sources runs: its session confs, and what it stages.
+
+    One value from one rule (`staging`): where every source is small, the
+    change's statements run under `settings` from its first stage to its
+    write, snapshots are staged and every stage is coalesced.
+    """
 
     # The sources whose pinned snapshot it may stage (snapshot_sources).
     snapshots: frozenset[TableName] = frozenset()
     # The partitions each stage is coalesced into; None: as many as it reads.
     partitions: int | None = None
+    # Session confs every statement of the change runs under (SMALL_SCAN_SETTINGS or none).
+    settings: Mapping[str, str] = field(default_factory=dict)
 
 
-# No snapshot staged, each stage in as many partitions as it reads.
+# No snapshot staged, each stage in as many partitions as it reads, no confs.
 NOTHING_STAGED = Staging()
+
+# The confs of a change over small sources: no data skipping (a large
+# source's key-bounded reads, key_bounds.py, are what it makes cheap), no
+# adaptive execution (what it re-plans pays on large shuffles),
+# SMALL_PARTITIONS shuffle partitions and no generated code.
+SMALL_SCAN_SETTINGS = {
+    DATA_SKIPPING_CONF: "false",
+    ADAPTIVE_CONF: "false",
+    SHUFFLE_PARTITIONS_CONF: str(SMALL_PARTITIONS),
+    **INTERPRETED_SETTINGS,
+}
 
 
 def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
-    """How a change statement over `pinned` stages: small sources' stages in SMALL_PARTITIONS.
+    """How a change over `pinned` runs: the cheapest plan if every source is small.
+
+    Only where every source's size is known (SourceSnapshot.size_bytes) and
+    at most SMALL_SOURCE_BYTES: SMALL_SCAN_SETTINGS, every snapshot stageable,
+    each stage in SMALL_PARTITIONS.
 
     >>> small = SourceSnapshot(TableName("s", "t"), None, 3, size_bytes=5_000)
-    >>> staging({small.table: small}).partitions
-    1
-    >>> staging({}).partitions is None
+    >>> staged = staging({small.table: small})
+    >>> staged.partitions, sorted(str(t) for t in staged.snapshots)
+    (1, ['s.t'])
+    >>> sorted(staged.settings.items())  # doctest: +NORMALIZE_WHITESPACE
+    [('spark.databricks.delta.stats.skipping', 'false'), ('spark.sql.adaptive.enabled', 'false'),
+     ('spark.sql.codegen.factoryMode', 'NO_CODEGEN'), ('spark.sql.codegen.wholeStage', 'false'),
+     ('spark.sql.shuffle.partitions', '1')]
+    >>> unknown = SourceSnapshot(TableName("s", "u"), None, 3)
+    >>> staging({small.table: small, unknown.table: unknown}) == NOTHING_STAGED
     True
     """
     if _all_small(pinned):
-        return Staging(snapshot_sources(pinned), SMALL_PARTITIONS)
+        return Staging(snapshot_sources(pinned), SMALL_PARTITIONS, dict(SMALL_SCAN_SETTINGS))
     return NOTHING_STAGED
 
 
@@ -185,7 +184,7 @@ def snapshot_sources(pinned: Mapping[TableName, SourceSnapshot]) -> frozenset[Ta
 
     A stage reads its source whole (emit.stage_snapshots). Where every source
     is small the write reads them whole anyway (no data skipping,
-    scan_settings); where one is large, each partner read keeps its key
+    SMALL_SCAN_SETTINGS); where one is large, each partner read keeps its key
     bounds, which read less than a whole copy: staging any small source
     took TPC-H SF 1's Q10 from 28.4 MB read in 31 jobs to 86.4 MB in 37 (its
     customers, 150,000 rows), Q5 from 41 jobs to 53 (2026-11-30).

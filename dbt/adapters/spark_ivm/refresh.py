@@ -594,7 +594,6 @@ class Refresh:
             metadata,
             own_session=self.own_session,
             committed=self.history.committed,
-            scan_settings=delta.scan_settings(pinned),
             staging=delta.staging(pinned),
         )
 

@@ -107,11 +107,9 @@ class StateWrites:
     # session conf and told to `committed`, with the commit's metadata.
     own_session: bool = False
     committed: Callable[[int, dict[str, Any]], None] = field(default=lambda version, metadata: None)
-    # Session confs every statement of a change runs under, from its first
-    # stage to its write (delta.scan_settings).
-    scan_settings: Mapping[str, str] = field(default_factory=dict)
-    # What the write stages: small sources' snapshots, and into how many
-    # partitions (delta.staging, emit.stage_feeds, emit.stage_snapshots).
+    # How a change runs: the session confs every statement of it runs under,
+    # from its first stage to its write; small sources' snapshots staged, and
+    # into how many partitions (delta.staging, emit.stage_feeds, emit.stage_snapshots).
     staging: delta.Staging = delta.NOTHING_STAGED
 
     def commit(
@@ -192,7 +190,7 @@ class StateWrites:
         """
         refresh_id = uuid.uuid4().hex
         with (
-            self._under(self.scan_settings),
+            self._under(self.staging.settings),
             self.staged_feeds(plan, ranges, refresh_id) as reading,
         ):
             bounds = self.join_key_bounds(plan, reading)
@@ -233,7 +231,7 @@ class StateWrites:
         refresh_id = uuid.uuid4().hex
         guard = emit.Guard(read=guard_read, write=refresh_id)
         with (
-            self._under(self.scan_settings),
+            self._under(self.staging.settings),
             self.staged_feeds(plan, ranges, refresh_id) as reading,
         ):
             bounds = self.join_key_bounds(plan, reading)
