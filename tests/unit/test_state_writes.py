@@ -255,6 +255,22 @@ def test_over_small_sources_every_stage_is_coalesced_and_without_them_none():
     assert not any("COALESCE(1)" in s for s in plain_stages)
 
 
+def test_over_a_large_source_a_change_runs_without_adaptive_execution_and_keeps_data_skipping():
+    runner = StagingRunner()
+    writes, _ = _writes(runner, own_session=True)
+    writes.staging = delta.staging(_sized(NOT_IN_CHANGED, delta.SMALL_SOURCE_BYTES + 1))
+    writes.append_change(
+        log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
+    )
+    set_at = runner.statements.index(delta.set_conf(delta.ADAPTIVE_CONF, "false"))
+    reset_at = runner.statements.index(delta.reset_conf(delta.ADAPTIVE_CONF))
+    first_stage = next(i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE"))
+    write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
+    assert set_at < first_stage < write < reset_at
+    # Its partners' key-bounded reads need Delta's data skipping.
+    assert not any(delta.DATA_SKIPPING_CONF in s for s in runner.statements)
+
+
 def _sized(ranges, size_bytes: int) -> dict[TableName, delta.SourceSnapshot]:
     """Pins of `ranges`' sources at their pinned versions, each of `size_bytes`."""
     return {
