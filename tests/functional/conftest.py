@@ -63,3 +63,17 @@ def example_budget(connection: str):
         f"no example of {budget.seen} ran over {connection}: "
         "raise IVM_PROPERTY_EXAMPLES (Thrift skips example 0)"
     )
+
+
+@pytest.fixture(scope="class", autouse=True)
+def no_json_artifacts():
+    """dbt runs here without writing manifest.json and run_results.json (DBT_WRITE_JSON).
+
+    No test here reads them (dbt's own adapter suite, tests/adapter, does,
+    and keeps them); writing them took about 0.4 s of every dbt invocation
+    (a cProfile of test_no_change_shortcut.py, 2026-12-01). Partial parsing
+    keeps its own file.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DBT_WRITE_JSON", "false")
+        yield
