@@ -61,8 +61,9 @@ DATA_SKIPPING_CONF = "spark.databricks.delta.stats.skipping"
 # 0.85-0.93 s without; run in 7.3-7.5 s against 5.2-5.7 s).
 SMALL_SOURCE_BYTES = 16 * 1024 * 1024
 # Adaptive query execution runs each shuffle and broadcast of a statement as a
-# Spark job of its own, to re-plan between them; over small sources there is
-# nothing to re-plan and each job costs its scheduling (customers_to_chase's
+# Spark job of its own, to re-plan between them (off for every change,
+# CHANGE_SETTINGS); over small sources there is nothing to re-plan and each
+# job costs its scheduling (customers_to_chase's
 # change query, data skipping off: 45 jobs in 4.5-4.6 s with it, 23 jobs in
 # 3.6-3.8 s without, 2026-11-30).
 ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
@@ -127,16 +128,17 @@ class CommitRows:
 class Staging:
     """How a change over pinned sources runs: its session confs, and what it stages.
 
-    One value from one rule (`staging`): where every source is small, the
-    change's statements run under `settings` from its first stage to its
-    write, snapshots are staged and every stage is coalesced.
+    One value from one rule (`staging`): the confs every statement of the
+    change runs under, from its first stage to its write (CHANGE_SETTINGS;
+    where every source is small SMALL_SCAN_SETTINGS, snapshots staged and
+    each stage coalesced).
     """
 
     # The sources whose pinned snapshot it may stage (snapshot_sources).
     snapshots: frozenset[TableName] = frozenset()
     # The partitions each stage is coalesced into; None: as many as it reads.
     partitions: int | None = None
-    # Session confs every statement of the change runs under (SMALL_SCAN_SETTINGS or none).
+    # Session confs every statement of the change runs under (none by default).
     settings: Mapping[str, str] = field(default_factory=dict)
 
 
