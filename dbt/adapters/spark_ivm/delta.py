@@ -149,10 +149,11 @@ NOTHING_STAGED = Staging()
 # statement reads its change feeds and each partner in one term per changed
 # input; adaptive execution runs every shuffle and broadcast of it as a job
 # of its own to re-plan between them, where the static plan already
-# broadcasts the staged (cached, so measured) change. TPC-H SF 1, one run
-# each with and without it for the whole session (2026-12-01): Q3's refresh
-# 7.83 -> 6.98 s at a 0.1 % batch (32 -> 18 Spark jobs) and 19.01 -> 12.55 s
-# at 10 %; bench/results/issue20/no-adaptive/.
+# broadcasts the staged (cached, so measured) change. TPC-H SF 1
+# (2026-12-01, bench/results/issue20/no-adaptive/): at 0.1 % batches 40-60 %
+# fewer Spark jobs per refresh (Q3 32 -> 18) and times within the runs'
+# noise; off for a whole session, Q3's refresh of a 10 % batch 19.01 ->
+# 12.55 s.
 CHANGE_SETTINGS = {ADAPTIVE_CONF: "false"}
 
 # The confs of a change over small sources: CHANGE_SETTINGS, no data
