@@ -30,7 +30,7 @@ from ivm_compiler import lineage, names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import UpstreamModel, ViewClass, ViewPlan
-from ivm_compiler.rules import booleans, covariance, semi_joins
+from ivm_compiler.rules import booleans, covariance, extremes, semi_joins
 from ivm_compiler.sql import DIALECT, TableName, from_tables, set_operation_branches
 from ivm_compiler.view_classes import aggregate, projection, set_operation, top_k, window
 from ivm_compiler.view_classes.protocol import QualifiedModel, ViewClassRule
@@ -72,16 +72,18 @@ def compile_model(
     catalog: Catalog,
     upstreams: Mapping[TableName, UpstreamModel] | None = None,
     written: str | None = None,
+    extremes_kept: int | None = extremes.KEPT_VALUES,
 ) -> ViewPlan:
     """Compile a model's SQL; `upstreams` are the sources that are ivm models themselves.
 
     `written` is the model's SQL as its author wrote it when `sql` is that query
     rewritten to read plan nodes (nodes.py): the view keeps the written query's
     column names, and the plan keeps the written query, the one the model must
-    equal at the pinned source versions.
+    equal at the pinned source versions. `extremes_kept`: how many extreme
+    values a MIN or MAX keeps per group (None: every value; rules/extremes.py).
     """
     upstreams = {t: u for t, u in (upstreams or {}).items()}
-    plan = _compile(model, sql, catalog, upstreams, written or sql)
+    plan = _compile(model, sql, catalog, upstreams, written or sql, extremes_kept)
     # Top-k modifies any class: the state is the class's, the view orders and limits it.
     top = top_k.extract(model, parse_model(model, sql), [o.name for o in plan.outputs])
     if top is not None:
@@ -110,6 +112,7 @@ def _compile(
     catalog: Catalog,
     upstreams: dict[TableName, UpstreamModel],
     written: str,
+    extremes_kept: int | None,
 ) -> ViewPlan:
     # A top-k model keeps every row of its query without ORDER BY and LIMIT.
     tree = top_k.without_top_k(parse_model(model, sql))
@@ -148,6 +151,7 @@ def _compile(
         fingerprint=lambda view_class: _fingerprint(
             view_class, tables, qualified, described, upstreams
         ),
+        extremes_kept=extremes_kept,
     )
     rule = next(rule for rule in VIEW_CLASSES if rule.takes(qualified))
     plan = rule.plan(qualified_model)

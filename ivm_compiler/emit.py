@@ -37,7 +37,7 @@ from ivm_compiler import (
 )
 from ivm_compiler.compile import view_class_rule
 from ivm_compiler.plan import MergeRule, StateColumn, ViewClass, ViewPlan
-from ivm_compiler.rules import floating
+from ivm_compiler.rules import extremes, floating
 from ivm_compiler.sql import (
     DIALECT,
     TableName,
@@ -121,6 +121,39 @@ def _cancelling(plan: ViewPlan, layered: bool, matched: bool) -> exp.Expr | None
         for index in merge_source.cancellable_sums(plan)
     ]
     return exp.or_(*cancelling) if cancelling else None
+
+
+# The start of the error a MERGE raises, having written nothing, where a
+# group's bounded MIN/MAX values ran out (rules/extremes.py): the refresh runs
+# it again, refilling those groups from the sources (merge_changes's `refill`).
+EXHAUSTED = "ivm exhausted"
+
+
+def _refuse_exhausted(state: TableName) -> exp.When:
+    """A clause that fails the MERGE on a group whose bounded MIN/MAX kept values ran out.
+
+    Such a group is in the state (it had kept values), so only a matched row can be one.
+    """
+    error = exp.Anonymous(
+        this="RAISE_ERROR",
+        expressions=[
+            exp.Literal.string(
+                f"{EXHAUSTED}: a group of {state} lost every MIN/MAX value the state kept "
+                "while it still has values; they are read from the sources"
+            )
+        ],
+    )
+    return exp.When(
+        matched=True,
+        source=False,
+        condition=exp.EQ(
+            this=exp.column(names.EXHAUSTED, table=ident(names.CHANGE_ALIAS), quoted=True),
+            expression=exp.true(),
+        ),
+        then=exp.Update(
+            expressions=[exp.EQ(this=_guard_column(names.TARGET_ALIAS), expression=error)]
+        ),
+    )
 
 
 def _refuse_cancelled(state: TableName, matched: bool, condition: exp.Expr) -> exp.When:
@@ -317,6 +350,7 @@ def merge_changes(
     bounds: key_bounds.Bounds | None = None,
     join_reads: changes.JoinReads | None = None,
     staged: str | None = None,
+    refill: Mapping[TableName, int] | None = None,
 ) -> str:
     """One MERGE that applies a refresh's whole change to the state, in one Delta commit.
 
@@ -327,12 +361,18 @@ def merge_changes(
     `staged`: the temporary view stage_changes cached the signed change rows in.
     The change query and which rows leave the state are the view class's
     (a WINDOW model has no change query: see merge_partitions).
+    With bounded MIN/MAX values it fails with EXHAUSTED where a group's
+    ran out; `refill`, the pinned versions, makes the MERGE that reads
+    those groups' values from the sources instead (rules/extremes.py).
     """
-    source = _change_source(plan, state, ranges, bounds, join_reads, staged)
+    source = _change_source(plan, state, ranges, bounds, join_reads, staged, refill)
     layered = bool(merge_source.merged_columns(plan))
     if layered:
         source = merge_source.with_merged_values(plan, source, state)
-    return _merge_into(plan, state, source, guard, _change_clauses(plan, state, guard, layered))
+    whens = _change_clauses(plan, state, guard, layered)
+    if refill is None and any(p.kept is not None for p in plan.preaggregations):
+        whens.insert(1, _refuse_exhausted(state))
+    return _merge_into(plan, state, source, guard, whens)
 
 
 def merge_changes_recomputing_cancelled(
@@ -387,9 +427,18 @@ def _change_source(
     bounds: key_bounds.Bounds | None,
     join_reads: changes.JoinReads | None,
     staged: str | None,
+    refill: Mapping[TableName, int] | None = None,
 ) -> exp.Query:
-    """The view class's change query, reading the staged signed rows when there are."""
-    source = view_class_rule(plan.view_class).change_query(plan, ranges, state, bounds, join_reads)
+    """The view class's change query, reading the staged signed rows when there are.
+
+    `refill`: the pre-aggregations' change query refilling bounded MIN/MAX
+    values at those versions (merge_changes).
+    """
+    if refill is not None:
+        source = extremes.change_query(plan, ranges, state, bounds, join_reads, refill)
+    else:
+        rule = view_class_rule(plan.view_class)
+        source = rule.change_query(plan, ranges, state, bounds, join_reads)
     return _reading_staged(source, staged) if staged is not None else source
 
 

@@ -185,22 +185,40 @@ def distinct_count_of(argument_index: int) -> str:
     return f"{RESERVED_PREFIX}cd_a{argument_index}"
 
 
-def preaggregated_value_of(argument_index: int) -> str:
-    """On argument i's pre-aggregation rows: one distinct value of the argument in the group."""
-    return f"{RESERVED_PREFIX}pv_a{argument_index}"
+def _bounded(kind: str | None) -> str:
+    """The suffix of a bounded pre-aggregation's names: it keeps one kind's extremes."""
+    return f"_{kind.lower()}" if kind else ""
 
 
-def preaggregation_cte(argument_index: int) -> str:
-    return f"{RESERVED_PREFIX}pre_a{argument_index}"
+def preaggregated_value_of(argument_index: int, kind: str | None = None) -> str:
+    """On argument i's pre-aggregation rows: one distinct value of the argument in the group.
+
+    `kind`: MIN or MAX for a bounded pre-aggregation (plan.PreAggregation.kept).
+    """
+    return f"{RESERVED_PREFIX}pv_a{argument_index}{_bounded(kind)}"
 
 
-def recomputed_cte(argument_index: int) -> str:
-    return f"{RESERVED_PREFIX}new_a{argument_index}"
+def preaggregation_cte(argument_index: int, kind: str | None = None) -> str:
+    return f"{RESERVED_PREFIX}pre_a{argument_index}{_bounded(kind)}"
 
 
-def touched_flag_of(argument_index: int) -> str:
+def recomputed_cte(argument_index: int, kind: str | None = None) -> str:
+    return f"{RESERVED_PREFIX}new_a{argument_index}{_bounded(kind)}"
+
+
+def kept_values_cte(argument_index: int, kind: str) -> str:
+    """A bounded pre-aggregation's touched groups' values, each with what the state keeps of it."""
+    return f"{RESERVED_PREFIX}kept_a{argument_index}{_bounded(kind)}"
+
+
+def touched_flag_of(argument_index: int, kind: str | None = None) -> str:
     """On a change row: TRUE when the refresh changed argument i's values in the group."""
-    return f"{RESERVED_PREFIX}touched_a{argument_index}"
+    return f"{RESERVED_PREFIX}touched_a{argument_index}{_bounded(kind)}"
+
+
+# On a group's change row: TRUE when a bounded pre-aggregation of the group
+# keeps none of its values while the group still has some (rules/extremes.py).
+EXHAUSTED = f"{RESERVED_PREFIX}exhausted"
 
 
 def join_key(index: int) -> str:

@@ -148,6 +148,16 @@ class PreAggregation:
     # The RECOMPUTED state columns this pre-aggregation feeds: (state column, MIN | MAX | COUNT).
     recomputed: tuple[tuple[str, str], ...]
     touched_flag: str
+    # None: every distinct value of the group. A number k: one MIN or MAX
+    # (its one `recomputed` entry) kept from the group's most extreme values
+    # alone, at least k of them unless the group has fewer, at most 2k
+    # (rules/extremes.py, "Bounded pre-aggregations").
+    kept: int | None = None
+
+    @property
+    def bounded_kind(self) -> str | None:
+        """MIN or MAX for a bounded pre-aggregation; None for one that keeps every value."""
+        return self.recomputed[0][1] if self.kept is not None else None
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,15 @@ def state_table_columns(plan: ViewPlan) -> list[str]:
 
 
 def change_columns(plan: ViewPlan) -> list[str]:
-    """The change query's columns: the state table's, those of change rows only, touched flags."""
+    """The change query's columns: the state table's, those of change rows only, touched flags.
+
+    With a bounded pre-aggregation, also names.EXHAUSTED (rules/extremes.py).
+    """
     change_only = [c.name for c in plan.state_columns if c.rule is MergeRule.CHANGE_ONLY]
-    return state_table_columns(plan) + change_only + [p.touched_flag for p in plan.preaggregations]
+    flags = [p.touched_flag for p in plan.preaggregations]
+    if any(p.kept is not None for p in plan.preaggregations):
+        flags.append(names.EXHAUSTED)
+    return state_table_columns(plan) + change_only + flags
 
 
 def in_state_order(plan: ViewPlan, values: Mapping[str, exp.Expr]) -> list[exp.Expr]:

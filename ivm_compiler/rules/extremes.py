@@ -12,6 +12,27 @@ On refresh, for every group whose x-values changed, the new result is
 recomputed from that group's pre-aggregation rows plus the change (never
 from the sources), and the group row's RECOMPUTED columns take it.
 
+Bounded pre-aggregations. Keeping every distinct value makes the state as
+large as the source (per supplier and ship date: 27 M rows for a table of
+60 k groups). A MIN or MAX whose argument no COUNT(DISTINCT) also reads keeps
+instead, per kind, only the group's most extreme values (top-k view
+maintenance: Yi et al., "Efficient maintenance of materialized top-k
+views"), under one invariant: every value of the group on the kept side of
+the largest kept one (for MIN; the smallest for MAX) is kept, with its exact
+count. So the kept set's best value is the group's, and
+- a change's value on the kept side of that edge, or any value while the
+  set holds all of the group's values (its counts add up to the group's
+  non-NULL count), is counted in; a value past the edge is left out, and
+  its deletion touches nothing kept;
+- past 2k kept values the set is cut back to the best k;
+- a set emptied while the group still has values ("exhausted") cannot say
+  the new extreme: the MERGE then fails having written nothing
+  (emit.EXHAUSTED) and the refresh runs it again with `refill` versions,
+  reading those groups' best k values from the sources at those versions.
+A change that removes only values past the edge, the common case, never
+reads the sources. `kept=None` (the model's `ivm_extreme_values='all'`)
+keeps every value, as COUNT(DISTINCT) must.
+
 build_query and change_query are the state queries of a plan with
 pre-aggregations (state_rows.py has those of every other plan).
 """
@@ -35,6 +56,7 @@ from ivm_compiler.state_rows import (
     in_state_order,
     nonzero,
     rows_to_build,
+    state_table_columns,
 )
 
 # What each recomputed aggregate is over the surviving distinct values of a group.
@@ -48,40 +70,67 @@ def state_name(kind: str, argument_index: int) -> str:
     return _STATE_NAMES[kind](argument_index)
 
 
-def columns(argument: ArgumentState, slot: int) -> tuple[list[StateColumn], PreAggregation]:
-    """The group row's RECOMPUTED columns for one argument, and its pre-aggregation."""
-    recomputed = []
-    state_columns = []
-    for kind in ("MIN", "MAX", "COUNT"):
-        if kind not in argument.recomputed:
-            continue
-        name = state_name(kind, argument.index)
-        if kind == "COUNT":
-            build: exp.Expr = exp.Count(
-                this=exp.Distinct(expressions=[argument.flat]), big_int=True
+# The most extreme values a bounded MIN or MAX keeps per group unless the
+# model sets ivm_extreme_values: a change must delete all of them before the
+# sources are read again, while the state stays a few rows per group.
+KEPT_VALUES = 16
+
+
+def bounded(argument: ArgumentState, kept: int | None) -> bool:
+    """Whether the argument's MIN and MAX keep `kept` values each (COUNT(DISTINCT) needs all)."""
+    return kept is not None and bool(argument.recomputed) and "COUNT" not in argument.recomputed
+
+
+def columns(
+    argument: ArgumentState, first_slot: int, kept: int | None = None
+) -> tuple[list[StateColumn], list[PreAggregation]]:
+    """The group row's RECOMPUTED columns for one argument, and its pre-aggregations.
+
+    One pre-aggregation of every distinct value, or with `kept` (and no
+    COUNT(DISTINCT) of the argument) one bounded pre-aggregation per MIN
+    and MAX, in that order, from `first_slot` on.
+    """
+    kinds = [k for k in ("MIN", "MAX", "COUNT") if k in argument.recomputed]
+    if not bounded(argument, kept):
+        groups: list[tuple[list[str], str | None]] = [(kinds, None)]
+    else:
+        groups = [([kind], kind) for kind in kinds]
+    state_columns: list[StateColumn] = []
+    preaggregations: list[PreAggregation] = []
+    for offset, (group_kinds, bounded_kind) in enumerate(groups):
+        slot = first_slot + offset
+        recomputed = []
+        for kind in group_kinds:
+            name = state_name(kind, argument.index)
+            if kind == "COUNT":
+                build: exp.Expr = exp.Count(
+                    this=exp.Distinct(expressions=[argument.flat]), big_int=True
+                )
+            else:
+                build = _OVER_DISTINCT_VALUES[kind](this=argument.flat)
+            state_columns.append(
+                StateColumn(
+                    name=name,
+                    rule=MergeRule.RECOMPUTED,
+                    build=build,
+                    # Filled in by the refresh from the pre-aggregation (change_query).
+                    change=exp.column(name, quoted=True),
+                    preaggregation=slot,
+                )
             )
-        else:
-            build = _OVER_DISTINCT_VALUES[kind](this=argument.flat)
-        state_columns.append(
-            StateColumn(
-                name=name,
-                rule=MergeRule.RECOMPUTED,
-                build=build,
-                # Filled in by the refresh from the pre-aggregation (change_query).
-                change=exp.column(name, quoted=True),
-                preaggregation=slot,
+            recomputed.append((name, kind))
+        preaggregations.append(
+            PreAggregation(
+                argument_index=argument.index,
+                slot=slot,
+                argument=names.argument(argument.index),
+                value_column=names.preaggregated_value_of(argument.index, bounded_kind),
+                recomputed=tuple(recomputed),
+                touched_flag=names.touched_flag_of(argument.index, bounded_kind),
+                kept=kept if bounded_kind else None,
             )
         )
-        recomputed.append((name, kind))
-    preaggregation = PreAggregation(
-        argument_index=argument.index,
-        slot=slot,
-        argument=names.argument(argument.index),
-        value_column=names.preaggregated_value_of(argument.index),
-        recomputed=tuple(recomputed),
-        touched_flag=names.touched_flag_of(argument.index),
-    )
-    return state_columns, preaggregation
+    return state_columns, preaggregations
 
 
 def over_surviving_values(kind: str, value: exp.Expr) -> exp.Expr:
@@ -122,16 +171,51 @@ def build_query(
 
 
 def _preaggregation_rows(plan: ViewPlan, pre: PreAggregation) -> exp.Select:
+    """(group, value, count) of the flattened rows (names.ROWS_ALIAS); a bounded one's best `kept`."""
     value = exp.column(pre.argument, quoted=True)
     pre_values: dict[str, exp.Expr] = {k: exp.column(k, quoted=True) for k in plan.keys}
     pre_values[names.COUNT] = exp.Count(this=exp.Star(), big_int=True)
     pre_values[names.SLOT] = exp.Literal.number(pre.slot)
     pre_values[pre.value_column] = value.copy()
-    return (
+    counted = (
         exp.select(*in_state_order(plan, pre_values))
         .from_(exp.to_table(names.ROWS_ALIAS, quoted=True))
         .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())))
         .group_by(*[exp.column(k, quoted=True) for k in plan.keys], value.copy())
+    )
+    if pre.kept is None:
+        return counted
+    return _best(plan, pre, counted, state_table_columns(plan))
+
+
+def _best(
+    plan: ViewPlan, pre: PreAggregation, counted: exp.Select, output: list[str]
+) -> exp.Select:
+    """`counted`'s (group, value) rows cut to each group's `pre.kept` best values, as `output`."""
+    # Ranked over the counted rows as a subquery: a window beside a GROUP BY
+    # would order by an alias of the same SELECT, which Spark does not resolve.
+    ranked = exp.select(exp.Star(), exp.alias_(_rank(plan, pre), _RANK, quoted=True)).from_(
+        counted.subquery(ident(_COUNTED_ALIAS))
+    )
+    return (
+        exp.select(*(exp.column(c, quoted=True) for c in output))
+        .from_(ranked.subquery(ident(_RANKED_ALIAS)))
+        .where(
+            exp.LTE(this=exp.column(_RANK, quoted=True), expression=exp.Literal.number(pre.kept))
+        )
+    )
+
+
+def _rank(plan: ViewPlan, pre: PreAggregation, first: exp.Expr | None = None) -> exp.Window:
+    """Each value's place in its group, the most extreme first (after `first`, TRUE first)."""
+    value = exp.Ordered(
+        this=exp.column(pre.value_column, quoted=True), desc=pre.bounded_kind == "MAX"
+    )
+    order = [exp.Ordered(this=first, desc=True), value] if first is not None else [value]
+    return exp.Window(
+        this=exp.RowNumber(),
+        partition_by=_keys(plan) or None,
+        order=exp.Order(expressions=order),
     )
 
 
@@ -141,6 +225,7 @@ def change_query(
     state: TableName,
     bounds: key_bounds.Bounds | None = None,
     join_reads: JoinReads | None = None,
+    refill: Mapping[TableName, int] | None = None,
 ) -> exp.Query:
     """Per state row, the change: additive columns as differences, recomputed ones as values.
 
@@ -148,6 +233,9 @@ def change_query(
     pre-aggregation its recomputed values and touched flag), one per
     pre-aggregation for its (group, value, count change) rows. The state is
     read only for the pre-aggregation rows of groups whose values changed.
+    `refill`: the pinned versions, at which the groups whose bounded
+    pre-aggregations ran out (names.EXHAUSTED) take their best values from
+    the sources (module docstring); without it the group rows say which ran out.
     """
     changes = signed_rows(plan, ranges, bounds, join_reads)
     main = GROUP_CHANGES_CTE
@@ -155,6 +243,8 @@ def change_query(
         (names.CHANGES_CTE, changes),
         (main, group_select(plan, names.CHANGES_CTE, from_changes=True)),
     ]
+    if refill is not None:
+        ctes.append((names.ROWS_ALIAS, rows_to_build(plan, refill, None)))
     changed_groups = [
         nonzero(
             [exp.column(c.name, table=ident(main), quoted=True) for c in changing_columns(plan)]
@@ -168,11 +258,20 @@ def change_query(
     group_values[names.SLOT] = exp.Literal.number(0)
     groups = exp.select().from_(exp.to_table(main, quoted=True).as_(main, quoted=True))
     branches: list[exp.Select] = []
+    exhausted: list[exp.Expr] = []
     for pre in plan.preaggregations:
-        changes_cte = names.preaggregation_cte(pre.argument_index)
-        recomputed_cte = names.recomputed_cte(pre.argument_index)
+        kind = pre.bounded_kind
+        changes_cte = names.preaggregation_cte(pre.argument_index, kind)
+        recomputed_cte = names.recomputed_cte(pre.argument_index, kind)
         ctes.append((changes_cte, _value_changes(plan, pre)))
-        ctes.append((recomputed_cte, _recomputed(plan, pre, _new_counts(plan, pre, state))))
+        if kind is None:
+            ctes.append((recomputed_cte, _recomputed(plan, pre, _new_counts(plan, pre, state))))
+            branches.append(_value_change_rows(plan, pre, changes_cte))
+        else:
+            kept_cte = names.kept_values_cte(pre.argument_index, kind)
+            ctes.append((kept_cte, _kept_values(plan, pre, state)))
+            ctes.append((recomputed_cte, _recomputed_kept(plan, pre, kept_cte)))
+            branches.append(_kept_change_rows(plan, pre, kept_cte))
         groups = groups.join(
             exp.to_table(recomputed_cte, quoted=True).as_(recomputed_cte, quoted=True),
             on=_same_group(plan, main, recomputed_cte),
@@ -182,7 +281,32 @@ def change_query(
         changed_groups.append(exp.Not(this=exp.Is(this=touched_flag.copy(), expression=exp.Null())))
         group_values[pre.touched_flag] = touched_flag
         group_values.update(_recomputed_values(pre, recomputed_cte))
-        branches.append(_value_change_rows(plan, pre, changes_cte))
+        if kind is None:
+            continue
+        ran_out = _ran_out(pre, main, recomputed_cte)
+        if refill is None:
+            exhausted.append(ran_out)
+            continue
+        # The groups that ran out, and their best values at the pinned versions.
+        refill_cte = _refill_cte(pre)
+        ctes.append((refill_cte, _refilled(plan, pre, main, recomputed_cte, ran_out)))
+        branches.append(_refill_rows(plan, pre, refill_cte))
+        best_cte = f"{refill_cte}_best"
+        ctes.append((best_cte, _refilled_extreme(plan, pre, refill_cte)))
+        groups = groups.join(
+            exp.to_table(best_cte, quoted=True).as_(best_cte, quoted=True),
+            on=_same_group(plan, main, best_cte),
+            join_type="LEFT",
+        )
+        ((name, _),) = pre.recomputed
+        group_values[name] = exp.Coalesce(
+            this=group_values[name],
+            expressions=[exp.column(name, table=ident(best_cte), quoted=True)],
+        )
+    if any(p.kept is not None for p in plan.preaggregations):
+        group_values[names.EXHAUSTED] = (
+            exp.or_(*(exp.paren(e) for e in exhausted)) if exhausted else exp.false()
+        )
     group_branch = groups.select(*in_change_order(plan, group_values)).where(
         exp.or_(*changed_groups)
     )
@@ -317,3 +441,287 @@ def _value_change_rows(plan: ViewPlan, pre: PreAggregation, changes_cte: str) ->
     return exp.select(*in_change_order(plan, pre_values)).from_(
         exp.to_table(changes_cte, quoted=True)
     )
+
+
+# -- bounded pre-aggregations (module docstring) ----------------------------------------
+
+# Columns of a bounded pre-aggregation's kept values (names._kept_values_cte):
+# the stored count, whether the state keeps the value after the change, its
+# place and the group's number of values kept before the cut to `kept`.
+_STORED = f"{names.RESERVED_PREFIX}stored_n"
+_KEEPS = f"{names.RESERVED_PREFIX}keeps"
+_RANK = f"{names.RESERVED_PREFIX}rank"
+_KEEPING = f"{names.RESERVED_PREFIX}keeping"
+_RANKED_ALIAS = f"{names.RESERVED_PREFIX}ranked_values"
+_COUNTED_ALIAS = f"{names.RESERVED_PREFIX}counted_values"
+# Per touched group: the stored non-NULL count, the edge of the kept values
+# and their total count, and whether any value is kept after the change.
+_STORED_NON_NULL = f"{names.RESERVED_PREFIX}stored_nn"
+_EDGE = f"{names.RESERVED_PREFIX}edge"
+_KEPT_TOTAL = f"{names.RESERVED_PREFIX}kept_total"
+_ANY_KEPT = f"{names.RESERVED_PREFIX}any_kept"
+
+
+def _refill_cte(pre: PreAggregation) -> str:
+    assert pre.bounded_kind is not None
+    return f"{names.RESERVED_PREFIX}refill_a{pre.argument_index}_{pre.bounded_kind.lower()}"
+
+
+def _column(name: str, table: str | None = None) -> exp.Column:
+    return exp.column(name, table=ident(table) if table else None, quoted=True)
+
+
+def _kept_values(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.Select:
+    """Per touched group and value: the stored count and the count the state keeps after the change.
+
+    A value is kept when it still has rows and was kept, or is on the kept
+    side of the group's edge, or the group's kept values were all of them
+    (their counts add up to its non-NULL count); then each group's kept
+    values past 2 * kept are cut back to the best `kept`.
+    """
+    assert pre.kept is not None
+    changes_cte = names.preaggregation_cte(pre.argument_index, pre.bounded_kind)
+    value = _column(pre.value_column)
+    slot = _column(names.SLOT, "s")
+    touched_state = (
+        exp.select()
+        .from_(state.to_table().as_("s", quoted=True))
+        .join(
+            exp.to_table(changes_cte, quoted=True).as_("c", quoted=True),
+            on=_same_group(plan, "s", "c"),
+            join_type="LEFT SEMI",
+        )
+    )
+    # Both parts' rows: the stored values of the touched groups, the change's.
+    stored = touched_state.select(
+        *_keys(plan, "s"),
+        _column(pre.value_column, "s"),
+        exp.alias_(_column(names.COUNT, "s"), _STORED, quoted=True),
+        exp.alias_(_column(names.COUNT, "s"), names.COUNT, quoted=True),
+    ).where(exp.EQ(this=slot.copy(), expression=exp.Literal.number(pre.slot)))
+    changed = exp.select(
+        *_keys(plan),
+        value.copy(),
+        exp.alias_(exp.Literal.number(0), _STORED, quoted=True),
+        _column(names.COUNT),
+    ).from_(exp.to_table(changes_cte, quoted=True))
+    counts = (
+        exp.select(
+            *_keys(plan),
+            value.copy(),
+            exp.alias_(exp.Sum(this=_column(_STORED)), _STORED, quoted=True),
+            exp.alias_(exp.Sum(this=_column(names.COUNT)), names.COUNT, quoted=True),
+        )
+        .from_(exp.union(stored, changed, distinct=False).subquery(ident("u")))
+        .group_by(*_keys(plan), value.copy())
+    )
+    edge = (exp.Max if pre.bounded_kind == "MIN" else exp.Min)(
+        this=exp.If(
+            this=exp.EQ(this=slot.copy(), expression=exp.Literal.number(pre.slot)),
+            true=_column(pre.value_column, "s"),
+            false=exp.Null(),
+        )
+    )
+    group_facts = touched_state.select(
+        *_keys(plan, "s"),
+        exp.alias_(edge, _EDGE, quoted=True),
+        exp.alias_(
+            exp.Sum(
+                this=exp.If(
+                    this=exp.EQ(this=slot.copy(), expression=exp.Literal.number(pre.slot)),
+                    true=_column(names.COUNT, "s"),
+                    false=exp.Literal.number(0),
+                )
+            ),
+            _KEPT_TOTAL,
+            quoted=True,
+        ),
+        exp.alias_(
+            exp.Max(
+                this=exp.If(
+                    this=exp.EQ(this=slot.copy(), expression=exp.Literal.number(0)),
+                    true=_column(names.non_null_count_of(pre.argument_index), "s"),
+                    false=exp.Null(),
+                )
+            ),
+            _STORED_NON_NULL,
+            quoted=True,
+        ),
+    ).where(
+        exp.In(this=slot.copy(), expressions=[exp.Literal.number(0), exp.Literal.number(pre.slot)])
+    )
+    if plan.keys:
+        group_facts = group_facts.group_by(*_keys(plan, "s"))
+
+    def zero_if_null(column: exp.Expr) -> exp.Expr:
+        return exp.Coalesce(this=column, expressions=[exp.Literal.number(0)])
+
+    beyond_edge = (exp.LT if pre.bounded_kind == "MIN" else exp.GT)(
+        this=_column(pre.value_column, "n"), expression=_column(_EDGE, "f")
+    )
+    keeps = exp.and_(
+        exp.GT(this=_column(names.COUNT, "n"), expression=exp.Literal.number(0)),
+        exp.or_(
+            exp.GT(this=_column(_STORED, "n"), expression=exp.Literal.number(0)),
+            exp.EQ(
+                this=zero_if_null(_column(_KEPT_TOTAL, "f")),
+                expression=zero_if_null(_column(_STORED_NON_NULL, "f")),
+            ),
+            beyond_edge,
+        ),
+    )
+    judged = (
+        exp.select(
+            *_keys(plan, "n"),
+            _column(pre.value_column, "n"),
+            _column(_STORED, "n"),
+            _column(names.COUNT, "n"),
+            exp.alias_(_column(_STORED_NON_NULL, "f"), _STORED_NON_NULL, quoted=True),
+            exp.alias_(
+                exp.Coalesce(this=exp.paren(keeps), expressions=[exp.false()]), _KEEPS, quoted=True
+            ),
+        )
+        .from_(counts.subquery(ident("n")))
+        .join(group_facts.subquery(ident("f")), on=_same_group(plan, "n", "f"), join_type="LEFT")
+    )
+    ranked = exp.select(
+        exp.Star(),
+        exp.alias_(_rank(plan, pre, first=_column(_KEEPS)), _RANK, quoted=True),
+        exp.alias_(
+            exp.Window(this=exp.CountIf(this=_column(_KEEPS)), partition_by=_keys(plan) or None),
+            _KEEPING,
+            quoted=True,
+        ),
+    ).from_(judged.subquery(ident("j")))
+    cut = exp.or_(
+        exp.LTE(this=_column(_KEEPING), expression=exp.Literal.number(2 * pre.kept)),
+        exp.LTE(this=_column(_RANK), expression=exp.Literal.number(pre.kept)),
+    )
+    return exp.select(
+        *_keys(plan),
+        value.copy(),
+        _column(_STORED),
+        _column(_STORED_NON_NULL),
+        exp.alias_(
+            exp.If(
+                this=exp.and_(_column(_KEEPS), exp.paren(cut)),
+                true=_column(names.COUNT),
+                false=exp.Literal.number(0),
+            ),
+            names.COUNT,
+            quoted=True,
+        ),
+    ).from_(ranked.subquery(ident("r")))
+
+
+def _recomputed_kept(plan: ViewPlan, pre: PreAggregation, kept_cte: str) -> exp.Select:
+    """Per touched group: the extreme of its kept values, the touched flag, whether any is kept."""
+    ((name, kind),) = pre.recomputed
+    is_kept = exp.GT(this=_column(names.COUNT), expression=exp.Literal.number(0))
+    recomputed = exp.select(
+        *_keys(plan),
+        exp.alias_(
+            over_surviving_values(
+                kind, exp.If(this=is_kept, true=_column(pre.value_column), false=exp.Null())
+            ),
+            name,
+            quoted=True,
+        ),
+        exp.alias_(exp.true(), pre.touched_flag, quoted=True),
+        exp.alias_(
+            exp.GT(this=exp.CountIf(this=is_kept.copy()), expression=exp.Literal.number(0)),
+            _ANY_KEPT,
+            quoted=True,
+        ),
+        exp.alias_(exp.Max(this=_column(_STORED_NON_NULL)), _STORED_NON_NULL, quoted=True),
+    ).from_(exp.to_table(kept_cte, quoted=True))
+    if plan.keys:
+        return recomputed.group_by(*_keys(plan))
+    return recomputed.having(
+        exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
+    )
+
+
+def _ran_out(pre: PreAggregation, main: str, recomputed_cte: str) -> exp.Expr:
+    """In the group branch: the group keeps none of its values, and still has some."""
+    non_null = exp.Add(
+        this=exp.Coalesce(
+            this=_column(_STORED_NON_NULL, recomputed_cte), expressions=[exp.Literal.number(0)]
+        ),
+        expression=exp.Coalesce(
+            this=_column(names.non_null_count_of(pre.argument_index), main),
+            expressions=[exp.Literal.number(0)],
+        ),
+    )
+    return exp.and_(
+        exp.Not(this=exp.Is(this=_column(pre.touched_flag, recomputed_cte), expression=exp.Null())),
+        exp.Not(this=_column(_ANY_KEPT, recomputed_cte)),
+        exp.GT(this=non_null, expression=exp.Literal.number(0)),
+    )
+
+
+def _kept_change_rows(plan: ViewPlan, pre: PreAggregation, kept_cte: str) -> exp.Select:
+    """The pre-aggregation's change rows: each kept count's difference from the stored one."""
+    difference = exp.Sub(this=_column(names.COUNT), expression=_column(_STORED))
+    values: dict[str, exp.Expr] = {k: _column(k) for k in plan.keys}
+    values[names.COUNT] = difference
+    values[names.SLOT] = exp.Literal.number(pre.slot)
+    values[pre.value_column] = _column(pre.value_column)
+    return (
+        exp.select(*in_change_order(plan, values))
+        .from_(exp.to_table(kept_cte, quoted=True))
+        .where(exp.NEQ(this=difference.copy(), expression=exp.Literal.number(0)))
+    )
+
+
+def _refilled(
+    plan: ViewPlan, pre: PreAggregation, main: str, recomputed_cte: str, ran_out: exp.Expr
+) -> exp.Select:
+    """The best `kept` (group, value, count) rows of the groups that ran out, from the sources."""
+    keys: list[exp.Expr] = [*_keys(plan, main)]
+    ran_out_groups = (
+        exp.select(*keys or [exp.Literal.number(1)])
+        .from_(exp.to_table(main, quoted=True).as_(main, quoted=True))
+        .join(
+            exp.to_table(recomputed_cte, quoted=True).as_(recomputed_cte, quoted=True),
+            on=_same_group(plan, main, recomputed_cte),
+        )
+        .where(ran_out)
+    )
+    counted = (
+        exp.select(
+            *_keys(plan, "r"),
+            exp.alias_(exp.Count(this=exp.Star(), big_int=True), names.COUNT, quoted=True),
+            exp.alias_(_column(pre.argument, "r"), pre.value_column, quoted=True),
+        )
+        .from_(exp.to_table(names.ROWS_ALIAS, quoted=True).as_("r", quoted=True))
+        .join(
+            ran_out_groups.subquery(ident("x")),
+            on=_same_group(plan, "r", "x"),
+            join_type="LEFT SEMI",
+        )
+        .where(exp.Not(this=exp.Is(this=_column(pre.argument, "r"), expression=exp.Null())))
+        .group_by(*_keys(plan, "r"), _column(pre.argument, "r"))
+    )
+    return _best(plan, pre, counted, [*plan.keys, names.COUNT, pre.value_column])
+
+
+def _refill_rows(plan: ViewPlan, pre: PreAggregation, refill_cte: str) -> exp.Select:
+    """The refilled values as change rows: inserted, as the groups kept none of them."""
+    values: dict[str, exp.Expr] = {k: _column(k) for k in plan.keys}
+    values[names.COUNT] = _column(names.COUNT)
+    values[names.SLOT] = exp.Literal.number(pre.slot)
+    values[pre.value_column] = _column(pre.value_column)
+    return exp.select(*in_change_order(plan, values)).from_(exp.to_table(refill_cte, quoted=True))
+
+
+def _refilled_extreme(plan: ViewPlan, pre: PreAggregation, refill_cte: str) -> exp.Select:
+    """Per refilled group, its new MIN or MAX."""
+    ((name, kind),) = pre.recomputed
+    select = exp.select(
+        *_keys(plan),
+        exp.alias_(_OVER_DISTINCT_VALUES[kind](this=_column(pre.value_column)), name, quoted=True),
+    ).from_(exp.to_table(refill_cte, quoted=True))
+    if plan.keys:
+        return select.group_by(*_keys(plan))
+    return select.having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0)))

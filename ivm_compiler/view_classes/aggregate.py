@@ -19,6 +19,7 @@ drift) and of each AVG (its result type). STDDEV and VARIANCE keep moments
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -92,7 +93,13 @@ def plan(model: QualifiedModel) -> ViewPlan:
         for (name, data_type), p in zip(model.described, projections)
     )
     having_final = rewrite(having.this) if having else None
-    state, preaggregations = _state_columns(key_columns, arguments)
+    # A bounded MIN/MAX tells a group with values it no longer keeps by the
+    # argument's non-NULL count (rules/extremes.py).
+    arguments = {
+        key: replace(a, needs_count=True) if extremes.bounded(a, model.extremes_kept) else a
+        for key, a in arguments.items()
+    }
+    state, preaggregations = _state_columns(key_columns, arguments, model.extremes_kept)
     rows = rows_with_semi_joins(model, unfiltered, semis, keys, arguments)
     return ViewPlan(
         model=model.model,
@@ -107,9 +114,17 @@ def plan(model: QualifiedModel) -> ViewPlan:
         upstreams=model.upstreams_read,
         outputs=outputs,
         having=having_final,
-        fingerprint=model.fingerprint(view_class),
+        fingerprint=_bounded_fingerprint(model.fingerprint(view_class), preaggregations),
         join_terms=rows.join_terms,
     )
+
+
+def _bounded_fingerprint(fingerprint: str, preaggregations: list[PreAggregation]) -> str:
+    """The fingerprint, changed by how many values a bounded MIN/MAX keeps (a new number rebuilds)."""
+    kept = {p.kept for p in preaggregations if p.kept is not None}
+    if not kept:
+        return fingerprint
+    return hashlib.sha256(f"{fingerprint} kept {kept.pop()}".encode()).hexdigest()[:16]
 
 
 def _group_keys(group: exp.Group | None, projections: list[exp.Expr]) -> list[exp.Expr]:
@@ -122,7 +137,9 @@ def _group_keys(group: exp.Group | None, projections: list[exp.Expr]) -> list[ex
 
 
 def _state_columns(
-    key_columns: list[StateColumn], arguments: dict[str, aggregates.ArgumentState]
+    key_columns: list[StateColumn],
+    arguments: dict[str, aggregates.ArgumentState],
+    extremes_kept: int | None,
 ) -> tuple[list[StateColumn], list[PreAggregation]]:
     """The group row's columns, in state order, and the pre-aggregations, by slot."""
     state = [*key_columns, counting.count_column()]
@@ -131,9 +148,11 @@ def _state_columns(
     preaggregations: list[PreAggregation] = []
     for argument in arguments.values():
         if argument.recomputed:
-            columns, preaggregation = extremes.columns(argument, slot=len(preaggregations) + 1)
+            columns, added = extremes.columns(
+                argument, first_slot=len(preaggregations) + 1, kept=extremes_kept
+            )
             state.extend(columns)
-            preaggregations.append(preaggregation)
+            preaggregations.extend(added)
     return state, preaggregations
 
 

@@ -66,6 +66,9 @@ class QualifiedModel:
     # compile.py's state fingerprint of a view class (compile.py owns
     # STATE_FORMAT_VERSION, which every fingerprint includes).
     fingerprint: Callable[[ViewClass], str]
+    # How many extreme values a MIN or MAX keeps per group (None: all;
+    # rules/extremes.py, the model's ivm_extreme_values).
+    extremes_kept: int | None = None
 
     @property
     def upstreams_read(self) -> dict[TableName, UpstreamModel]:

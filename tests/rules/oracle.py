@@ -33,6 +33,7 @@ and after a rewrite the log holds one row per key.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -57,7 +58,7 @@ from ivm_compiler import (
 from ivm_compiler import state_rows as state_queries
 from ivm_compiler.compile import view_class_rule
 from ivm_compiler.key_bounds import parse_probe
-from ivm_compiler.plan import MergeRule
+from ivm_compiler.plan import MergeRule, PreAggregation
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.view_classes import window as window_rules
 from tests.rules.engine import (
@@ -94,12 +95,21 @@ def memo_of(model: Model) -> Memo:
     return Memo()
 
 
+# A bounded MIN/MAX keeps this many values per group here (rules/extremes.py;
+# 16 by default): with the few values the sources draw from, a refresh then
+# often cuts a group's values back (past 2) and often deletes its only kept
+# one, so the refill from the sources runs as well as the plain change.
+RULES_EXTREMES_KEPT = 1
+
+
 @functools.cache
 def compiled(model: Model) -> ViewPlan:
     """The model's plan, compiled once against a catalog of empty sources."""
     sources = [DeltaTable(s.name, s.schema) for s in model.sources]
     with contextlib.closing(Engine(sources, memo=memo_of(model))) as engine:
-        return compile_model(model.name, model.sql, Catalog(engine))
+        return compile_model(
+            model.name, model.sql, Catalog(engine), extremes_kept=RULES_EXTREMES_KEPT
+        )
 
 
 # -- bags -----------------------------------------------------------------------------
@@ -412,6 +422,11 @@ class Refreshes:
         self.recomputed: list[str] = []
         # The groups those refreshes recomputed, by merge keys (none: the model was).
         self.replaced_groups: list[tuple] = []
+        # The refreshes whose MERGE found a group's bounded MIN/MAX values run
+        # out (emit.EXHAUSTED) and ran again refilling them, as writes.py does.
+        self.refilled: list[str] = []
+        # After each refresh: per bounded pre-aggregation slot, its most values in one group.
+        self.most_kept: list[dict[int, int]] = []
 
     # -- sources --------------------------------------------------------------------
 
@@ -461,7 +476,15 @@ class Refreshes:
         else:
             try:
                 with self._staged_feeds(windows, guard) as staged:
-                    applied = self._merge_changes(staged, guard, before)
+                    try:
+                        applied = self._merge_changes(staged, guard, before)
+                    except duckdb.Error as error:
+                        if emit.EXHAUSTED not in str(error):
+                            raise
+                        # As writes.StateWrites._merge_or_recompute: the MERGE
+                        # wrote nothing; again, refilling at the pinned versions.
+                        self.refilled.append(self.history[-1])
+                        applied = self._merge_changes(staged, guard, before, refill=pinned)
             except duckdb.Error as error:
                 if emit.CANCELLED not in str(error):
                     raise
@@ -516,7 +539,11 @@ class Refreshes:
                     self.engine.execute(statement)
 
     def _merge_changes(
-        self, windows: Mapping[TableName, VersionRange], guard: emit.Guard, before: list[dict]
+        self,
+        windows: Mapping[TableName, VersionRange],
+        guard: emit.Guard,
+        before: list[dict],
+        refill: Mapping[TableName, int] | None = None,
     ) -> list[dict]:
         bounds = self._join_key_bounds(windows)
         with self._staged_snapshots(windows, guard, bounds) as reading:
@@ -527,7 +554,9 @@ class Refreshes:
             )
             if staged is not None:
                 self.engine.execute(emit.stage_changes(self.plan, reading, staged, bounds))
-            merge = emit.merge_changes(self.plan, STATE, reading, guard, bounds, staged=staged)
+            merge = emit.merge_changes(
+                self.plan, STATE, reading, guard, bounds, staged=staged, refill=refill
+            )
             try:
                 delta = self._apply(merge, guard, self.plan.merge_keys)
             finally:
@@ -627,16 +656,46 @@ class Refreshes:
         return [dict(zip(columns, row)) for row in rows]
 
     def _check_state(self, applied: list[dict]) -> None:
+        """The state equals the build, its bounded MIN/MAX values each group's best ones.
+
+        A bounded pre-aggregation's rows are not the build's (that keeps
+        exactly `kept` values, a refresh between 1 and 2 * `kept`): they are
+        checked against the group's values by _check_kept, and the MERGE's
+        against the Python rule's.
+        """
         columns = state_queries.state_table_columns(self.plan)
         merged = self._state()
-        as_rows = functools.partial(state_rows, self.plan, columns)
+        bounded = {p.slot: p for p in self.plan.preaggregations if p.kept is not None}
+
+        def as_rows(rows: list[dict]) -> list[Row]:
+            unbounded = [r for r in rows if not bounded or r[names.SLOT] not in bounded]
+            return state_rows(self.plan, columns, [[r[c] for c in columns] for r in unbounded])
+
         expected_columns, rebuilt = self.engine.query(
             view_class_rule(self.plan.view_class).build_query(self.plan, self.versions)
         )
-        rebuilt_rows = state_rows(self.plan, expected_columns, rebuilt)
+        rebuilt_rows = as_rows([dict(zip(expected_columns, row)) for row in rebuilt])
+        if bounded:
+            self._check_kept(merged, bounded)
+            groups = Counter((r[names.SLOT], *(r[k] for k in self.plan.keys)) for r in merged)
+            self.most_kept.append(
+                {
+                    slot: max((n for g, n in groups.items() if g[0] == slot), default=0)
+                    for slot in bounded
+                }
+            )
+            whole = [*self.plan.merge_keys, names.COUNT]
+            diff = _difference(
+                [tuple(r[c] for c in whole) for r in applied],
+                [tuple(r[c] for c in whole) for r in merged],
+            )
+            if diff:
+                raise Mismatch(
+                    self._where(f"the compiler's MERGE differs from the Python rule: {diff}")
+                )
         for what, rows in (
-            ("state (+) change (in Python)", as_rows([[r[c] for c in columns] for r in applied])),
-            ("the compiler's MERGE", as_rows([[r[c] for c in columns] for r in merged])),
+            ("state (+) change (in Python)", as_rows(applied)),
+            ("the compiler's MERGE", as_rows(merged)),
         ):
             diff = _difference(rebuilt_rows, rows)
             if diff:
@@ -659,6 +718,43 @@ class Refreshes:
                         f"in {', '.join(history)}: {diff}"
                     )
                 )
+
+    def _check_kept(self, merged: list[dict], bounded: Mapping[int, PreAggregation]) -> None:
+        """Each bounded pre-aggregation keeps, per group, a prefix of its best values.
+
+        Best first (smallest for MIN, largest for MAX), with their exact
+        counts, at least one while the group has values and at most 2 * kept.
+        """
+        columns, rows = self.engine.query(
+            state_queries.rows_to_build(self.plan, self.versions, None)
+        )
+        flat = [dict(zip(columns, row)) for row in rows]
+        for slot, pre in bounded.items():
+            values: dict[tuple, Counter] = collections.defaultdict(Counter)
+            for row in flat:
+                if row[pre.argument] is not None:
+                    values[tuple(row[k] for k in self.plan.keys)][row[pre.argument]] += 1
+            kept: dict[tuple, dict] = collections.defaultdict(dict)
+            for row in merged:
+                if row[names.SLOT] == slot:
+                    group = tuple(row[k] for k in self.plan.keys)
+                    kept[group][row[pre.value_column]] = row[names.COUNT]
+            descending = pre.bounded_kind == "MAX"
+            for group in values.keys() | kept.keys():
+                best = sorted(values[group].items(), reverse=descending)
+                stored = sorted(kept[group].items(), reverse=descending)
+                assert pre.kept is not None
+                if (
+                    stored != best[: len(stored)]
+                    or (best and not stored)
+                    or len(stored) > 2 * pre.kept
+                ):
+                    raise Mismatch(
+                        self._where(
+                            f"slot {slot} ({pre.bounded_kind}) of group {group} keeps {stored}, "
+                            f"not the best of its values at {self._shown()}: {best}"
+                        )
+                    )
 
     def _check_log(self) -> None:
         """The log's consolidated rows equal the build; a rewritten log has one row per key."""

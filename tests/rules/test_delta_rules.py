@@ -34,6 +34,10 @@ from tests.rules.oracle import Mismatch, Refreshes, Scenario, run
 
 EXAMPLES = int(os.environ.get("IVM_RULES_EXAMPLES", "3"))
 
+# What a broken rule fails with: the state differs from the build, or a
+# bounded MIN/MAX keeps other values than the group's best (oracle._check_kept).
+CAUGHT = "differs from the build|not the best of its values"
+
 RULES_SETTINGS = settings(
     max_examples=EXAMPLES,
     derandomize=os.environ.get("IVM_RULES_RANDOM", "") != "1",
@@ -152,14 +156,14 @@ def test_the_unchanged_feed_passes(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["grouped", "keeps_key", "joined_groups", "set_except_all"])
 def test_a_change_row_with_its_sign_flipped_is_caught(name: str) -> None:
-    with pytest.raises(Mismatch, match="differs from the build"):
+    with pytest.raises(Mismatch, match=CAUGHT):
         run(MODEL_BY_NAME[name], _scenario(MODEL_BY_NAME[name]), hook=_flip_first_insert)
 
 
 def test_a_wrong_delta_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A compiler that reads an update's postimage as a removal fails on the first update."""
     monkeypatch.setattr(reads, "ADDING_CHANGE_TYPES", ("insert",))
-    with pytest.raises(Mismatch, match="differs from the build"):
+    with pytest.raises(Mismatch, match=CAUGHT):
         run(MODEL_BY_NAME["grouped"], _scenario(MODEL_BY_NAME["grouped"]))
 
 
@@ -181,6 +185,46 @@ def _dominated(name: str, aggregate: str, rows: tuple, *also: Change) -> Refresh
     )
     step = ((SRC.name, Delete("v", 2)), *((SRC.name, change) for change in also))
     return run(model, Scenario(((SRC.name, Insert(rows)),), (step,)))
+
+
+# -- bounded MIN/MAX (rules/extremes.py; oracle.RULES_EXTREMES_KEPT = 1) ----------------
+
+EXTREMES = Model(
+    "bounded_extremes",
+    f"select g, min(v) as mn, max(v) as mx, count(*) as n from {SRC.name} group by g",
+    (SRC,),
+)
+
+
+def test_deleting_the_kept_extreme_refills_it_from_the_sources() -> None:
+    """Group a keeps MIN {1} and MAX {4}; deleting 1 leaves it none: 2 comes from the sources."""
+    rows = tuple((0, "a", v, None) for v in (1, 2, 3, 4))
+    refreshes = run(
+        EXTREMES,
+        Scenario(((SRC.name, Insert(rows)),), (((SRC.name, Delete("v", 1)),),)),
+    )
+    assert len(refreshes.refilled) == 1
+    assert refreshes.most_kept == [{1: 1, 2: 1}]
+
+
+def test_values_past_the_kept_edge_are_left_out_and_a_new_group_is_cut_back() -> None:
+    """A new group's four values are cut back to its best one; later ones past it are left out.
+
+    Deleting a value past the edge then touches nothing kept, and nothing is refilled.
+    """
+    refreshes = run(
+        EXTREMES,
+        Scenario(
+            ((SRC.name, Insert(((0, "a", 0, None),))),),
+            (
+                ((SRC.name, Insert(tuple((0, "b", v, None) for v in (1, 2, 3, 4)))),),
+                ((SRC.name, Insert(((0, "b", 3, None),))),),
+                ((SRC.name, Delete("v", 3)),),
+            ),
+        ),
+    )
+    assert refreshes.refilled == []
+    assert refreshes.most_kept == [{1: 1, 2: 1}] * 3
 
 
 # -- change feeds staged once (writes.StateWrites.staged_feeds) ------------------------
@@ -220,7 +264,7 @@ def test_a_stage_missing_its_rows_is_caught(
 ) -> None:
     """The statements read the stage, not the feed: an empty stage loses the change."""
     _empty_stages(monkeypatch, "stage_feed")
-    with pytest.raises(Mismatch, match="differs from the build"):
+    with pytest.raises(Mismatch, match=CAUGHT):
         run(MODEL_BY_NAME[name], Scenario(SEED, BOTH_INPUTS), log=log)
 
 
@@ -240,7 +284,7 @@ def test_a_snapshot_read_by_two_terms_is_read_from_its_stage(log: bool) -> None:
 def test_a_snapshot_stage_missing_its_rows_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The write reads the stage, not the table: an empty stage loses the partner's rows."""
     _empty_stages(monkeypatch, "stage_snapshot")
-    with pytest.raises(Mismatch, match="differs from the build"):
+    with pytest.raises(Mismatch, match=CAUGHT):
         run(MODEL_BY_NAME["three_way_grouped"], Scenario(TAGGED, BOTH_INPUTS))
 
 

@@ -15,6 +15,7 @@ from ivm_compiler import compile as compile_module
 from ivm_compiler.changes import signed_rows
 from ivm_compiler.plan import MergeRule, PreAggregation, SourceRef
 from ivm_compiler.reads import VersionRange as Window
+from ivm_compiler.rules import extremes
 from tests.unit.golden import FakeCatalog
 
 MODEL = "my_model"
@@ -51,9 +52,10 @@ def compile_with(
     describe: list[tuple[str, str]],
     describe_probe: list[tuple[str, str]] | None = None,
     sources: dict[str, list[tuple[str, str]]] = SOURCES,
+    extremes_kept: int | None = extremes.KEPT_VALUES,
 ):
     catalog = FakeCatalog(sources, sql, describe, describe_probe)
-    return compile_model(MODEL, sql, catalog), catalog
+    return compile_model(MODEL, sql, catalog, extremes_kept=extremes_kept), catalog
 
 
 GROUPED_SQL = (
@@ -352,16 +354,77 @@ EXTREMES_PROBE = [("key_0", "string"), ("value_0", "int"), ("value_1", "decimal(
 
 
 def test_min_max_and_count_distinct_plan() -> None:
-    plan, catalog = compile_with(EXTREMES_SQL, EXTREMES_DESCRIBE, EXTREMES_PROBE)
+    plan, _ = compile_with(EXTREMES_SQL, EXTREMES_DESCRIBE, EXTREMES_PROBE)
     assert plan.view_class is ViewClass.GROUPED_AGGREGATE
     assert [(c.name, c.rule, c.preaggregation) for c in plan.state_columns] == [
         ("__ivm_g0", MergeRule.KEY, None),
         ("__ivm_count", MergeRule.ADD, None),
-        # COUNT(qty) is additive; MIN and MAX of qty share one pre-aggregation ...
+        # COUNT(qty) is additive (a bounded MIN/MAX reads it too); MIN and MAX
+        # of qty keep their best values, each in a pre-aggregation ...
+        ("__ivm_nn_a0", MergeRule.ADD, None),
+        ("__ivm_min_a0", MergeRule.RECOMPUTED, 1),
+        ("__ivm_max_a0", MergeRule.RECOMPUTED, 2),
+        # ... and COUNT(DISTINCT amount) keeps every value.
+        ("__ivm_cd_a1", MergeRule.RECOMPUTED, 3),
+    ]
+    assert plan.preaggregations == (
+        PreAggregation(
+            argument_index=0,
+            slot=1,
+            argument="__ivm_arg0",
+            value_column="__ivm_pv_a0_min",
+            recomputed=(("__ivm_min_a0", "MIN"),),
+            touched_flag="__ivm_touched_a0_min",
+            kept=extremes.KEPT_VALUES,
+        ),
+        PreAggregation(
+            argument_index=0,
+            slot=2,
+            argument="__ivm_arg0",
+            value_column="__ivm_pv_a0_max",
+            recomputed=(("__ivm_max_a0", "MAX"),),
+            touched_flag="__ivm_touched_a0_max",
+            kept=extremes.KEPT_VALUES,
+        ),
+        PreAggregation(
+            argument_index=1,
+            slot=3,
+            argument="__ivm_arg1",
+            value_column="__ivm_pv_a1",
+            recomputed=(("__ivm_cd_a1", "COUNT"),),
+            touched_flag="__ivm_touched_a1",
+        ),
+    )
+    assert plan.merge_keys == (
+        "__ivm_g0",
+        "__ivm_slot",
+        "__ivm_pv_a0_min",
+        "__ivm_pv_a0_max",
+        "__ivm_pv_a1",
+    )
+    assert [o.expression.sql("spark") for o in plan.outputs] == [
+        "`__ivm_g0`",
+        "`__ivm_min_a0`",
+        "`__ivm_max_a0`",
+        "`__ivm_cd_a1`",
+        "`__ivm_nn_a0`",
+    ]
+    # Another number of kept values is another state: the model is rebuilt.
+    fewer, _ = compile_with(EXTREMES_SQL, EXTREMES_DESCRIBE, EXTREMES_PROBE, extremes_kept=4)
+    assert fewer.fingerprint != plan.fingerprint
+
+
+def test_min_max_keeping_every_value_share_one_pre_aggregation() -> None:
+    """ivm_extreme_values='all': the pre-aggregation of every value, as COUNT(DISTINCT) keeps."""
+    plan, catalog = compile_with(
+        EXTREMES_SQL, EXTREMES_DESCRIBE, EXTREMES_PROBE, extremes_kept=None
+    )
+    assert [(c.name, c.rule, c.preaggregation) for c in plan.state_columns] == [
+        ("__ivm_g0", MergeRule.KEY, None),
+        ("__ivm_count", MergeRule.ADD, None),
         ("__ivm_nn_a0", MergeRule.ADD, None),
         ("__ivm_min_a0", MergeRule.RECOMPUTED, 1),
         ("__ivm_max_a0", MergeRule.RECOMPUTED, 1),
-        # ... and COUNT(DISTINCT amount) has its own.
         ("__ivm_cd_a1", MergeRule.RECOMPUTED, 2),
     ]
     assert plan.preaggregations == (
@@ -391,6 +454,15 @@ def test_min_max_and_count_distinct_plan() -> None:
         "`__ivm_cd_a1`",
         "`__ivm_nn_a0`",
     ]
+    # A pre-aggregation row is told apart by its slot and identified by its value.
+    assert plan.merge_keys == ("__ivm_g0", "__ivm_slot", "__ivm_pv_a0", "__ivm_pv_a1")
+    assert [o.expression.sql("spark") for o in plan.outputs] == [
+        "`__ivm_g0`",
+        "`__ivm_min_a0`",
+        "`__ivm_max_a0`",
+        "`__ivm_cd_a1`",
+        "`__ivm_nn_a0`",
+    ]
     # The values are grouped by, so the probe asks their types (MIN keeps the type).
     assert catalog.probes == [
         (
@@ -409,7 +481,7 @@ def test_global_max_keeps_its_group_row_and_drops_emptied_values() -> None:
     )
     assert plan.view_class is ViewClass.GLOBAL_AGGREGATE
     assert plan.keys == ()
-    assert plan.merge_keys == ("__ivm_slot", "__ivm_pv_a0")
+    assert plan.merge_keys == ("__ivm_slot", "__ivm_pv_a0_max")
     assert catalog.probes == [
         "SELECT FIRST(`orders`.`amount`) AS value_0 FROM `shop`.`orders` AS `orders`"
     ]

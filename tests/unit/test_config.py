@@ -10,6 +10,7 @@ from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm import config
 from dbt.adapters.spark_ivm.config import IVM_CONFIGS, validate_model_config
+from dbt.adapters.spark_ivm.settings import RefreshSettings
 
 MODEL = "model.shop.orders_by_customer"
 
@@ -35,6 +36,9 @@ MODEL = "model.shop.orders_by_customer"
         pytest.param({"ivm_join_state": ["c", "o"]}, id="join_state_aliases"),
         pytest.param({"ivm_window_order_unique": True}, id="window_order_unique"),
         pytest.param({"ivm_window_order_unique": False}, id="window_order_not_unique"),
+        pytest.param({"ivm_extreme_values": 1}, id="extreme_values_one"),
+        pytest.param({"ivm_extreme_values": 200}, id="extreme_values_many"),
+        pytest.param({"ivm_extreme_values": "all"}, id="extreme_values_all"),
         # Only the ivm_ prefix is ours; other adapters' configs pass through.
         pytest.param({"fallback": "anything", "file_format": "delta"}, id="foreign_configs"),
     ],
@@ -123,6 +127,24 @@ def test_window_order_unique_must_be_a_boolean(value: object) -> None:
     message = str(raised.value)
     assert f"Model '{MODEL}': ivm_window_order_unique={value!r} is not valid" in message
     assert "true or false (unset: false)" in message
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, "16", "ALL", True])
+def test_extreme_values_must_be_a_positive_whole_number_or_all(value: object) -> None:
+    # True is an int to Python, and '16' a string to YAML: neither passes.
+    with pytest.raises(CompilationError) as raised:
+        validate_model_config(MODEL, {"ivm_extreme_values": value})
+    message = str(raised.value)
+    assert f"Model '{MODEL}': ivm_extreme_values={value!r} is not valid" in message
+    assert "a whole number of at least 1, 'all', or unset (16)" in message
+
+
+@pytest.mark.parametrize(("configured", "kept"), [(None, 16), (1, 1), (40, 40), ("all", None)])
+def test_extreme_values_reach_the_compiler_as_a_number_or_none(
+    configured: object, kept: int | None
+) -> None:
+    config = {} if configured is None else {"ivm_extreme_values": configured}
+    assert RefreshSettings.from_config(config).extreme_values == kept
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,16 @@ from dbt_common.exceptions import CompilationError
 from dbt.adapters.spark_ivm.groups import NO_GROUP
 from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
 from dbt.adapters.spark_ivm.schema_changes import ON_SCHEMA_CHANGE_VALUES
-from dbt.adapters.spark_ivm.settings import Fallback, StateForm
+from dbt.adapters.spark_ivm.settings import ALL_EXTREME_VALUES, Fallback, StateForm
 from dbt.adapters.spark_ivm.strategy import STRATEGIES
+from ivm_compiler.rules.extremes import KEPT_VALUES
 
 FALLBACK_VALUES = tuple(Fallback)
 
 # config name -> what it accepts (documented in docs/configuration.md).
 IVM_CONFIGS: dict[str, str] = {
+    "ivm_extreme_values": f"a whole number of at least 1, {ALL_EXTREME_VALUES!r}, or unset "
+    f"({KEPT_VALUES})",
     "ivm_fallback": "one of: " + ", ".join(repr(v.value) for v in FALLBACK_VALUES) + ", or unset",
     "ivm_group": f"a group name (letters, digits, _ and -), {NO_GROUP!r}, or unset",
     "ivm_join_state": "one of: "
@@ -90,6 +93,17 @@ def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
         raise CompilationError(
             f"Model '{model}': on_schema_change={on_schema_change!r} is not valid; it must "
             "be one of: " + ", ".join(repr(v) for v in ON_SCHEMA_CHANGE_VALUES) + "."
+        )
+
+    extreme_values = config.get("ivm_extreme_values")
+    if extreme_values is not None and not (
+        extreme_values == ALL_EXTREME_VALUES
+        or (type(extreme_values) is int and extreme_values >= 1)
+    ):
+        raise CompilationError(
+            f"Model '{model}': ivm_extreme_values={extreme_values!r} is not valid; it must be "
+            f"{IVM_CONFIGS['ivm_extreme_values']}: how many of a group's smallest (MIN) or "
+            "largest (MAX) values the state keeps."
         )
 
     unique_order = config.get("ivm_window_order_unique")

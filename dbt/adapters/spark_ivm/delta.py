@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from dbt.adapters.spark_ivm.schema_changes import SchemaCommit
 from ivm_compiler import TableName
-from ivm_compiler.emit import CANCELLED, GUARD_FAILED
+from ivm_compiler.emit import CANCELLED, EXHAUSTED, GUARD_FAILED
 from ivm_compiler.errors import first_line
 from ivm_compiler.sql import DIALECT
 
@@ -766,6 +766,17 @@ def is_cancelling_removal(error: BaseException) -> bool:
     False
     """
     return f"{RAISED} {CANCELLED}" in str(error)
+
+
+def is_exhausted(error: BaseException) -> bool:
+    """Whether a state MERGE stopped at a group whose bounded MIN/MAX values ran out.
+
+    >>> is_exhausted(Exception("[USER_RAISED_EXCEPTION] ivm exhausted: a group of ..."))
+    True
+    >>> is_exhausted(Exception("[PARSE_SYNTAX_ERROR] ... RAISE_ERROR('ivm exhausted: ...')"))
+    False
+    """
+    return f"{RAISED} {EXHAUSTED}" in str(error)
 
 
 def is_change_history_unavailable(error: BaseException) -> bool:

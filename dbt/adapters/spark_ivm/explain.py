@@ -401,9 +401,13 @@ def _preaggregation_lines(plan: ViewPlan) -> list[str]:
             kind if kind != "COUNT" else "COUNT(DISTINCT)" for _, kind in pre.recomputed
         )
         argument = plan.rows.expressions[_argument_position(plan, pre.argument)].this
+        kept = ""
+        if pre.kept is not None:
+            side = "smallest" if pre.bounded_kind == "MIN" else "largest"
+            kept = f", its {pre.kept} to {2 * pre.kept} {side} values per group"
         lines.append(
             f"  pre-aggregation (slot {pre.slot}): (group, value, count) of "
-            f"{argument.sql(dialect=DIALECT)} for {kinds}"
+            f"{argument.sql(dialect=DIALECT)} for {kinds}{kept}"
         )
     return lines
 

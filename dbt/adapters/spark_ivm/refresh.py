@@ -315,6 +315,7 @@ class Refresh:
             _SparkCatalog(self.runner, self.relations.columns),
             upstreams,
             written=self.sql if split.nodes else None,
+            extremes_kept=self.settings.extreme_values,
         )
         return self._in_state_form(plan, split)
 
@@ -373,6 +374,7 @@ class Refresh:
                     full_refresh=self.settings.full_refresh,
                     strategy=self.settings.strategy,
                     window_order_unique=self.settings.window_order_unique,
+                    extreme_values=self.settings.extreme_values,
                 ),
                 relations=self.relations,
                 upstream_materializations=self.upstream_materializations,
@@ -689,6 +691,11 @@ class Refresh:
         result.rows_deleted = written.deleted
         if written.nothing is not None:
             result.reason = written.nothing
+        if written.refilled_extremes:
+            self.log.info(
+                f"{self.model}: groups whose kept MIN/MAX values the change removed took their "
+                "next values from the sources (ivm_extreme_values)"
+            )
         if written.recomputed_groups:
             result.recomputed_groups = True
             self.log.info(

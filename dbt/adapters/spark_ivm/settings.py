@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from ivm_compiler.emit import ViewDocs
+from ivm_compiler.rules.extremes import KEPT_VALUES
 
 
 class _Value(str, Enum):
@@ -87,6 +88,9 @@ class RefreshSettings:
     # recreated on every run, so edited descriptions show up without a rebuild.
     docs: ViewDocs | None = None
     state_form: StateForm = StateForm.AUTO
+    # ivm_extreme_values: how many of a group's most extreme values a MIN or
+    # MAX keeps (None: all of them; ivm_compiler/rules/extremes.py).
+    extreme_values: int | None = KEPT_VALUES
 
     @classmethod
     def from_config(
@@ -111,4 +115,16 @@ class RefreshSettings:
             change_feed=change_feed,
             docs=docs,
             state_form=StateForm(config.get("ivm_state_form") or StateForm.AUTO),
+            extreme_values=_extreme_values(config.get("ivm_extreme_values")),
         )
+
+
+# ivm_extreme_values' value for keeping every distinct value.
+ALL_EXTREME_VALUES = "all"
+
+
+def _extreme_values(configured: Any) -> int | None:
+    """ivm_extreme_values as the compiler takes it: a number, or None for 'all'."""
+    if configured is None:
+        return KEPT_VALUES
+    return None if configured == ALL_EXTREME_VALUES else int(configured)

@@ -65,6 +65,14 @@ class CancellingRemoval(Exception):
         super().__init__(f"{self.REASON} ({first_line(error, limit=300)})")
 
 
+class ExhaustedExtremes(Exception):
+    """The MERGE stopped at a group whose bounded MIN/MAX values ran out (emit.EXHAUSTED).
+
+    It wrote nothing: the refresh runs it again, refilling those groups from
+    the sources (ivm_compiler/rules/extremes.py).
+    """
+
+
 @dataclass(frozen=True)
 class _MergeInputs:
     """What a change's MERGE reads: the plan, its ranges (stages named), guard, key bounds, join-state reads."""
@@ -87,6 +95,8 @@ class Written:
     nothing: str | None = None
     # Set when the groups whose removal cancelled were recomputed (CancellingRemoval).
     recomputed_groups: bool = False
+    # Set when groups whose kept MIN/MAX values ran out were refilled (ExhaustedExtremes).
+    refilled_extremes: bool = False
     # A log state's write (log_state.py): "appended", or "rewritten" when compacted.
     log_write: str | None = None
 
@@ -286,6 +296,29 @@ class StateWrites:
                 metadata,
                 settings,
             )
+        except ExhaustedExtremes:
+            # The MERGE wrote nothing; this one also reads those groups'
+            # best values from the sources at the pinned versions.
+            self.log.debug(
+                f"{self.model}: a group lost every MIN/MAX value the state kept; "
+                "reading its best values from the sources"
+            )
+            written = self._merge(
+                emit.merge_changes(
+                    plan,
+                    self.state,
+                    reading,
+                    guard,
+                    bounds,
+                    join_reads,
+                    changes_stage,
+                    refill={t: s.version for t, s in pinned.items()},
+                ),
+                metadata,
+                settings,
+            )
+            written.refilled_extremes = True
+            return written
         except CancellingRemoval:
             if not merge_source.recomputes_groups(plan):
                 raise  # the refresh recomputes the model
@@ -455,6 +488,8 @@ class StateWrites:
                 raise ConcurrentRefresh(self.model, self.state, error) from error
             if delta.is_cancelling_removal(error):
                 raise CancellingRemoval(error) from error
+            if delta.is_exhausted(error):
+                raise ExhaustedExtremes(first_line(error, limit=300)) from error
             raise
         # Delta's MERGE answers with one row of counts (num_affected_rows, ...);
         # the guard row's move is one of the updated rows, not a model row.
