@@ -351,6 +351,7 @@ def merge_changes(
     join_reads: changes.JoinReads | None = None,
     staged: str | None = None,
     refill: Mapping[TableName, int] | None = None,
+    staged_rows: str | None = None,
 ) -> str:
     """One MERGE that applies a refresh's whole change to the state, in one Delta commit.
 
@@ -364,8 +365,13 @@ def merge_changes(
     With bounded MIN/MAX values it fails with EXHAUSTED where a group's
     ran out; `refill`, the pinned versions, makes the MERGE that reads
     those groups' values from the sources instead (rules/extremes.py).
+    `staged_rows`: the relation stage_change_rows cached the change query's
+    rows in, read instead of the query.
     """
-    source = _change_source(plan, state, ranges, bounds, join_reads, staged, refill)
+    if staged_rows is not None:
+        source: exp.Query = exp.select(exp.Star()).from_(exp.Table(this=ident(staged_rows)))
+    else:
+        source = _change_source(plan, state, ranges, bounds, join_reads, staged, refill)
     layered = bool(merge_source.merged_columns(plan))
     if layered:
         source = merge_source.with_merged_values(plan, source, state)
@@ -539,6 +545,33 @@ def stage_changes(
     which the refresh drops after its MERGE (drop_staged).
     """
     rows = changes.signed_rows(plan, ranges, bounds, join_reads)
+    return _sql(exp.Cache(this=exp.Table(this=ident(name)), expression=rows))
+
+
+def stage_change_rows(
+    plan: ViewPlan,
+    state: TableName,
+    ranges: Mapping[TableName, reads.VersionRange],
+    name: str,
+    bounds: key_bounds.Bounds | None = None,
+    join_reads: changes.JoinReads | None = None,
+    staged: str | None = None,
+) -> str:
+    """CACHE TABLE <name> AS <the change query>: each state row's change, computed once.
+
+    For a plan with pre-aggregations (stages_changes), after stage_changes
+    (`staged`). Delta's MERGE evaluates its source twice (to find the files
+    holding touched rows, then to rewrite them), and the change query's
+    recomputed values are broadcast beside the group rows while the
+    pre-aggregation rows they come from are read again by their own branch:
+    bounded MIN/MAX's kept values were computed three times per MERGE
+    (TPC-H SF 1, lineitem_supplier_extremes: three broadcast jobs of 2-8 s,
+    then the find and rewrite passes). Cached, the MERGE reads them. Its
+    reads of the state happen here, before the MERGE: the guard row still
+    fails the MERGE if another refresh committed since this one read the
+    guard, which it did before staging.
+    """
+    rows = _change_source(plan, state, ranges, bounds, join_reads, staged)
     return _sql(exp.Cache(this=exp.Table(this=ident(name)), expression=rows))
 
 

@@ -159,28 +159,6 @@ class TestRandomJoinChanges(RandomJoinChanges):
     def project_config_update(self):
         return {"models": {"+materialized": "ivm", "+ivm_extreme_values": 1}}
 
-    def test_a_deleted_kept_extreme_is_read_again_from_the_sources(self, project, spark, sources):
-        for table in sources.values():
-            spark.sql(f"DELETE FROM {table}")
-        extremes = ("extremes", "global_extremes")
-        spark.sql(
-            f"INSERT INTO {sources['src']} VALUES "
-            "(1, 'a', 1, 1.50), (2, 'a', 2, 0.00), (3, 'a', 3, -2.25)"
-        )
-        self._refresh_and_check(project, spark, sources, extremes)
-        # global_extremes keeps MIN(v) {1} and MAX(d) {1.50}: both deleted.
-        spark.sql(f"DELETE FROM {sources['src']} WHERE v = 1")
-        log = self._refresh_and_check(project, spark, sources, extremes)
-        assert "took their next values from the sources" in log, log
-        row = spark.sql(f"SELECT * FROM {project.test_schema}.global_extremes").collect()[0]
-        assert (row["mn"], str(row["mx"]), row["n"]) == (2, "0.00", 2)
-        # Each of its bounded MIN and MAX keeps its one best value again.
-        kept = spark.sql(
-            f"SELECT __ivm_slot, COUNT(*) AS n FROM {project.test_schema}.global_extremes__ivm_state "
-            "WHERE __ivm_slot > 0 AND __ivm_guard IS NULL GROUP BY __ivm_slot"
-        ).collect()
-        assert sorted((r["__ivm_slot"], r["n"]) for r in kept)[:2] == [(1, 1), (2, 1)], kept
-
     def test_extremes_keep_their_value_when_a_refresh_does_not_touch_them(
         self, project, spark, sources
     ):
@@ -189,12 +167,28 @@ class TestRandomJoinChanges(RandomJoinChanges):
         for table in sources.values():
             spark.sql(f"DELETE FROM {table}")
         extremes = ("extremes", "global_extremes")
-        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 2, 1.50), (2, 'b', 3, 0.00)")
+        spark.sql(
+            f"INSERT INTO {sources['src']} VALUES "
+            "(1, 'a', 2, 1.50), (2, 'b', 3, 0.00), (4, 'b', 4, -2.25)"
+        )
         self._refresh_and_check(project, spark, sources, extremes)
         spark.sql(f"INSERT INTO {sources['src']} VALUES (3, NULL, NULL, NULL)")
         self._refresh_and_check(project, spark, sources, extremes)
         row = spark.sql(f"SELECT * FROM {project.test_schema}.global_extremes").collect()[0]
-        assert (row["mn"], str(row["mx"]), row["ng"], row["n"]) == (2, "1.50", 2, 3)
+        assert (row["mn"], str(row["mx"]), row["ng"], row["n"]) == (2, "1.50", 2, 4)
+        # Three values each, more than twice the one kept: global_extremes
+        # keeps MIN(v) {2} and MAX(d) {1.50}. Deleting their row leaves both
+        # with none, and the refresh reads the next ones from the sources.
+        spark.sql(f"DELETE FROM {sources['src']} WHERE v = 2")
+        log = self._refresh_and_check(project, spark, sources, extremes)
+        assert "took their next values from the sources" in log, log
+        row = spark.sql(f"SELECT * FROM {project.test_schema}.global_extremes").collect()[0]
+        assert (row["mn"], str(row["mx"]), row["ng"], row["n"]) == (3, "0.00", 1, 3)
+        kept = spark.sql(
+            f"SELECT __ivm_slot, COUNT(*) AS n FROM {project.test_schema}.global_extremes__ivm_state "
+            "WHERE __ivm_slot IN (1, 2) AND __ivm_guard IS NULL GROUP BY __ivm_slot"
+        ).collect()
+        assert sorted((r["__ivm_slot"], r["n"]) for r in kept) == [(1, 1), (2, 1)], kept
 
 
 class TestRandomNodeChanges(RandomJoinChanges):

@@ -552,16 +552,31 @@ class Refreshes:
             staged = (
                 f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(self.plan) else None
             )
+            # and the change query's rows then too (emit.stage_change_rows);
+            # a refill reads the sources, so its rows are not staged.
+            rows = f"{staged}_rows" if staged is not None and refill is None else None
             if staged is not None:
                 self.engine.execute(emit.stage_changes(self.plan, reading, staged, bounds))
+            if rows is not None:
+                self.engine.execute(
+                    emit.stage_change_rows(self.plan, STATE, reading, rows, bounds, staged=staged)
+                )
             merge = emit.merge_changes(
-                self.plan, STATE, reading, guard, bounds, staged=staged, refill=refill
+                self.plan,
+                STATE,
+                reading,
+                guard,
+                bounds,
+                staged=staged,
+                refill=refill,
+                staged_rows=rows,
             )
             try:
                 delta = self._apply(merge, guard, self.plan.merge_keys)
             finally:
-                for statement in emit.drop_staged(staged) if staged is not None else ():
-                    self.engine.execute(statement)
+                for name in (rows, staged):
+                    for statement in emit.drop_staged(name) if name is not None else ():
+                        self.engine.execute(statement)
         return apply_changes(self.plan, before, delta)
 
     def _append(self, windows: Mapping[TableName, VersionRange], guard: emit.Guard) -> None:

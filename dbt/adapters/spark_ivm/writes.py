@@ -264,26 +264,44 @@ class StateWrites:
         """apply_change's MERGE, over the change staged first where the plan asks (emit.stages_changes)."""
         plan, guard = inputs.plan, inputs.guard
         changes_stage = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(plan) else None
+        # The change query's rows too, once the signed rows are staged.
+        rows_stage = f"{changes_stage}_rows" if changes_stage is not None else None
         try:
-            if changes_stage is not None:
+            if changes_stage is not None and rows_stage is not None:
                 with self._under(delta.STAGE_SETTINGS):
                     self.runner.execute(
                         emit.stage_changes(
                             plan, inputs.reading, changes_stage, inputs.bounds, inputs.join_reads
                         )
                     )
-            return self._merge_or_recompute(inputs, pinned, changes_stage)
+                    self.runner.execute(
+                        emit.stage_change_rows(
+                            plan,
+                            self.state,
+                            inputs.reading,
+                            rows_stage,
+                            inputs.bounds,
+                            inputs.join_reads,
+                            changes_stage,
+                        )
+                    )
+            return self._merge_or_recompute(inputs, pinned, changes_stage, rows_stage)
         finally:
-            for statement in emit.drop_staged(changes_stage) if changes_stage else ():
-                self.runner.execute(statement)
+            for name in (rows_stage, changes_stage):
+                for statement in emit.drop_staged(name) if name is not None else ():
+                    self.runner.execute(statement)
 
     def _merge_or_recompute(
         self,
         inputs: _MergeInputs,
         pinned: dict[TableName, delta.SourceSnapshot],
         changes_stage: str | None,
+        rows_stage: str | None = None,
     ) -> Written:
-        """The guarded MERGE; where it would cancel a group's inexact sum, one recomputing those groups."""
+        """The guarded MERGE; where it would cancel a group's inexact sum, one recomputing those groups.
+
+        `rows_stage`: the change query's rows, cached (emit.stage_change_rows).
+        """
         plan, reading, guard = inputs.plan, inputs.reading, inputs.guard
         bounds, join_reads = inputs.bounds, inputs.join_reads
         settings = emit.merge_settings(plan)
@@ -291,7 +309,14 @@ class StateWrites:
         try:
             return self._merge(
                 emit.merge_changes(
-                    plan, self.state, reading, guard, bounds, join_reads, changes_stage
+                    plan,
+                    self.state,
+                    reading,
+                    guard,
+                    bounds,
+                    join_reads,
+                    changes_stage,
+                    staged_rows=rows_stage,
                 ),
                 metadata,
                 settings,
