@@ -466,7 +466,7 @@ def _value_change_rows(plan: ViewPlan, pre: PreAggregation, changes_cte: str) ->
 
 # -- bounded pre-aggregations (module docstring) ----------------------------------------
 
-# Columns of a bounded pre-aggregation's kept values (names._kept_values_cte):
+# Columns of a bounded pre-aggregation's kept values (names.kept_values_cte):
 # the stored count, whether the state keeps the value after the change, its
 # place and the group's number of values kept before the cut to `kept`.
 _STORED = f"{names.RESERVED_PREFIX}stored_n"

@@ -14,6 +14,7 @@ another refresh of the model committed after this one read the state.
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -306,21 +307,11 @@ class StateWrites:
         bounds, join_reads = inputs.bounds, inputs.join_reads
         settings = emit.merge_settings(plan)
         metadata = self.metadata(guard.write, None)
+        merge_changes = functools.partial(
+            emit.merge_changes, plan, self.state, reading, guard, bounds, join_reads, changes_stage
+        )
         try:
-            return self._merge(
-                emit.merge_changes(
-                    plan,
-                    self.state,
-                    reading,
-                    guard,
-                    bounds,
-                    join_reads,
-                    changes_stage,
-                    staged_rows=rows_stage,
-                ),
-                metadata,
-                settings,
-            )
+            return self._merge(merge_changes(staged_rows=rows_stage), metadata, settings)
         except ExhaustedExtremes:
             # The MERGE wrote nothing; this one also reads those groups'
             # best values from the sources at the pinned versions.
@@ -328,20 +319,8 @@ class StateWrites:
                 f"{self.model}: a group lost every MIN/MAX value the state kept; "
                 "reading its best values from the sources"
             )
-            written = self._merge(
-                emit.merge_changes(
-                    plan,
-                    self.state,
-                    reading,
-                    guard,
-                    bounds,
-                    join_reads,
-                    changes_stage,
-                    refill={t: s.version for t, s in pinned.items()},
-                ),
-                metadata,
-                settings,
-            )
+            refill = {t: s.version for t, s in pinned.items()}
+            written = self._merge(merge_changes(refill=refill), metadata, settings)
             written.refilled_extremes = True
             return written
         except CancellingRemoval:
