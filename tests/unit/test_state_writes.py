@@ -8,8 +8,16 @@ import pytest
 
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.state_history import StateHistory
-from dbt.adapters.spark_ivm.writes import CancellingRemoval, StateWrites
+from dbt.adapters.spark_ivm.writes import CancellingRemoval, StateWrites, Written, _MergeInputs
 from ivm_compiler import TableName, emit, log_state
+from ivm_compiler.reads import VersionRange
+from tests.unit.test_compile import (
+    EXTREMES_DESCRIBE,
+    EXTREMES_PROBE,
+    EXTREMES_SQL,
+    ORDERS_TABLE,
+    compile_with,
+)
 from tests.unit.test_staged_feeds import (
     BOTH_CHANGED,
     NOT_IN_CHANGED,
@@ -288,3 +296,64 @@ def test_without_small_sources_no_snapshot_is_staged():
     assert not any("_snapshot_" in n for n in _staged_names(runner))
     write = next(s for s in runner.statements if " INSERT INTO " in s)
     assert "`shop`.`orders` VERSION AS OF 5" in write
+
+
+# -- a plan with pre-aggregations (StateWrites._merge_change) -------------------------
+
+
+class MergeRunner(SessionRunner):
+    """Records statements; the first MERGE fails with `first_error`, if given."""
+
+    def __init__(self, first_error: str | None = None) -> None:
+        super().__init__(last="12")
+        self.first_error = first_error
+
+    def query(self, sql: str):
+        if sql.startswith("MERGE INTO") and self.first_error is not None:
+            self.statements.append(sql)
+            error, self.first_error = self.first_error, None
+            raise RuntimeError(error)
+        return super().query(sql)
+
+
+def _merge_extremes(runner: MergeRunner, staging: delta.Staging) -> Written:
+    plan, _ = compile_with(EXTREMES_SQL, EXTREMES_DESCRIBE, EXTREMES_PROBE)
+    writes, _ = _writes(runner, own_session=True)
+    writes.staging = staging
+    ranges = {ORDERS_TABLE: VersionRange(recorded=4, pinned=6)}
+    pinned = {ORDERS_TABLE: delta.SourceSnapshot(ORDERS_TABLE, None, 6)}
+    inputs = _MergeInputs(plan, ranges, emit.Guard(read="r-read", write="r-this"), {}, {})
+    return writes._merge_change(inputs, pinned)
+
+
+def _merges(runner: MergeRunner) -> list[str]:
+    return [s for s in runner.statements if s.startswith("MERGE INTO")]
+
+
+def test_over_a_large_source_the_change_rows_are_staged_and_the_merge_reads_them():
+    runner = MergeRunner()
+    _merge_extremes(runner, delta.Staging(change_rows=True))
+    staged = _staged_names(runner)
+    assert len(staged) == 2 and staged[1] == f"{staged[0]}_rows"
+    (merge,) = _merges(runner)
+    assert f"FROM `{staged[1]}`" in merge and "TABLE_CHANGES" not in merge
+    for name in staged:
+        assert runner.statements.index(emit.drop_staged(name)[0]) > runner.statements.index(merge)
+
+
+def test_over_small_sources_only_the_signed_rows_are_staged():
+    runner = MergeRunner()
+    _merge_extremes(runner, delta.Staging())
+    (staged,) = _staged_names(runner)
+    (merge,) = _merges(runner)
+    assert f"FROM `{staged}`" in merge and "__ivm_kept_a0_min" in merge
+
+
+def test_a_merge_whose_kept_extremes_ran_out_runs_again_refilling_from_the_sources():
+    runner = MergeRunner(first_error=f"[USER_RAISED_EXCEPTION] {emit.EXHAUSTED}: a group of ...")
+    written = _merge_extremes(runner, delta.Staging(change_rows=True))
+    first, second = _merges(runner)
+    assert "__ivm_exhausted` = TRUE" in first and "VERSION AS OF" not in first
+    # The refill reads the source at its pinned version, and refuses nothing.
+    assert "`shop`.`orders` VERSION AS OF 6" in second and "ivm exhausted" not in second
+    assert written.refilled_extremes

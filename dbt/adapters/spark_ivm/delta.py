@@ -140,6 +140,12 @@ class Staging:
     partitions: int | None = None
     # Session confs every statement of the change runs under (none by default).
     settings: Mapping[str, str] = field(default_factory=dict)
+    # Whether a plan with pre-aggregations caches its change query's rows
+    # before the MERGE (emit.stage_change_rows): where a source is large.
+    # Over small sources the MERGE's repeated reads of them cost less than
+    # one more statement (TestRandomJoinChanges: 238 s of worker time with
+    # it, 2026-12-01).
+    change_rows: bool = False
 
 
 # No snapshot staged, each stage in as many partitions as it reads, no confs.
@@ -184,11 +190,11 @@ def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
      ('spark.sql.shuffle.partitions', '1')]
     >>> unknown = SourceSnapshot(TableName("s", "u"), None, 3)
     >>> staging({small.table: small, unknown.table: unknown})
-    Staging(snapshots=frozenset(), partitions=None, settings={'spark.sql.adaptive.enabled': 'false'})
+    Staging(snapshots=frozenset(), partitions=None, settings={'spark.sql.adaptive.enabled': 'false'}, change_rows=True)
     """
     if _all_small(pinned):
         return Staging(snapshot_sources(pinned), SMALL_PARTITIONS, dict(SMALL_SCAN_SETTINGS))
-    return Staging(settings=dict(CHANGE_SETTINGS))
+    return Staging(settings=dict(CHANGE_SETTINGS), change_rows=True)
 
 
 def snapshot_sources(pinned: Mapping[TableName, SourceSnapshot]) -> frozenset[TableName]:

@@ -265,27 +265,33 @@ class StateWrites:
         """apply_change's MERGE, over the change staged first where the plan asks (emit.stages_changes)."""
         plan, guard = inputs.plan, inputs.guard
         changes_stage = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(plan) else None
-        # The change query's rows too, once the signed rows are staged.
-        rows_stage = f"{changes_stage}_rows" if changes_stage is not None else None
+        # The change query's rows too, once the signed rows are staged,
+        # where a source is large (delta.Staging.change_rows).
+        rows_stage = (
+            f"{changes_stage}_rows"
+            if changes_stage is not None and self.staging.change_rows
+            else None
+        )
         try:
-            if changes_stage is not None and rows_stage is not None:
+            if changes_stage is not None:
                 with self._under(delta.STAGE_SETTINGS):
                     self.runner.execute(
                         emit.stage_changes(
                             plan, inputs.reading, changes_stage, inputs.bounds, inputs.join_reads
                         )
                     )
-                    self.runner.execute(
-                        emit.stage_change_rows(
-                            plan,
-                            self.state,
-                            inputs.reading,
-                            rows_stage,
-                            inputs.bounds,
-                            inputs.join_reads,
-                            changes_stage,
+                    if rows_stage is not None:
+                        self.runner.execute(
+                            emit.stage_change_rows(
+                                plan,
+                                self.state,
+                                inputs.reading,
+                                rows_stage,
+                                inputs.bounds,
+                                inputs.join_reads,
+                                changes_stage,
+                            )
                         )
-                    )
             return self._merge_or_recompute(inputs, pinned, changes_stage, rows_stage)
         finally:
             for name in (rows_stage, changes_stage):
