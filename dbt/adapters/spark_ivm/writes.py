@@ -313,6 +313,8 @@ class StateWrites:
         bounds, join_reads = inputs.bounds, inputs.join_reads
         settings = emit.merge_settings(plan)
         metadata = self.metadata(guard.write, None)
+        # The pinned versions, which a refill and a recomputation read the sources at.
+        versions = {t: s.version for t, s in pinned.items()}
         merge_changes = functools.partial(
             emit.merge_changes, plan, self.state, reading, guard, bounds, join_reads, changes_stage
         )
@@ -325,8 +327,7 @@ class StateWrites:
                 f"{self.model}: a group lost every MIN/MAX value the state kept; "
                 "reading its best values from the sources"
             )
-            refill = {t: s.version for t, s in pinned.items()}
-            written = self._merge(merge_changes(refill=refill), metadata, settings)
+            written = self._merge(merge_changes(refill=versions), metadata, settings)
             written.refilled_extremes = True
             return written
         except CancellingRemoval:
@@ -334,7 +335,6 @@ class StateWrites:
                 raise  # the refresh recomputes the model
         # The MERGE wrote nothing; this one recomputes the cancelled groups
         # from the sources and merges the rest, in one commit.
-        versions = {t: s.version for t, s in pinned.items()}
         written = self._merge(
             emit.merge_changes_recomputing_cancelled(
                 plan, self.state, reading, versions, guard, bounds, join_reads, changes_stage
