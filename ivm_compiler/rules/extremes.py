@@ -40,6 +40,7 @@ pre-aggregations (state_rows.py has those of every other plan).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -258,7 +259,37 @@ def change_query(
     pre-aggregations ran out (names.EXHAUSTED) take their best values from
     the sources (module docstring); without it the group rows say which ran out.
     """
-    changes = signed_rows(plan, ranges, bounds, join_reads)
+    parts = _group_parts(plan, signed_rows(plan, ranges, bounds, join_reads), refill)
+    for pre in plan.preaggregations:
+        _add_preaggregation(parts, plan, pre, state, refill is not None)
+    return _assembled(plan, parts)
+
+
+@dataclass
+class _ChangeQueryParts:
+    """What change_query assembles: its CTEs in order, the group branch's joins, values and
+    filter, the pre-aggregations' branches, and the bounded ones' ran-out conditions."""
+
+    ctes: list[tuple[str, exp.Query]]
+    groups: exp.Select
+    group_values: dict[str, exp.Expr]
+    changed_groups: list[exp.Expr]
+    branches: list[exp.Select] = field(default_factory=list)
+    exhausted: list[exp.Expr] = field(default_factory=list)
+
+    def join_per_group(self, plan: ViewPlan, cte: str) -> None:
+        """LEFT JOIN a CTE of one row per group to the group branch."""
+        self.groups = self.groups.join(
+            exp.to_table(cte, quoted=True).as_(cte, quoted=True),
+            on=_same_group(plan, GROUP_CHANGES_CTE, cte),
+            join_type="LEFT",
+        )
+
+
+def _group_parts(
+    plan: ViewPlan, changes: exp.Query, refill: Mapping[TableName, int] | None
+) -> _ChangeQueryParts:
+    """The change rows, the groups' additive changes, and (refilling) the rows at `refill`."""
     main = GROUP_CHANGES_CTE
     ctes: list[tuple[str, exp.Query]] = [
         (names.CHANGES_CTE, changes),
@@ -278,66 +309,84 @@ def change_query(
     }
     group_values[names.SLOT] = exp.Literal.number(0)
     groups = exp.select().from_(exp.to_table(main, quoted=True).as_(main, quoted=True))
-    branches: list[exp.Select] = []
-    exhausted: list[exp.Expr] = []
-    for pre in plan.preaggregations:
-        kind = pre.bounded_kind
-        changes_cte = names.preaggregation_cte(pre.argument_index, kind)
-        recomputed_cte = names.recomputed_cte(pre.argument_index, kind)
-        ctes.append((changes_cte, _value_changes(plan, pre)))
-        if kind is None:
-            ctes.append((recomputed_cte, _recomputed(plan, pre, _new_counts(plan, pre, state))))
-            branches.append(_value_change_rows(plan, pre, changes_cte))
-        else:
-            kept_cte = names.kept_values_cte(pre.argument_index, kind)
-            ctes.append((kept_cte, _kept_values(plan, pre, state)))
-            ctes.append((recomputed_cte, _recomputed_kept(plan, pre, kept_cte)))
-            branches.append(_kept_change_rows(plan, pre, kept_cte))
-        groups = groups.join(
-            exp.to_table(recomputed_cte, quoted=True).as_(recomputed_cte, quoted=True),
-            on=_same_group(plan, main, recomputed_cte),
-            join_type="LEFT",
-        )
-        touched_flag = exp.column(pre.touched_flag, table=ident(recomputed_cte), quoted=True)
-        changed_groups.append(exp.Not(this=exp.Is(this=touched_flag.copy(), expression=exp.Null())))
-        group_values[pre.touched_flag] = touched_flag
-        group_values.update(_recomputed_values(pre, recomputed_cte))
-        if kind is None:
-            continue
-        ran_out = _ran_out(pre, main, recomputed_cte)
-        if refill is None:
-            exhausted.append(ran_out)
-            continue
-        # The groups that ran out, and their best values at the pinned versions.
-        refill_cte = _refill_cte(pre)
-        ctes.append((refill_cte, _refilled(plan, pre, main, recomputed_cte, ran_out)))
-        branches.append(_refill_rows(plan, pre, refill_cte))
-        best_cte = f"{refill_cte}_best"
-        ctes.append((best_cte, _refilled_extreme(plan, pre, refill_cte)))
-        groups = groups.join(
-            exp.to_table(best_cte, quoted=True).as_(best_cte, quoted=True),
-            on=_same_group(plan, main, best_cte),
-            join_type="LEFT",
-        )
-        ((name, _),) = pre.recomputed
-        group_values[name] = exp.Coalesce(
-            this=group_values[name],
-            expressions=[exp.column(name, table=ident(best_cte), quoted=True)],
-        )
-    if any(p.kept is not None for p in plan.preaggregations):
-        group_values[names.EXHAUSTED] = (
-            exp.or_(*(exp.paren(e) for e in exhausted)) if exhausted else exp.false()
-        )
-    group_branch = groups.select(*in_change_order(plan, group_values)).where(
-        exp.or_(*changed_groups)
+    return _ChangeQueryParts(ctes, groups, group_values, changed_groups)
+
+
+def _add_preaggregation(
+    parts: _ChangeQueryParts,
+    plan: ViewPlan,
+    pre: PreAggregation,
+    state: TableName,
+    refilling: bool,
+) -> None:
+    """A pre-aggregation's value changes, its recomputed values on the group branch, its rows."""
+    kind = pre.bounded_kind
+    changes_cte = names.preaggregation_cte(pre.argument_index, kind)
+    recomputed_cte = names.recomputed_cte(pre.argument_index, kind)
+    parts.ctes.append((changes_cte, _value_changes(plan, pre)))
+    if kind is None:
+        parts.ctes.append((recomputed_cte, _recomputed(plan, pre, _new_counts(plan, pre, state))))
+        parts.branches.append(_value_change_rows(plan, pre, changes_cte))
+    else:
+        kept_cte = names.kept_values_cte(pre.argument_index, kind)
+        parts.ctes.append((kept_cte, _kept_values(plan, pre, state)))
+        parts.ctes.append((recomputed_cte, _recomputed_kept(plan, pre, kept_cte)))
+        parts.branches.append(_kept_change_rows(plan, pre, kept_cte))
+    parts.join_per_group(plan, recomputed_cte)
+    touched_flag = exp.column(pre.touched_flag, table=ident(recomputed_cte), quoted=True)
+    parts.changed_groups.append(
+        exp.Not(this=exp.Is(this=touched_flag.copy(), expression=exp.Null()))
     )
-    union = union_all([group_branch, *branches])
+    parts.group_values[pre.touched_flag] = touched_flag
+    parts.group_values.update(_recomputed_values(pre, recomputed_cte))
+    if kind is None:
+        return
+    ran_out = _ran_out(pre, GROUP_CHANGES_CTE, recomputed_cte)
+    if refilling:
+        _add_refill(parts, plan, pre, recomputed_cte, ran_out)
+    else:
+        parts.exhausted.append(ran_out)
+
+
+def _add_refill(
+    parts: _ChangeQueryParts,
+    plan: ViewPlan,
+    pre: PreAggregation,
+    recomputed_cte: str,
+    ran_out: exp.Expr,
+) -> None:
+    """The groups that ran out, and their best values at the pinned versions."""
+    refill_cte = _refill_cte(pre)
+    parts.ctes.append(
+        (refill_cte, _refilled(plan, pre, GROUP_CHANGES_CTE, recomputed_cte, ran_out))
+    )
+    parts.branches.append(_refill_rows(plan, pre, refill_cte))
+    best_cte = f"{refill_cte}_best"
+    parts.ctes.append((best_cte, _refilled_extreme(plan, pre, refill_cte)))
+    parts.join_per_group(plan, best_cte)
+    ((name, _),) = pre.recomputed
+    parts.group_values[name] = exp.Coalesce(
+        this=parts.group_values[name],
+        expressions=[exp.column(name, table=ident(best_cte), quoted=True)],
+    )
+
+
+def _assembled(plan: ViewPlan, parts: _ChangeQueryParts) -> exp.Query:
+    """The group branch and the pre-aggregations' branches under one SELECT with the CTEs."""
+    if any(p.kept is not None for p in plan.preaggregations):
+        parts.group_values[names.EXHAUSTED] = (
+            exp.or_(*(exp.paren(e) for e in parts.exhausted)) if parts.exhausted else exp.false()
+        )
+    group_branch = parts.groups.select(*in_change_order(plan, parts.group_values)).where(
+        exp.or_(*parts.changed_groups)
+    )
+    union = union_all([group_branch, *parts.branches])
     # Every part is built here for this query alone: assembled without copies
     # (each with_ copied the query so far, every CTE before it included).
     select = exp.select(exp.Star()).from_(
         union.subquery(ident(names.PREAGG_ALIAS), copy=False), copy=False
     )
-    for name, query in ctes:
+    for name, query in parts.ctes:
         select = select.with_(name, as_=query, copy=False)
     return select
 
@@ -507,6 +556,13 @@ def _kept_values(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.S
     (A join with a second read of the state cost a scan and a shuffle more.)
     """
     assert pre.kept is not None
+    counts = _counts_by_value(plan, pre, state)
+    return _cut_back(plan, pre, _judged(plan, pre, _group_facts(plan, pre, counts)))
+
+
+def _counts_by_value(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.Select:
+    """Per touched group and value: its stored count, its count after the change, and (on
+    the group row) the stored non-NULL count."""
     changes_cte = names.preaggregation_cte(pre.argument_index, pre.bounded_kind)
     value = _column(pre.value_column)
     slot = _column(names.SLOT, "s")
@@ -556,7 +612,7 @@ def _kept_values(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.S
             exp.cast(exp.null(), exp.DataType.build("BIGINT")), _STORED_NON_NULL, quoted=True
         ),
     ).from_(exp.to_table(changes_cte, quoted=True))
-    counts = (
+    return (
         exp.select(
             *_keys(plan),
             value.copy(),
@@ -568,33 +624,46 @@ def _kept_values(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.S
         .group_by(*_keys(plan), value.copy())
     )
 
-    def per_group(aggregate: exp.Expr) -> exp.Window:
-        return exp.Window(this=aggregate, partition_by=_keys(plan) or None)
 
+def _per_group(plan: ViewPlan, aggregate: exp.Expr) -> exp.Window:
+    return exp.Window(this=aggregate, partition_by=_keys(plan) or None)
+
+
+def _group_facts(plan: ViewPlan, pre: PreAggregation, counts: exp.Select) -> exp.Select:
+    """Each value's counts beside its group's edge (the last kept value), kept total and
+    stored non-NULL count."""
+    value = _column(pre.value_column)
     edge = (exp.Max if pre.bounded_kind == "MIN" else exp.Min)(
         this=exp.If(
-            this=exp.GT(this=_column(_STORED), expression=zero.copy()),
+            this=exp.GT(this=_column(_STORED), expression=exp.Literal.number(0)),
             true=value.copy(),
             false=exp.null(),
         )
     )
-    group_facts = exp.select(
+    return exp.select(
         *_keys(plan),
         value.copy(),
         _column(_STORED),
         _column(names.COUNT),
-        exp.alias_(per_group(edge), _EDGE, quoted=True),
-        exp.alias_(per_group(exp.Sum(this=_column(_STORED))), _KEPT_TOTAL, quoted=True),
+        exp.alias_(_per_group(plan, edge), _EDGE, quoted=True),
+        exp.alias_(_per_group(plan, exp.Sum(this=_column(_STORED))), _KEPT_TOTAL, quoted=True),
         exp.alias_(
-            per_group(exp.Max(this=_column(_STORED_NON_NULL))), _STORED_NON_NULL, quoted=True
+            _per_group(plan, exp.Max(this=_column(_STORED_NON_NULL))),
+            _STORED_NON_NULL,
+            quoted=True,
         ),
     ).from_(counts.subquery(ident("n")))
+
+
+def _judged(plan: ViewPlan, pre: PreAggregation, facts: exp.Select) -> exp.Select:
+    """The group facts and whether each value is kept (before the cut back to `kept`)."""
+    zero = exp.Literal.number(0)
 
     def zero_if_null(column: exp.Expr) -> exp.Expr:
         return exp.Coalesce(this=column, expressions=[zero.copy()])
 
     beyond_edge = (exp.LT if pre.bounded_kind == "MIN" else exp.GT)(
-        this=value.copy(), expression=_column(_EDGE)
+        this=_column(pre.value_column), expression=_column(_EDGE)
     )
     # The group row's (NULL value) has no count: never kept, cut out below.
     keeps = exp.and_(
@@ -608,16 +677,22 @@ def _kept_values(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.S
             beyond_edge,
         ),
     )
-    judged = exp.select(
+    return exp.select(
         exp.Star(),
         exp.alias_(
             exp.Coalesce(this=exp.paren(keeps), expressions=[exp.false()]), _KEEPS, quoted=True
         ),
-    ).from_(group_facts.subquery(ident("f")))
+    ).from_(facts.subquery(ident("f")))
+
+
+def _cut_back(plan: ViewPlan, pre: PreAggregation, judged: exp.Select) -> exp.Select:
+    """The kept values' counts, a group keeping more than 2 * kept cut back to its best `kept`."""
+    assert pre.kept is not None
+    value = _column(pre.value_column)
     ranked = exp.select(
         exp.Star(),
         exp.alias_(_rank(plan, pre, first=_column(_KEEPS)), _RANK, quoted=True),
-        exp.alias_(per_group(exp.CountIf(this=_column(_KEEPS))), _KEEPING, quoted=True),
+        exp.alias_(_per_group(plan, exp.CountIf(this=_column(_KEEPS))), _KEEPING, quoted=True),
     ).from_(judged.subquery(ident("j")))
     cut = exp.or_(
         exp.LTE(this=_column(_KEEPING), expression=exp.Literal.number(2 * pre.kept)),
@@ -633,7 +708,7 @@ def _kept_values(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.S
                 exp.If(
                     this=exp.and_(_column(_KEEPS), exp.paren(cut)),
                     true=_column(names.COUNT),
-                    false=zero.copy(),
+                    false=exp.Literal.number(0),
                 ),
                 names.COUNT,
                 quoted=True,

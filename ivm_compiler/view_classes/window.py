@@ -122,6 +122,8 @@ def check_shape(model: str, select: exp.Query, merged: bool = True) -> None:
     so that a refresh refuses before it builds any plan node; a derived table
     in FROM is then still allowed, and plan() asks again after merging.
     """
+    # Long but flat: one refusal and its message per shape the partition
+    # recomputation does not cover.
     # A parenthesised query has no FROM of its own: refused as a join is.
     relations = from_tables(select) if isinstance(select, exp.Select) else []
     if (

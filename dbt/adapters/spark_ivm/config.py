@@ -37,6 +37,8 @@ IVM_CONFIGS: dict[str, str] = {
 
 def validate_model_config(model: str, config: Mapping[str, Any]) -> None:
     """Refuse unknown `ivm_*` configs and bad values, naming the model and the fix."""
+    # Long but flat: one guard and its message per config, in one place so
+    # every message reads alike.
     for key in config:
         if key.startswith("ivm_") and key not in IVM_CONFIGS:
             close = [known for known in IVM_CONFIGS if _similar(key, known)]

@@ -47,7 +47,12 @@ from dbt.adapters.spark_ivm.settings import (
 )
 from dbt.adapters.spark_ivm.state_history import RECORD_PROPERTY, StateHistory, table_name_of
 from dbt.adapters.spark_ivm.upstreams import properties, published_version, upstream_models
-from dbt.adapters.spark_ivm.writes import CancellingRemoval, ConcurrentRefresh, StateWrites
+from dbt.adapters.spark_ivm.writes import (
+    CancellingRemoval,
+    ConcurrentRefresh,
+    StateWrites,
+    Written,
+)
 from ivm_compiler import (
     NotMaintainable,
     TableName,
@@ -684,6 +689,11 @@ class Refresh:
             self.log.warning(f"{self.model}: rebuilding fully: {broken}")
             result.action, result.reason = Action.REBUILD, broken
             return self._build(plan, pinned, result, shown_version, facts.history, found)
+        self._report_written(result, written)
+        return None
+
+    def _report_written(self, result: RefreshResult, written: Written) -> None:
+        """The incremental result's row counts, and a log line for each group-level fix-up."""
         result.action = Action.INCREMENTAL
         result.rows_inserted = written.inserted
         result.log_write = written.log_write
@@ -702,7 +712,6 @@ class Refresh:
                 f"{self.model}: {CancellingRemoval.REASON}: recomputed those groups from the "
                 "sources and merged the change into the others"
             )
-        return None
 
     def _record_broken(
         self,
@@ -788,6 +797,8 @@ class Refresh:
 
         `unwritten`: the state's record, when this refresh wrote nothing.
         """
+        # Kept whole: the branches below are one decision (show the view now,
+        # or leave it to the group), read best side by side.
         docs = self.settings.docs
         kept = self._history_after(result, pinned, history, found)
         recorded = self.pins.recorded(pinned)
