@@ -342,6 +342,11 @@ class SourceSnapshot:
         return self.size_after({"version": -1, "size_bytes": 0}) if self.history_from == 0 else None
 
 
+def versions_of(pinned: Mapping[TableName, SourceSnapshot]) -> dict[TableName, int]:
+    """Each pinned source's version: what a refresh reads and records."""
+    return {table: snapshot.version for table, snapshot in pinned.items()}
+
+
 def total_size(snapshots: Iterable[SourceSnapshot]) -> int:
     """The pinned sources' bytes together (a source of unknown size counts none)."""
     return sum(s.size_bytes or 0 for s in snapshots)

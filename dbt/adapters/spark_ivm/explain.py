@@ -248,7 +248,7 @@ def explain(refresh: Refresh, group: list[str] | None = None) -> Explanation:
     pinned = {t: refresh.pins.pin(t, plan.upstreams.get(t)) for t in plan.tables}
     state_type = refresh.relations.exists(refresh.state)
     recorded = refresh.history.recorded() if state_type else None
-    current = {table: snapshot.version for table, snapshot in pinned.items()}
+    current = delta.versions_of(pinned)
     reflected = {
         table: int(recorded.sources[str(table)]["version"])
         for table in plan.tables

@@ -441,7 +441,7 @@ class Refresh:
         result = RefreshResult(
             action=found.action,
             reason=found.reason,
-            source_versions={str(t): s.version for t, s in pinned.items()},
+            source_versions={str(t): v for t, v in delta.versions_of(pinned).items()},
             previous_versions={str(t): r.recorded for t, r in found.ranges.items()},
         )
         if found.builds:
@@ -616,7 +616,7 @@ class Refresh:
         # A view still shows the state's old version (time travel reads it with
         # its old columns) until the new one is published: no drop needed even
         # when the model's columns change.
-        versions = {t: s.version for t, s in pinned.items()}
+        versions = delta.versions_of(pinned)
         self.writes(plan, pinned).build(
             plan, versions, self.settings.change_feed, self.history.newest_version()
         )
@@ -652,7 +652,7 @@ class Refresh:
                     result.action, result.reason = Action.RECOMPUTE, reason
                     return self._build(plan, pinned, result, shown_version, facts.history, found)
                 written = writes.apply_partitions(
-                    plan, {t: s.version for t, s in pinned.items()}, touched, facts.recorded.guard
+                    plan, delta.versions_of(pinned), touched, facts.recorded.guard
                 )
             elif plan.log_state:
                 read_version = self.history.newest_version()
@@ -845,7 +845,7 @@ class Refresh:
             view_sql=view_sql,
             action=result.action.value,
             seconds=time.monotonic() - self._started,
-            source_versions={str(t): s.version for t, s in pinned.items()},
+            source_versions={str(t): v for t, v in delta.versions_of(pinned).items()},
             published=shown,
             publish_sql=tuple(emit.publish_view(plan, self.state, self.target, published, docs)),
         )

@@ -245,7 +245,7 @@ def check(
     differs = compare(sources, pinned)
     if differs is not None and differs != ONLY_PRESERVING_COMMITS:
         return differs
-    versions = {table: snapshot.version for table, snapshot in pinned.items()}
+    versions = delta.versions_of(pinned)
     for table, entry in publication.sources.items():
         if ways[table] == PUBLISHED:
             shown = properties(runner, table)

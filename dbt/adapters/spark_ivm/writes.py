@@ -314,7 +314,7 @@ class StateWrites:
         settings = emit.merge_settings(plan)
         metadata = self.metadata(guard.write, None)
         # The pinned versions, which a refill and a recomputation read the sources at.
-        versions = {t: s.version for t, s in pinned.items()}
+        versions = delta.versions_of(pinned)
         merge_changes = functools.partial(
             emit.merge_changes, plan, self.state, reading, guard, bounds, join_reads, changes_stage
         )
