@@ -17,15 +17,17 @@ suite, without the table comparison.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dbt.cli.main import dbtRunner
-from raw_data import RawData
+from raw_data import TABLES, Insert, RawData, csv_field
 
 PROJECT_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = PROJECT_DIR / "results"
@@ -33,6 +35,8 @@ LAYERS = ("bronze", "silver", "gold")
 # What counts as maintained incrementally: the change was applied (or there
 # was none to apply); recompute, rebuild and fallback each rebuilt the model.
 INCREMENTAL_ACTIONS = ("incremental", "no_change")
+# An insert of more rows than this is loaded from a CSV file, not SQL literals.
+LITERAL_ROWS = 5000
 
 
 @dataclass(frozen=True)
@@ -176,17 +180,37 @@ def rebuild_as_tables(dbt: DbtProject) -> tuple[float, float]:
     return sum(r.execution_time for r in results), wall_seconds
 
 
+def execute(spark, statement: str | Insert, scratch: Path) -> None:
+    """Run one raw-data statement: one Delta commit."""
+    if isinstance(statement, str):
+        spark.sql(statement)
+    elif len(statement.rows) <= LITERAL_ROWS:
+        spark.sql(statement.statement())
+    else:
+        path = scratch / f"{statement.name}.csv"
+        with path.open("w", newline="") as file:
+            csv.writer(file).writerows([csv_field(v) for v in row] for row in statement.rows)
+        frame = (
+            spark.read.schema(TABLES[statement.name])
+            .option("timestampFormat", "yyyy-MM-dd HH:mm:ss")
+            .csv(str(path))
+        )
+        frame.write.insertInto(statement.table)
+
+
 def run_warehouse(
     spark,
     dbt: DbtProject,
     batches: int = 3,
     compare_tables: bool = False,
     select: Sequence[str] = (),
+    scale: int = 1,
 ) -> list[Step]:
     """Create the raw sources, build, then apply and refresh `batches` change batches.
 
     `select`: dbt selectors limiting the models built (closed under their
     upstreams, e.g. "+model"); the raw data and batches stay the same.
+    `scale`: RawData's, multiplying every count of generated rows.
     """
     selection = ("--select", *select) if select else ()
     # Start from nothing: the raw tables are re-created below, and the views of
@@ -195,36 +219,45 @@ def run_warehouse(
     # them; CONTRIBUTING, known gaps).
     for schema in dbt.schemas:
         spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-    raw = RawData(dbt.raw_schema)
-    for statement in (*raw.create_statements(), *raw.first_load()):
-        spark.sql(statement)
-    steps = [build(dbt, "first build", "--full-refresh", *selection)]
-    if compare_tables:
-        steps[0].table_seconds, steps[0].table_wall_seconds = rebuild_as_tables(dbt)
-    for number in range(1, batches + 1):
-        commits = 0
-        for statement in raw.batch(number):
-            spark.sql(statement)
-            commits += 1
-        step = build(dbt, f"batch {number} ({commits} source commits)", *selection)
+    raw = RawData(dbt.raw_schema, scale=scale)
+    with tempfile.TemporaryDirectory(prefix="warehouse_raw_") as scratch:
+        for statement in (*raw.create_statements(), *raw.first_load()):
+            execute(spark, statement, Path(scratch))
+        steps = [build(dbt, "first build", "--full-refresh", *selection)]
         if compare_tables:
-            step.table_seconds, step.table_wall_seconds = rebuild_as_tables(dbt)
-        steps.append(step)
+            steps[0].table_seconds, steps[0].table_wall_seconds = rebuild_as_tables(dbt)
+        for number in range(1, batches + 1):
+            commits = 0
+            for statement in raw.batch(number):
+                execute(spark, statement, Path(scratch))
+                commits += 1
+            step = build(dbt, f"batch {number} ({commits} source commits)", *selection)
+            if compare_tables:
+                step.table_seconds, step.table_wall_seconds = rebuild_as_tables(dbt)
+            steps.append(step)
     return steps
 
 
-def markdown(steps: list[Step], threads: int = 1) -> str:
+def markdown(
+    steps: list[Step], threads: int = 1, scale: int = 1, raw_rows: dict[str, int] | None = None
+) -> str:
     models = [m.model for m in steps[0].models]
     layers = {m.model: m.layer for m in steps[0].models}
     per_layer = ", ".join(f"{layer} {list(layers.values()).count(layer)}" for layer in LAYERS)
+    options = f"--threads {threads}" + (f" --scale {scale}" if scale != 1 else "")
     lines = [
         "# The layered warehouse: what each refresh did",
         "",
         (
-            f"{len(models)} ivm models ({per_layer}), {threads} dbt thread(s); "
-            f"`scripts/warehouse --threads {threads}` reproduces it."
+            f"{len(models)} ivm models ({per_layer}), {threads} dbt thread(s), scale {scale}; "
+            f"`scripts/warehouse {options}` reproduces it."
         ),
         "",
+    ]
+    if raw_rows:
+        sizes = ", ".join(f"{name} {rows:,}" for name, rows in raw_rows.items())
+        lines += [f"Raw tables after the last batch (rows): {sizes}.", ""]
+    lines += [
         (
             "| step | incremental | share | ivm refresh s (models) | `table` rebuild s | ratio "
             "| ivm run wall s | `table` run wall s | wall ratio | tests passed |"
@@ -275,6 +308,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--threads", type=int, default=1, help="dbt threads, for the refreshes and the rebuilds"
     )
     parser.add_argument(
+        "--scale",
+        type=int,
+        default=1,
+        help="multiply every count of generated raw rows (first load and batches) by this",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark conf for the embedded session, repeatable (e.g. spark.driver.memory=12g)",
+    )
+    parser.add_argument(
         "--label", default="", help="names the result files warehouse-<label>.md and .json"
     )
     args = parser.parse_args(argv)
@@ -283,16 +329,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from dbt.adapters.spark_ivm.runtime import RUNTIME_DIR_NAME, session_configs
 
+    configs = session_configs(PROJECT_DIR / RUNTIME_DIR_NAME)
+    for pair in args.conf:
+        key, _, value = pair.partition("=")
+        configs[key] = value
     builder = SparkSession.builder.enableHiveSupport()
-    for key, value in session_configs(PROJECT_DIR / RUNTIME_DIR_NAME).items():
+    for key, value in configs.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
 
     dbt = DbtProject(threads=args.threads)
-    steps = run_warehouse(spark, dbt, args.batches, compare_tables=not args.no_table)
+    steps = run_warehouse(
+        spark, dbt, args.batches, compare_tables=not args.no_table, scale=args.scale
+    )
+    raw_rows = {
+        name: spark.table(f"{dbt.raw_schema}.{name}").count()
+        for name in ("customers", "products", "orders", "order_items", "payments")
+    }
     RESULTS_DIR.mkdir(exist_ok=True)
-    report = markdown(steps, args.threads)
+    report = markdown(steps, args.threads, args.scale, raw_rows)
     name = f"warehouse-{args.label}" if args.label else "warehouse"
     (RESULTS_DIR / f"{name}.md").write_text(report)
     payload = [

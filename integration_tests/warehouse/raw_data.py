@@ -1,6 +1,8 @@
 """The warehouse's raw sources: their tables, a first load and change batches.
 
-Deterministic (one seeded Random), so a run is repeatable. The batches are
+Deterministic (one seeded Random), so a run is repeatable; `scale` multiplies
+every count of rows generated (the first load's and each batch's), so the
+same warehouse can be measured where rebuilding it takes minutes. The batches are
 what operational systems send a warehouse: new versions of customers,
 products and orders appended (each key's `updated_at` strictly increasing,
 so the dedupe and SCD2 windows never tie), new orders with their lines and
@@ -75,11 +77,46 @@ def insert(table: str, rows: list[tuple]) -> str:
     return f"INSERT INTO {table} VALUES {values}"
 
 
+def csv_field(value: object) -> str:
+    """A generated value as Spark's CSV reader takes it back (an empty field is NULL)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return f"{value:%Y-%m-%d %H:%M:%S}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Insert:
+    """Generated rows appended to one raw table: one Delta commit.
+
+    `statement()` is its SQL. The driver loads a large one from a CSV file
+    instead: at a large `scale`, SQL text of a million literal rows is more
+    than Spark's parser takes in good time.
+    """
+
+    schema: str
+    name: str  # the raw table, a key of TABLES
+    rows: list[tuple]
+
+    @property
+    def table(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def statement(self) -> str:
+        return insert(self.table, self.rows)
+
+
 @dataclass
 class RawData:
     """The raw tables' contents as the generator knows them, and its clock."""
 
     schema: str
+    # Multiplies every generated count; 1 is the size the tests and the
+    # committed report use.
+    scale: int = 1
     rng: random.Random = field(default_factory=lambda: random.Random(2026))
     clock: datetime = START
     customers: int = 0
@@ -108,42 +145,46 @@ class RawData:
                 "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
             )
 
-    def first_load(self) -> Iterator[str]:
-        yield insert(self.table("countries"), [(c.upper(), n, r) for c, n, r in COUNTRIES])
-        yield insert(
-            self.table("customers"),
-            [self._customer_version(self._new_id("customers")) for _ in range(300)],
+    def first_load(self) -> Iterator[str | Insert]:
+        yield self._insert("countries", [(c.upper(), n, r) for c, n, r in COUNTRIES])
+        yield self._insert(
+            "customers",
+            [self._customer_version(self._new_id("customers")) for _ in range(300 * self.scale)],
         )
-        yield insert(
-            self.table("products"),
-            [self._product_version(self._new_id("products")) for _ in range(60)],
+        yield self._insert(
+            "products",
+            [self._product_version(self._new_id("products")) for _ in range(60 * self.scale)],
         )
-        yield from self._new_orders(1200, pay_share=0.8)
-        yield self._status_changes(900)
+        yield from self._new_orders(1200 * self.scale, pay_share=0.8)
+        yield self._status_changes(900 * self.scale)
 
-    def batch(self, number: int) -> Iterator[str]:
+    def batch(self, number: int) -> Iterator[str | Insert]:
         """Batch `number` (1, 2, ...): about 15 commits over all six sources."""
-        rng = self.rng
-        customers, products = self.table("customers"), self.table("products")
+        rng, scale = self.rng, self.scale
+        customers = self.table("customers")
         # New versions (segment or country moves) and new customers.
-        moved = rng.sample(range(1, self.customers + 1), 25)
-        yield insert(customers, [self._customer_version(c) for c in moved])
-        yield insert(
-            customers, [self._customer_version(self._new_id("customers")) for _ in range(5)]
+        moved = rng.sample(range(1, self.customers + 1), 25 * scale)
+        yield self._insert("customers", [self._customer_version(c) for c in moved])
+        yield self._insert(
+            "customers",
+            [self._customer_version(self._new_id("customers")) for _ in range(5 * scale)],
         )
         # An in-place correction that bronze normalises away (no change downstream).
         yield f"UPDATE {customers} SET email = upper(email) WHERE customer_id % 17 = {number}"
-        # GDPR erasure: every version of two customers.
-        erased = rng.sample(range(1, self.customers + 1), 2)
-        yield f"DELETE FROM {customers} WHERE customer_id IN ({erased[0]}, {erased[1]})"
+        # GDPR erasure: every version of two customers (per unit of scale).
+        erased = rng.sample(range(1, self.customers + 1), 2 * scale)
+        yield f"DELETE FROM {customers} WHERE customer_id IN ({', '.join(map(str, erased))})"
         # Price changes and a new product.
-        repriced = rng.sample(range(1, self.products + 1), 4)
-        yield insert(products, [self._product_version(p) for p in repriced])
-        yield insert(products, [self._product_version(self._new_id("products"))])
+        repriced = rng.sample(range(1, self.products + 1), 4 * scale)
+        yield self._insert("products", [self._product_version(p) for p in repriced])
+        yield self._insert(
+            "products",
+            [self._product_version(self._new_id("products")) for _ in range(scale)],
+        )
         # New orders with lines and payments, status progress, erroneous orders removed.
-        yield from self._new_orders(60, pay_share=0.5)
-        yield self._status_changes(80)
-        wrong = rng.sample(sorted(self.order_status), 3)
+        yield from self._new_orders(60 * scale, pay_share=0.5)
+        yield self._status_changes(80 * scale)
+        wrong = rng.sample(sorted(self.order_status), 3 * scale)
         yield f"DELETE FROM {self.table('orders')} WHERE order_id IN ({', '.join(map(str, wrong))})"
         for order_id in wrong:
             self.order_status.pop(order_id)
@@ -158,11 +199,14 @@ class RawData:
         # Reference data: a new country, a region renamed, a country removed.
         countries = self.table("countries")
         if number == 1:
-            yield insert(countries, [("XX", "Elsewhere", "OTHER")])
+            yield self._insert("countries", [("XX", "Elsewhere", "OTHER")])
         elif number == 2:
             yield f"UPDATE {countries} SET region = 'EUROPE' WHERE region = 'EMEA'"
         else:
             yield f"DELETE FROM {countries} WHERE country_code = 'BR'"
+
+    def _insert(self, name: str, rows: list[tuple]) -> Insert:
+        return Insert(self.schema, name, rows)
 
     def _new_id(self, kind: str) -> int:
         setattr(self, kind, getattr(self, kind) + 1)
@@ -186,9 +230,12 @@ class RawData:
         price = rng.randint(300, 25000) / 100
         return (product_id, f"Product {product_id}", rng.choice(CATEGORIES), price, self.tick())
 
-    def _new_orders(self, count: int, pay_share: float) -> Iterator[str]:
+    def _new_orders(self, count: int, pay_share: float) -> Iterator[Insert]:
         rng = self.rng
         orders, items, payments = [], [], []
+        # No product id reaches 999 per unit of scale: lines naming it name a
+        # product that does not exist.
+        missing = 999 * self.scale
         for _ in range(count):
             order_id = self._new_id("orders")
             # Some orders arrive without a customer (a guest checkout): joins drop them.
@@ -199,7 +246,7 @@ class RawData:
             self.order_header[order_id] = (customer, placed)
             for line_no in range(1, rng.randint(1, 4) + 1):
                 # A few lines name a product that does not exist, or have no quantity.
-                product = 999 if rng.random() < 0.02 else rng.randint(1, self.products)
+                product = missing if rng.random() < 0.02 else rng.randint(1, self.products)
                 quantity = 0 if rng.random() < 0.03 else rng.randint(1, 5)
                 discount = None if rng.random() < 0.6 else rng.choice([0.05, 0.1, 0.25])
                 items.append(
@@ -212,12 +259,12 @@ class RawData:
                 payments.append(
                     (payment, order_id, rng.choice(METHODS), amount, self.tick(), refund)
                 )
-        yield insert(self.table("orders"), orders)
-        yield insert(self.table("order_items"), items)
+        yield self._insert("orders", orders)
+        yield self._insert("order_items", items)
         if payments:
-            yield insert(self.table("payments"), payments)
+            yield self._insert("payments", payments)
 
-    def _status_changes(self, count: int) -> str:
+    def _status_changes(self, count: int) -> Insert:
         """New status versions for `count` open orders (some cancelled)."""
         rng = self.rng
         open_orders = [o for o, s in self.order_status.items() if 0 <= s < len(STATUS_FLOW) - 1]
@@ -232,4 +279,4 @@ class RawData:
             # A version repeats the order's header; only status and updated_at move.
             customer, placed = self.order_header[order_id]
             rows.append((order_id, customer, status, placed, self.tick()))
-        return insert(self.table("orders"), rows)
+        return self._insert("orders", rows)
