@@ -323,6 +323,31 @@ def create_state(
     `change_feed`: whether ivm models read the state's changes (they do for a
     plan node, and for a model other ivm models ref).
     """
+    properties = {
+        **STATE_TABLE_PROPERTIES,
+        **({CHANGE_FEED_PROPERTY: "true"} if change_feed else {}),
+        **({log_state.STATE_FORM_PROPERTY: log_state.LOG} if plan.log_state else {}),
+    }
+    return _sql(create_delta_table(state, properties, _built_rows(plan, versions, guard)))
+
+
+def overwrite_state(
+    plan: ViewPlan, state: TableName, versions: Mapping[TableName, int], guard: str
+) -> str:
+    """The state's rows recomputed at pinned versions, written over the state in place.
+
+    For a recompute, whose state already has this plan's columns: unlike
+    CREATE OR REPLACE, the table stays the one ivm models reading it
+    recorded, so they go on incrementally, reading the recompute's change
+    consolidated (reads.signed_changes), where a replaced table makes each
+    of them rebuild in turn.
+    """
+    rows = _built_rows(plan, versions, guard)
+    return _sql(exp.Insert(this=state.to_table(), expression=rows, overwrite=True))
+
+
+def _built_rows(plan: ViewPlan, versions: Mapping[TableName, int], guard: str) -> exp.Query:
+    """The state's rows at pinned versions, and its guard row holding `guard`."""
     columns = state_rows.state_table_columns(plan)
     built = _build_query(plan, versions).subquery(ident(names.BUILT_ALIAS))
     rows = exp.select(
@@ -333,13 +358,7 @@ def create_state(
         *(exp.alias_(exp.null(), name, quoted=True) for name in columns),
         exp.alias_(exp.Literal.string(guard), names.GUARD, quoted=True),
     )
-    union = exp.union(rows, guard_row, distinct=False)
-    properties = {
-        **STATE_TABLE_PROPERTIES,
-        **({CHANGE_FEED_PROPERTY: "true"} if change_feed else {}),
-        **({log_state.STATE_FORM_PROPERTY: log_state.LOG} if plan.log_state else {}),
-    }
-    return _sql(create_delta_table(state, properties, union))
+    return exp.union(rows, guard_row, distinct=False)
 
 
 def merge_changes(

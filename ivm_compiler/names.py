@@ -150,6 +150,11 @@ STAGED_PREFIX = f"{RESERVED_PREFIX}staged_"
 SLOT = f"{RESERVED_PREFIX}slot"  # 0 on a group's row, i + 1 on argument i's pre-aggregation rows
 PREAGG_ALIAS = f"{RESERVED_PREFIX}p"
 UPSTREAM_CHANGES_ALIAS = f"{RESERVED_PREFIX}uc"  # an upstream ivm model's state changes
+# An overwritten upstream's view rows with their signs, and their sum per row
+# (reads.signed_changes consolidates them).
+OVERWRITTEN_ALIAS = f"{RESERVED_PREFIX}overwritten"
+NET_ALIAS = f"{RESERVED_PREFIX}net"
+NET_SIGN = f"{RESERVED_PREFIX}net_sign"
 CHANGED_ROWS_ALIAS = f"{RESERVED_PREFIX}cr"  # a source's change rows, undone (reads.table_before)
 # The keys a key relation's change rows hold, beside the input's own alias (reads.key_changes).
 TOUCHED_KEYS_ALIAS = f"{RESERVED_PREFIX}touched"

@@ -80,7 +80,7 @@ class StateHistory:
     """What one read of a state's Delta history says: the last refresh and the builds."""
 
     recorded: delta.RecordedState
-    # Its CREATE/REPLACE commits (see state_builds).
+    # How many times its state was computed whole (see state_builds).
     builds: int
 
 
@@ -90,9 +90,7 @@ def state_history(spark: SparkSession, schema: str, model: str) -> StateHistory:
     rows = [list(r) for r in history.collect()]
     recorded = delta.parse_recorded(state, history.columns, rows)
     assert recorded is not None, f"{state} has no refresh commit"
-    operation = history.columns.index("operation")
-    builds = sum(1 for row in rows if "CREATE" in row[operation] or "REPLACE" in row[operation])
-    return StateHistory(recorded=recorded, builds=builds)
+    return StateHistory(recorded=recorded, builds=_builds(history.collect()))
 
 
 def assert_models_match_sources(
@@ -199,14 +197,31 @@ def writes_state(sql: str, model: str) -> bool:
 
 
 def state_builds(spark: SparkSession, schema: str, model: str) -> int:
-    """How many times the model's state table was built whole (its CREATE/REPLACE commits).
+    """How many times the model's state was computed whole from its sources (_builds).
 
     The oracle alone would pass a model that is silently rebuilt on every run;
     tests of incremental shapes also assert this number stays at one.
     """
     state = TableName(db=schema, name=f"{model}__ivm_state")
-    operations = [row["operation"] for row in spark.sql(delta.describe_history(state)).collect()]
-    return sum(1 for operation in operations if "CREATE" in operation or "REPLACE" in operation)
+    return _builds(spark.sql(delta.describe_history(state)).collect())
+
+
+def _builds(history: Iterable[Any]) -> int:
+    """A state's CREATE/REPLACE commits (builds, rebuilds) and recomputes' INSERT OVERWRITEs.
+
+    A recompute is told from a log state's rewrite by its guard row: a
+    recompute's holds its own refresh id, as a build's does; a rewrite keeps
+    the guard it read.
+    """
+    builds = 0
+    for row in history:
+        operation = row["operation"]
+        if "CREATE" in operation or "REPLACE" in operation:
+            builds += 1
+        elif operation == "WRITE" and row["operationParameters"].get("mode") == "Overwrite":
+            metadata = delta.load_metadata(row["userMetadata"]) or {}
+            builds += metadata.get("guard") == metadata.get("refresh_id")
+    return builds
 
 
 def cancelling_recomputes(results: Iterable[Any]) -> dict[str, str]:

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm import decision, delta
 from ivm_compiler import TableName
 
 STATE = TableName(db="analytics", name="orders_by_customer__ivm_state")
@@ -486,3 +486,49 @@ def test_commit_metadata_records_what_tells_the_table_and_its_size() -> None:
     entry = delta.commit_metadata("r", STATE, "f", [pin])["sources"]["db.src"]
     assert entry == {"version": 2, "committed_at": "2026-11-29 10:00:02.500", "size_bytes": 77}
     assert pin.same_table(entry)
+
+
+# -- an overwrite in a window: its change read net (reads.net_rows) ---------------
+
+
+def _overwrites(parameters: list[object]) -> delta.SourceSnapshot:
+    """Commits 1..n, each a WRITE with these operation parameters."""
+    columns = ["version", "timestamp", "operation", "operationParameters", "operationMetrics"]
+    rows = [
+        [v, f"2026-12-01 10:00:{v:02d}.5", "WRITE", p, {"numOutputRows": "40"}]
+        for v, p in enumerate(parameters, start=1)
+    ]
+    commits = delta.commit_rows(columns, rows)
+    return delta.SourceSnapshot(
+        TableName("db", "m__ivm_state"), None, len(rows), recent_commits=commits
+    )
+
+
+def test_an_overwrite_is_told_from_its_mode_as_a_map_or_as_thrifts_text() -> None:
+    session = _overwrites([{"mode": "Append"}, {"mode": "Overwrite", "partitionBy": "[]"}])
+    thrift = _overwrites(['{"mode":"Append"}', '{"mode":"Overwrite","partitionBy":"[]"}'])
+    for pin in (session, thrift):
+        assert pin.overwritten(0) and pin.overwritten(1)
+        assert not pin.overwritten(2)  # nothing after the overwrite
+        # Its metrics count the rows written, not the rows it removed: the
+        # window's change is of unknown size (ivm_strategy auto applies it).
+        assert pin.changed_rows(1) is None
+        assert pin.changed_rows(0) is None
+    appends = _overwrites([{"mode": "Append"}, {"mode": "Append"}])
+    assert not appends.overwritten(0)
+    assert appends.changed_rows(0) == (80, None)
+
+
+def test_a_window_the_history_does_not_reach_is_not_taken_as_overwritten() -> None:
+    pin = dataclasses.replace(_overwrites([{"mode": "Overwrite"}]), version=3)
+    assert not pin.overwritten(0)  # versions 2 and 3 were not read: read the change as it is
+
+
+def test_version_ranges_mark_an_overwritten_upstream() -> None:
+    pin = _overwrites([{"mode": "Append"}, {"mode": "Overwrite"}])
+    recorded = delta.RecordedState(7, "f", {"db.m__ivm_state": {"version": 1}})
+    (found,) = decision.version_ranges({pin.table: pin}, recorded).values()
+    assert (found.recorded, found.pinned, found.overwritten) == (1, 2, True)
+    recorded = delta.RecordedState(7, "f", {"db.m__ivm_state": {"version": 2}})
+    (found,) = decision.version_ranges({pin.table: pin}, recorded).values()
+    assert not found.overwritten

@@ -77,13 +77,13 @@ def version_ranges(
     >>> list(version_ranges({snapshot.table: snapshot}, state).values())
     [VersionRange(recorded=5, pinned=7)]
     """
-    return {
-        table: VersionRange(
-            recorded=int(recorded.sources.get(str(table), {}).get("version", snapshot.version)),
-            pinned=snapshot.version,
+    ranges = {}
+    for table, snapshot in pinned.items():
+        after = int(recorded.sources.get(str(table), {}).get("version", snapshot.version))
+        ranges[table] = VersionRange(
+            after, snapshot.version, overwritten=snapshot.overwritten(after)
         )
-        for table, snapshot in pinned.items()
-    }
+    return ranges
 
 
 def decide(

@@ -117,6 +117,10 @@ class CommitRows:
     # Bytes its files added less those it removed (None: the metrics do not say);
     # for a CREATE OR REPLACE, the bytes of the table it leaves.
     bytes_added: int | None = None
+    # An INSERT OVERWRITE (a recompute of an ivm state, a log state's rewrite):
+    # its change-feed rows are every row the table had, deleted, and every row
+    # it has, inserted, most of them the same row both ways.
+    overwrites: bool = False
 
     @property
     def replaces_table(self) -> bool:
@@ -279,6 +283,14 @@ class SourceSnapshot:
         """The commits after version `after` up to this pin; None if not all were read."""
         window = [c for c in self.recent_commits if after < c.version <= self.version]
         return window if len(window) == self.version - after else None
+
+    def overwritten(self, after: int) -> bool:
+        """Whether a commit after version `after` up to this pin overwrote the table.
+
+        False also where the history read does not reach back that far: the
+        change is then read as it is, which is right, only larger.
+        """
+        return any(c.overwrites for c in self._window(after) or ())
 
     def changed_rows(self, after: int) -> tuple[int, float | None] | None:
         """Change-feed rows after version `after` up to this pin, and bytes per row if known.
@@ -463,18 +475,51 @@ _APPENDING_OPERATIONS = frozenset(
 )
 
 
+# A key and its flat value in a map rendered as text ("mode":"Append", "n":3).
+_MAP_ENTRY = re.compile(r'"([^"]+)":"?([^",{}]*)"?')
+
+
+def history_map(value: Any) -> dict[str, Any]:
+    """A history row's map column: a dict, or text where agate hands it over so.
+
+    Over Thrift the text is JSON but for values that are JSON themselves,
+    which the server leaves unescaped: `"properties":"{"spark_ivm.state_form":
+    "log"}"` in a CREATE OR REPLACE's parameters. Such text is read entry by
+    entry, the first of a repeated key kept (the outer map's come first).
+
+    >>> history_map('{"mode":"Append","partitionBy":"[]"}')["mode"]
+    'Append'
+    >>> history_map('{"isManaged":"true","properties":"{"spark_ivm.state_form":"log"}"}')["isManaged"]
+    'true'
+    """
+    if not isinstance(value, str):
+        return dict(value or {})
+    if not value.strip():
+        return {}
+    try:
+        return dict(json.loads(value))
+    except json.JSONDecodeError:
+        found: dict[str, Any] = {}
+        for key, entry in _MAP_ENTRY.findall(value):
+            found.setdefault(key, entry)
+        return found
+
+
 def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
     """Each DESCRIBE HISTORY row's change-feed row count (an update is two rows), newest first."""
     version_at = columns.index("version")
     operation_at = columns.index("operation")
     metrics_at = columns.index("operationMetrics")
     timestamp_at = columns.index("timestamp")
+    parameters_at = (
+        columns.index("operationParameters") if "operationParameters" in columns else None
+    )
     found = []
     for row in sorted(rows, key=lambda r: int(r[version_at]), reverse=True):
         operation = str(row[operation_at])
-        metrics = row[metrics_at] or {}
-        if isinstance(metrics, str):  # agate hands maps over as JSON text
-            metrics = json.loads(metrics)
+        metrics = history_map(row[metrics_at])
+        parameters = history_map(row[parameters_at]) if parameters_at is not None else {}
+        overwrites = operation == "WRITE" and str(parameters.get("mode")) == "Overwrite"
 
         def count(*names: str, metrics: dict[str, Any] = metrics) -> int | None:
             """The sum of the named metrics; None if the commit lacks one of them."""
@@ -494,9 +539,12 @@ def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
         elif operation == "UPDATE":
             updated = count("numUpdatedRows")
             changed = None if updated is None else 2 * updated
+        elif overwrites:
+            # Its metrics count the rows written, not the rows it removed.
+            changed = None
         elif operation in _APPENDING_OPERATIONS:
             changed = count("numOutputRows")
-        written = changed if operation in _APPENDING_OPERATIONS else None
+        written = count("numOutputRows") if operation in _APPENDING_OPERATIONS else None
         written_bytes = count("numOutputBytes")
         per_row = written_bytes / written if written and written_bytes else None
         found.append(
@@ -508,6 +556,7 @@ def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
                 operation=operation,
                 committed_at=commit_time(row[timestamp_at]),
                 bytes_added=_bytes_added(operation, count),
+                overwrites=overwrites,
             )
         )
     return tuple(found)

@@ -617,9 +617,11 @@ class Refresh:
         # its old columns) until the new one is published: no drop needed even
         # when the model's columns change.
         versions = delta.versions_of(pinned)
-        self.writes(plan, pinned).build(
-            plan, versions, self.settings.change_feed, self.history.newest_version()
-        )
+        writes = self.writes(plan, pinned)
+        if result.action is Action.RECOMPUTE:
+            writes.recompute(plan, versions, self.history.newest_version())
+        else:
+            writes.build(plan, versions, self.settings.change_feed, self.history.newest_version())
         self.join_states(pinned).build(plan, pinned)
         result.previous_versions = {}
         state_version = self.history.latest_version()

@@ -23,7 +23,6 @@ check leaves it to the next run's reading of the history.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,36 +89,6 @@ def read_record_property(text: str | None) -> tuple[delta.RecordedState, int] | 
         return None
 
 
-# A key and its flat value in a map rendered as text ("mode":"Append", "n":3).
-_MAP_ENTRY = re.compile(r'"([^"]+)":"?([^",{}]*)"?')
-
-
-def _as_map(value: Any) -> dict[str, Any]:
-    """A history row's map column: a dict, or text where agate hands it over so.
-
-    Over Thrift the text is JSON but for values that are JSON themselves,
-    which the server leaves unescaped: `"properties":"{"spark_ivm.state_form":
-    "log"}"` in a CREATE OR REPLACE's parameters. Such text is read entry by
-    entry, the first of a repeated key kept (the outer map's come first).
-
-    >>> _as_map('{"mode":"Append","partitionBy":"[]"}')["mode"]
-    'Append'
-    >>> _as_map('{"isManaged":"true","properties":"{"spark_ivm.state_form":"log"}"}')["isManaged"]
-    'true'
-    """
-    if not isinstance(value, str):
-        return dict(value or {})
-    if not value.strip():
-        return {}
-    try:
-        return dict(json.loads(value))
-    except json.JSONDecodeError:
-        found: dict[str, Any] = {}
-        for key, entry in _MAP_ENTRY.findall(value):
-            found.setdefault(key, entry)
-        return found
-
-
 def compaction_due(columns: list[str], rows: Sequence[Sequence[Any]]) -> bool:
     """Whether the rows appended since a log state's last rewrite outgrow it (MIN_LOG_ROWS).
 
@@ -129,8 +98,10 @@ def compaction_due(columns: list[str], rows: Sequence[Sequence[Any]]) -> bool:
     appended = 0
     for row in sorted(rows, key=lambda r: int(r[columns.index("version")]), reverse=True):
         operation = str(row[columns.index("operation")])
-        parameters = _as_map(row[columns.index("operationParameters")])
-        written = int(_as_map(row[columns.index("operationMetrics")]).get("numOutputRows") or 0)
+        parameters = delta.history_map(row[columns.index("operationParameters")])
+        written = int(
+            delta.history_map(row[columns.index("operationMetrics")]).get("numOutputRows") or 0
+        )
         if operation == "WRITE" and str(parameters.get("mode")) == "Append":
             appended += written
         elif operation in delta.REPLACING_OPERATIONS or operation in REWRITING_OPERATIONS:

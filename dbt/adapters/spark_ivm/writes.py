@@ -186,6 +186,24 @@ class StateWrites:
             txn,
         )
 
+    def recompute(
+        self, plan: ViewPlan, versions: Mapping[TableName, int], read_version: int | None = None
+    ) -> None:
+        """The state's rows recomputed from the sources at `versions`, written over it in place.
+
+        For a state that has this plan's columns (a recompute, not a rebuild):
+        the table stays the one downstream ivm models recorded, so they apply
+        its change rather than rebuild (emit.overwrite_state). `read_version`:
+        as for build.
+        """
+        refresh_id = uuid.uuid4().hex
+        txn = log_state.txn_settings(read_version) if plan.log_state else {}
+        self.commit(
+            emit.overwrite_state(plan, self.state, versions, refresh_id),
+            self.metadata(refresh_id, None),
+            txn,
+        )
+
     def append_change(
         self,
         plan: ViewPlan,
