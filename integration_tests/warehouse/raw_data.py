@@ -59,24 +59,6 @@ STATUS_FLOW = ["placed", "shipped", "delivered"]
 START = datetime(2026, 1, 1)
 
 
-def literal(value: object) -> str:
-    """A Spark SQL literal for a generated value (all generated here, none user input)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, datetime):
-        return f"TIMESTAMP'{value:%Y-%m-%d %H:%M:%S}'"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    return str(value)
-
-
-def insert(table: str, rows: list[tuple]) -> str:
-    values = ", ".join("(" + ", ".join(literal(v) for v in row) + ")" for row in rows)
-    return f"INSERT INTO {table} VALUES {values}"
-
-
 def csv_field(value: object) -> str:
     """A generated value as Spark's CSV reader takes it back (an empty field is NULL)."""
     if value is None:
@@ -86,6 +68,22 @@ def csv_field(value: object) -> str:
     if isinstance(value, datetime):
         return f"{value:%Y-%m-%d %H:%M:%S}"
     return str(value)
+
+
+def literal(value: object) -> str:
+    """A Spark SQL literal for a generated value (all generated here, none user input)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, datetime):
+        return f"TIMESTAMP'{csv_field(value)}'"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return csv_field(value)
+
+
+def insert(table: str, rows: list[tuple]) -> str:
+    values = ", ".join("(" + ", ".join(literal(v) for v in row) + ")" for row in rows)
+    return f"INSERT INTO {table} VALUES {values}"
 
 
 @dataclass(frozen=True)
