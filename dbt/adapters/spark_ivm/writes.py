@@ -178,12 +178,10 @@ class StateWrites:
         `read_version`: a log state's newest version this refresh read, which
         guards the rewrite as it guards an append (log_state.txn_settings).
         """
-        refresh_id = uuid.uuid4().hex
-        txn = log_state.txn_settings(read_version) if plan.log_state else {}
-        self.commit(
-            emit.create_state(plan, self.state, versions, refresh_id, change_feed),
-            self.metadata(refresh_id, None),
-            txn,
+        self._write_whole(
+            plan,
+            lambda guard: emit.create_state(plan, self.state, versions, guard, change_feed),
+            read_version,
         )
 
     def recompute(
@@ -196,13 +194,19 @@ class StateWrites:
         its change rather than rebuild (emit.overwrite_state). `read_version`:
         as for build.
         """
+        self._write_whole(
+            plan,
+            lambda guard: emit.overwrite_state(plan, self.state, versions, guard),
+            read_version,
+        )
+
+    def _write_whole(
+        self, plan: ViewPlan, statement: Callable[[str], str], read_version: int | None
+    ) -> None:
+        """Commit a statement that writes the whole state, its guard row holding a new refresh id."""
         refresh_id = uuid.uuid4().hex
         txn = log_state.txn_settings(read_version) if plan.log_state else {}
-        self.commit(
-            emit.overwrite_state(plan, self.state, versions, refresh_id),
-            self.metadata(refresh_id, None),
-            txn,
-        )
+        self.commit(statement(refresh_id), self.metadata(refresh_id, None), txn)
 
     def append_change(
         self,
