@@ -657,6 +657,61 @@ def stage_snapshots(
     )
 
 
+def stage_net_changes(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, reads.VersionRange],
+    prefix: str,
+    partitions: int | None = None,
+) -> tuple[list[Stage], dict[TableName, reads.VersionRange]]:
+    """The change of each relation overwritten in its range, summed and staged as `<prefix>_<n>`.
+
+    An upstream ivm model's state is overwritten by its recompute; a source
+    by an `INSERT OVERWRITE` reload (one whose read columns the plan knows).
+    reads.stage_net_change: the ranges returned name the stages (`staged=`),
+    every read of the change reads them (reads.signed_changes; stage_feeds
+    leaves them be), and a COUNT of each stage sizes the change before the
+    refresh decides how to apply it (refresh.py).
+    """
+    stages = []
+    reading = dict(ranges)
+    for index, table in enumerate(overwritten_tables(plan, ranges)):
+        name = f"{prefix}_{index}"
+        cache = reads.stage_net_change(
+            table,
+            ranges[table],
+            name,
+            plan.upstreams.get(table),
+            list(plan.source_columns.get(table, {})),
+            partitions,
+        )
+        stages.append(Stage(table, name, _sql(cache)))
+        reading[table] = replace(ranges[table], staged=name)
+    return stages, reading
+
+
+def overwritten_tables(
+    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]
+) -> list[TableName]:
+    """The relations whose change stage_net_changes sums: overwritten in a range not staged yet."""
+    return [
+        table
+        for table in plan.tables
+        if ranges[table].changed
+        and ranges[table].overwritten
+        and ranges[table].staged is None
+        and (table in plan.upstreams or table in plan.source_columns)
+    ]
+
+
+def count_staged(name: str) -> str:
+    """The number of rows a staged relation holds (a cached one: read from memory).
+
+    >>> count_staged("s")
+    'SELECT COUNT(*) FROM `s`'
+    """
+    return _sql(exp.select(exp.Count(this=exp.Star())).from_(exp.Table(this=ident(name))))
+
+
 def _staged(
     plan: ViewPlan,
     ranges: Mapping[TableName, reads.VersionRange],

@@ -42,7 +42,9 @@ class VersionRange:
     pinned: int
     # A session relation holding this range's change-feed rows, staged once
     # by the refresh when its statements read them more than once
-    # (stage_feed); None: read the change feed itself.
+    # (stage_feed), or, for an upstream ivm model whose state was
+    # overwritten, its summed signed rows (stage_net_change); None: read the
+    # change feed itself.
     staged: str | None = field(default=None, repr=False)
     # A session relation holding the source's rows at `pinned`, staged once by
     # the refresh when its change statement reads that snapshot more than
@@ -95,10 +97,13 @@ def signed_changes(
 
     For an upstream ivm model: its state's change rows, each turned into the
     view rows it stands for, keeping the sign. A staged range reads its
-    staged relation instead of the change feed (stage_feed).
+    staged relation instead of the change feed (stage_feed; for an
+    upstream, stage_net_change, whose rows are signed already).
     """
+    if versions.staged is not None and upstream is not None:
+        staged = exp.Table(this=ident(versions.staged))
+        return exp.select(exp.Star()).from_(staged).subquery(ident(alias))
     if versions.staged is not None:
-        assert upstream is None, "only a source's own change feed is staged"
         changes = exp.Table(this=ident(versions.staged))
     else:
         changes = change_feed(upstream.state if upstream else table, versions)
@@ -121,6 +126,52 @@ def signed_changes(
     if versions.overwritten:
         signed = net_rows(signed, _output_names(upstream.view))
     return signed.subquery(ident(alias))
+
+
+def stage_net_change(
+    table: TableName,
+    versions: VersionRange,
+    name: str,
+    upstream: UpstreamModel | None = None,
+    columns: Sequence[str] = (),
+    partitions: int | None = None,
+) -> exp.Cache:
+    """CACHE TABLE <name> AS an overwritten relation's change, summed per row (net_rows).
+
+    Staged before the refresh decides: its row count is the change's size,
+    which an overwrite's commit metrics do not tell (they count the rows
+    written, not those that differ), and every reference of the change
+    reads the sum from the stage instead of summing the overwrite again.
+    An upstream ivm model's stage holds its view's rows, signed; a source's
+    holds `columns` (those the model reads) with a change type, as a staged
+    feed does (stage_feed), so signed_changes reads either as it reads the
+    change.
+
+    >>> up = UpstreamModel(TableName("m", "up__ivm_state"), exp.select("k").from_("m.up__ivm_state"))
+    >>> sql = stage_net_change(TableName("m", "up"), VersionRange(2, 5, overwritten=True), "s", up).sql("spark")
+    >>> sql[: sql.index(" FROM")]
+    'CACHE TABLE `s` AS SELECT `k`, EXPLODE(ARRAY_REPEAT(IF(`__ivm_net_sign` > 0, 1, -1), CAST(ABS(`__ivm_net_sign`) AS INT))) AS `__ivm_sign`'
+    >>> sql = stage_net_change(TableName("raw", "t"), VersionRange(2, 5, overwritten=True), "s", columns=["k"]).sql("spark")
+    >>> sql[: sql.index(" FROM")]
+    "CACHE TABLE `s` AS SELECT `k`, IF(`__ivm_sign` > 0, 'insert', 'delete') AS `_change_type`"
+    """
+    assert versions.overwritten and versions.staged is None
+    if upstream is not None:
+        signed = signed_changes(table, versions, names.OVERWRITTEN_ALIAS, upstream).this
+        assert isinstance(signed, exp.Select)
+        return _cache(name, signed, partitions)
+    read = [exp.column(c, quoted=True) for c in columns]
+    feed = signed_changes(table, versions, names.OVERWRITTEN_ALIAS)
+    summed = net_rows(exp.select(*read, exp.column(names.SIGN, quoted=True)).from_(feed), columns)
+    change_type = exp.If(
+        this=exp.GT(this=exp.column(names.SIGN, quoted=True), expression=exp.Literal.number(0)),
+        true=exp.Literal.string(ADDING_CHANGE_TYPES[0]),
+        false=exp.Literal.string("delete"),
+    )
+    rows = exp.select(
+        *[r.copy() for r in read], exp.alias_(change_type, CHANGE_TYPE, quoted=True)
+    ).from_(summed.subquery(ident(names.NET_ALIAS)))
+    return _cache(name, rows, partitions)
 
 
 def net_rows(signed: exp.Query, columns: Sequence[str]) -> exp.Select:

@@ -8,6 +8,7 @@ equal its query at the pinned version.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from dbt.tests.util import run_dbt
@@ -85,6 +86,38 @@ class TestStrategy(OneSourceProject):
         assert actions["grouped"] == "INCREMENTAL", actions
         assert_model_matches_query(spark, schema, "grouped", QUERIES["grouped"], "src")
 
+    def test_a_source_reloaded_whole_is_sized_by_what_changed(self, project, spark, source_table):
+        """An INSERT OVERWRITE of the source is summed per row: its size is what differs.
+
+        Its change feed deletes every row and inserts every row again, and its
+        metrics count the rows written: unsummed, a reload that changed one
+        group was applied as twice the table (writes.staged_net_changes).
+        """
+        schema = project.test_schema
+        reload = (
+            f"INSERT OVERWRITE {source_table} SELECT k, g, "
+            "CASE WHEN {changed} THEN v + 1 ELSE v END, d FROM {source}"
+        )
+        # The rows a reload touches: those whose v it changes (v + 1 of NULL is NULL).
+        touched = spark.sql(f"SELECT count(v) FROM {source_table} WHERE g = 'a'").first()[0]
+        total = spark.sql(f"SELECT count(v) FROM {source_table}").first()[0]
+        assert 0 < touched < MIN_RECOMPUTE_ROWS < total
+        spark.sql(reload.format(changed="g = 'a'", source=source_table))
+        actions = _actions(run_dbt(["run"]))
+        assert actions == {"grouped": "INCREMENTAL", "always_recomputed": "RECOMPUTE"}
+        last = _history(spark, schema, "grouped")[-1]
+        # Each touched row's old value deleted and its new one inserted.
+        assert (last["way"], last["changed_rows"]) == ("incremental", 2 * touched)
+        assert_model_matches_query(spark, schema, "grouped", QUERIES["grouped"], "src")
+
+        # A reload that changes every row is a change the size of the table.
+        spark.sql(reload.format(changed="TRUE", source=source_table))
+        actions = _actions(run_dbt(["run"]))
+        assert actions["grouped"] == "RECOMPUTE", actions
+        assert _history(spark, schema, "grouped")[-1]["changed_rows"] == 2 * total
+        for model in ("grouped", "always_recomputed"):
+            assert_model_matches_query(spark, schema, model, QUERIES["grouped"], "src")
+
 
 UPSTREAM = "select g, count(*) as n, sum(v) as sv from {src} group by g"
 # Over the upstream's view: what the oracle reads at the version it records.
@@ -134,12 +167,18 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
         )
         run_dbt(["run"])
         self._check(spark, schema)
+        # Each batch and the rows of `up` it changes, which is what its
+        # readers' change holds once the overwrite is summed per row.
         batches = [
-            f"UPDATE {source_table} SET v = v + 1 WHERE g = 'g7'",
-            f"INSERT INTO {source_table} VALUES (500, 'new', 5, NULL), (501, 'new', NULL, NULL)",
-            f"DELETE FROM {source_table} WHERE g IN ('g3', 'new') OR g IS NULL",
+            (f"UPDATE {source_table} SET v = v + 1 WHERE g = 'g7'", 2),
+            (
+                f"INSERT INTO {source_table} VALUES (500, 'new', 5, NULL), (501, 'new', NULL, NULL)",
+                1,
+            ),
+            # g3, new and the NULL group of the class's first rows.
+            (f"DELETE FROM {source_table} WHERE g IN ('g3', 'new') OR g IS NULL", 3),
         ]
-        for statement in batches:
+        for statement, changed_rows in batches:
             spark.sql(statement)
             actions = _actions(run_dbt(["run"]))
             assert actions == {
@@ -148,8 +187,51 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
                 "down_totals": "INCREMENTAL",
             }, (statement, actions)
             self._check(spark, schema)
+            # Counted from the staged sum (writes.staged_net_changes), not
+            # the overwrite's 80 change rows.
+            for model in ("down", "down_totals"):
+                last = _history(spark, schema, model)[-1]
+                assert (last["way"], last["changed_rows"]) == ("incremental", changed_rows), model
         # The recompute wrote over its state three times; its readers were
         # built once and only ever applied changes.
         assert state_builds(spark, schema, "up") == 1 + len(batches)
         assert state_builds(spark, schema, "down") == 1
         assert state_builds(spark, schema, "down_totals") == 1
+
+    def test_a_large_summed_change_is_recomputed(self, project, spark, source_table):
+        """`auto` sizes a reader's change by the summed overwrite, so a large one recomputes.
+
+        Before the sum was counted, an overwrite's size was unknown and
+        `auto` applied it whatever it held: at 4,000 times the warehouse's
+        data the five readers of a recomputed model applied 1.1-1.4 M rows
+        each, 539 s against 4-26 s as tables.
+        """
+        schema = project.test_schema
+        groups = MIN_RECOMPUTE_ROWS + 5_000
+        spark.sql(
+            f"INSERT INTO {source_table} "
+            f"SELECT 1000 + id, concat('h', id % {groups}), id, NULL FROM range({2 * groups})"
+        )
+        assert _actions(run_dbt(["run", "--select", "up"])) == {"up": "RECOMPUTE"}
+        # ivm_explain shows the sum staged before the write, which reads it.
+        run_dbt(["run-operation", "ivm_explain", "--args", "{model: down}"])
+        written = Path(project.project_root, "target", "ivm_explain", "down")
+        staged = (written / "stage_net_change_0_up.sql").read_text()
+        assert staged.startswith("CACHE TABLE") and "ARRAY_REPEAT" in staged, staged
+        stage_name = staged.split("`")[1]
+        # A count model's state is a log (ivm_state_form 'auto'): its write appends.
+        assert stage_name in (written / "append_changes.sql").read_text()
+
+        actions = _actions(run_dbt(["run"]))
+        assert actions == {"up": "NO_CHANGE", "down": "RECOMPUTE", "down_totals": "RECOMPUTE"}
+        for model in ("down", "down_totals"):
+            last = _history(spark, schema, model)[-1]
+            assert (last["way"], last["changed_rows"]) == ("recompute", groups), model
+        self._check(spark, schema)
+
+        # A small change after it is applied again, over the recomputed readers.
+        spark.sql(f"DELETE FROM {source_table} WHERE g = 'h7'")
+        actions = _actions(run_dbt(["run"]))
+        assert actions == {"up": "RECOMPUTE", "down": "INCREMENTAL", "down_totals": "INCREMENTAL"}
+        self._check(spark, schema)
+        assert state_builds(spark, schema, "down") == 2

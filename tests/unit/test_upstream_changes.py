@@ -1,4 +1,7 @@
-"""An upstream ivm model's change as a reader reads it (reads.signed_changes), without Spark."""
+"""An upstream ivm model's change as a reader reads it (reads.signed_changes), without Spark.
+
+And an overwritten relation's summed change, staged (reads.stage_net_change).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from sqlglot import exp, parse_one
 
 from ivm_compiler import TableName, names
 from ivm_compiler.plan import UpstreamModel
-from ivm_compiler.reads import VersionRange, signed_changes
+from ivm_compiler.reads import CHANGE_TYPE, VersionRange, signed_changes, stage_net_change
 
 STATE = TableName("shop", "up__ivm_state")
 # A view over a counted state: one row per unit of __ivm_count, the guard row left out.
@@ -40,3 +43,22 @@ def test_an_overwritten_range_is_read_net_per_row():
     assert f"GROUP BY `g`, `sv` HAVING SUM(`{names.SIGN}`) <> 0" in sql
     outer = read.this
     assert [p.alias_or_name for p in outer.expressions] == ["g", "sv", names.SIGN]
+
+
+def test_a_staged_sum_is_read_as_it_is():
+    """Once staged (reads.stage_net_change), every read of the change reads the stage."""
+    staged = VersionRange(2, 4, staged="__ivm_staged_x_net_0", overwritten=True)
+    sql = _changes(staged).sql("spark")
+    assert sql == "(SELECT * FROM `__ivm_staged_x_net_0`) AS `up`"
+
+
+def test_a_source_overwritten_is_staged_summed_with_a_change_type():
+    """A source's sum keeps the shape of its change feed, so the staged-feed read applies."""
+    source = TableName("raw", "orders")
+    versions = VersionRange(2, 4, overwritten=True)
+    cache = stage_net_change(source, versions, "s", columns=["id", "amount"])
+    rows = cache.expression
+    assert [p.alias_or_name for p in rows.expressions] == ["id", "amount", CHANGE_TYPE]
+    assert "GROUP BY `id`, `amount` HAVING" in cache.sql("spark")
+    read = signed_changes(source, dataclasses.replace(versions, staged="s"), "o").sql("spark")
+    assert "FROM `s`" in read and "TABLE_CHANGES" not in read

@@ -91,8 +91,13 @@ def decide(
     pinned: Mapping[TableName, delta.SourceSnapshot],
     facts: Facts,
     settings: RefreshSettings,
+    net_rows: Mapping[TableName, int] = {},
 ) -> Decision:
-    """The refresh's action and its reason; see the module docstring."""
+    """The refresh's action and its reason; see the module docstring.
+
+    `net_rows`: per overwritten upstream, the rows of its change summed per
+    row (emit.stage_net_changes), which its commit metrics cannot tell.
+    """
     reason = rebuild_reason(plan, pinned, facts, settings)
     if reason is not None:
         return Decision(Action.BUILD if reason == FIRST_BUILD else Action.REBUILD, reason)
@@ -107,19 +112,35 @@ def decide(
         return Decision(Action.NO_CHANGE, ONLY_PRESERVING_COMMITS, ranges)
     if plan.view_class is ViewClass.WINDOW and not plan.window_partition:
         return Decision(Action.RECOMPUTE, NO_COMMON_PARTITION, ranges)
-    change = change_size(pinned, changed)
+    change = change_size(pinned, changed, net_rows)
     choice = strategy.choose(settings.strategy, facts.history, change)
     action = Action.RECOMPUTE if choice.way == Strategy.RECOMPUTE else Action.INCREMENTAL
     return Decision(action, choice.reason, ranges, choice, change)
 
 
 def change_size(
-    pinned: Mapping[TableName, delta.SourceSnapshot], changed: Mapping[TableName, VersionRange]
+    pinned: Mapping[TableName, delta.SourceSnapshot],
+    changed: Mapping[TableName, VersionRange],
+    net_rows: Mapping[TableName, int] = {},
 ) -> strategy.ChangeSize | None:
-    """The change's rows from the sources' commit metrics; None when a commit does not say."""
+    """The change's rows from the sources' commit metrics; None when a commit does not say.
+
+    A source in `net_rows` counts those rows (an overwritten upstream's
+    summed change) instead of its commits'.
+
+    >>> table = TableName("m", "up")
+    >>> snapshot = delta.SourceSnapshot(table, "id", 7, size_bytes=800)
+    >>> change_size({table: snapshot}, {table: VersionRange(5, 7, overwritten=True)}) is None
+    True
+    >>> change_size({table: snapshot}, {table: VersionRange(5, 7, overwritten=True)}, {table: 12})
+    ChangeSize(rows=12, source_bytes=800, bytes_per_row=None)
+    """
     rows = 0
     per_row: list[float] = []
     for table, window in changed.items():
+        if table in net_rows:
+            rows += net_rows[table]
+            continue
         counted = pinned[table].changed_rows(after=window.recorded)
         if counted is None:
             return None

@@ -88,11 +88,14 @@ def _change_statements(
 def _staged_feeds(
     plan: ViewPlan, windows: dict[TableName, VersionRange], staging: delta.Staging
 ) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
-    """The CACHE TABLE of each feed the refresh stages, and the windows reading the stages."""
-    stages, shown = emit.stage_feeds(
-        plan, windows, f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}", staging.partitions
-    )
-    return _steps("stage_feed", stages), shown
+    """The CACHE TABLE of each feed (and overwritten upstream's summed change) the refresh stages.
+
+    With the windows reading the stages.
+    """
+    prefix = f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}"
+    summed, shown = emit.stage_net_changes(plan, windows, f"{prefix}_net", staging.partitions)
+    stages, shown = emit.stage_feeds(plan, shown, prefix, staging.partitions)
+    return {**_steps("stage_net_change", summed), **_steps("stage_feed", stages)}, shown
 
 
 def _steps(kind: str, stages: list[emit.Stage]) -> dict[str, str]:

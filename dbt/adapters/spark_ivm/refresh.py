@@ -436,6 +436,27 @@ class Refresh:
             self.history.forget_assumed()
             facts = self._facts(plan, pinned, shown_version)
             found = decision.decide(plan, pinned, facts, self.settings)
+        if found.action is Action.INCREMENTAL and emit.overwritten_tables(plan, found.ranges):
+            # An upstream's recompute overwrote its state (or a source was
+            # reloaded whole): its change is summed, staged and counted
+            # first, so the size decides.
+            with self.writes(plan, pinned).staged_net_changes(plan, found.ranges) as net:
+                found = decision.decide(plan, pinned, facts, self.settings, net.rows)
+                if found.action is Action.INCREMENTAL:
+                    found = replace(found, ranges=net.reading)
+                    return self._carry_out(plan, pinned, facts, found, target_type, shown_version)
+        return self._carry_out(plan, pinned, facts, found, target_type, shown_version)
+
+    def _carry_out(
+        self,
+        plan: ViewPlan,
+        pinned: dict[TableName, delta.SourceSnapshot],
+        facts: decision.Facts,
+        found: Decision,
+        target_type: str | None,
+        shown_version: int | None,
+    ) -> RefreshResult:
+        """Build, apply the change, or publish as it is, as `found` says."""
         if found.action is Action.REBUILD and not self.settings.full_refresh:
             found = self._with_model_columns(plan, found, target_type)
         result = RefreshResult(

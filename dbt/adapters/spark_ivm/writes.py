@@ -102,6 +102,16 @@ class Written:
     log_write: str | None = None
 
 
+@dataclass(frozen=True)
+class NetChanges:
+    """Overwritten upstreams' changes, summed, staged and counted (staged_net_changes)."""
+
+    # The refresh's ranges, each overwritten upstream's naming its stage.
+    reading: dict[TableName, VersionRange]
+    # Per overwritten upstream, the rows its stage holds.
+    rows: dict[TableName, int]
+
+
 @dataclass
 class StateWrites:
     runner: Runner
@@ -395,6 +405,29 @@ class StateWrites:
             yield reading
 
     @contextlib.contextmanager
+    def staged_net_changes(
+        self, plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
+    ) -> Iterator[NetChanges]:
+        """Each overwritten upstream's change summed once and counted, for the block.
+
+        emit.stage_net_changes: the count sizes the change for ivm_strategy
+        (decision.change_size); the ranges yielded have every read of it
+        read the stage.
+        """
+        stages, reading = emit.stage_net_changes(
+            plan,
+            ranges,
+            f"{names.STAGED_PREFIX}{uuid.uuid4().hex}_net",
+            self.staging.partitions,
+        )
+        with self._staged(stages, "upstream changes summed", self.staging.settings):
+            rows = {}
+            for stage in stages:
+                _, answer = self.runner.query(emit.count_staged(stage.name))
+                rows[stage.table] = int(answer[0][0])
+            yield NetChanges(reading, rows)
+
+    @contextlib.contextmanager
     def staged_snapshots(
         self,
         plan: ViewPlan,
@@ -421,8 +454,10 @@ class StateWrites:
             yield reading
 
     @contextlib.contextmanager
-    def _staged(self, stages: list[emit.Stage], what: str) -> Iterator[None]:
-        """The block run with `stages` cached first and dropped after it, whatever happened.
+    def _staged(
+        self, stages: list[emit.Stage], what: str, settings: Mapping[str, str] = {}
+    ) -> Iterator[None]:
+        """The block run with `stages` cached first (under `settings` too) and dropped after it.
 
         They only hold what the pinned versions fix, so a refresh stopped in
         between leaves nothing to undo; after a failure, a drop that fails
@@ -430,7 +465,7 @@ class StateWrites:
         """
         staged: list[str] = []
         try:
-            with self._under(delta.STAGE_SETTINGS if stages else {}):
+            with self._under({**settings, **delta.STAGE_SETTINGS} if stages else {}):
                 for stage in stages:
                     self.runner.execute(stage.statement)
                     staged.append(stage.name)
