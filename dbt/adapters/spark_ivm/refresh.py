@@ -430,9 +430,11 @@ class Refresh:
         """Decide from the state's record, then build, apply the change, or publish as it is."""
         facts = self._facts(plan, pinned, shown_version)
         found = decision.decide(plan, pinned, facts, self.settings)
-        if self.history.assumed is not None and found.action is not Action.INCREMENTAL:
+        summed = found.action is Action.INCREMENTAL and emit.overwritten_tables(plan, found.ranges)
+        if self.history.assumed is not None and (found.action is not Action.INCREMENTAL or summed):
             # Only a write checks the view's record (_apply): anything else
-            # is decided on the history.
+            # is decided on the history, and so is a change to be summed,
+            # whose count may make it a recompute.
             self.history.forget_assumed()
             facts = self._facts(plan, pinned, shown_version)
             found = decision.decide(plan, pinned, facts, self.settings)
