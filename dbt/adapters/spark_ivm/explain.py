@@ -93,7 +93,7 @@ def _staged_feeds(
     With the windows reading the stages.
     """
     prefix = f"{names.STAGED_PREFIX}{EXPLAIN_REFRESH_ID}"
-    summed, shown = emit.stage_net_changes(plan, windows, f"{prefix}_net", staging.partitions)
+    summed, shown = emit.stage_net_changes(plan, windows, f"{prefix}_net")
     stages, shown = emit.stage_feeds(plan, shown, prefix, staging.partitions)
     return {**_steps("stage_net_change", summed), **_steps("stage_feed", stages)}, shown
 

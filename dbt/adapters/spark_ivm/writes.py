@@ -412,15 +412,16 @@ class StateWrites:
 
         emit.stage_net_changes: the count sizes the change for ivm_strategy
         (decision.change_size); the ranges yielded have every read of it
-        read the stage.
+        read the stage. The sum runs as a rebuild would, not under the
+        small-change settings (one partition, no generated code): it reads
+        the relation's every row twice. At 200 times the warehouse's data,
+        fct_order_lines' 1.2 M overwrite rows summed in 6.4-10.3 s in one
+        interpreted task.
         """
         stages, reading = emit.stage_net_changes(
-            plan,
-            ranges,
-            f"{names.STAGED_PREFIX}{uuid.uuid4().hex}_net",
-            self.staging.partitions,
+            plan, ranges, f"{names.STAGED_PREFIX}{uuid.uuid4().hex}_net"
         )
-        with self._staged(stages, "upstream changes summed", self.staging.settings):
+        with self._staged(stages, "upstream changes summed"):
             rows = {}
             for stage in stages:
                 _, answer = self.runner.query(emit.count_staged(stage.name))
@@ -454,10 +455,8 @@ class StateWrites:
             yield reading
 
     @contextlib.contextmanager
-    def _staged(
-        self, stages: list[emit.Stage], what: str, settings: Mapping[str, str] = {}
-    ) -> Iterator[None]:
-        """The block run with `stages` cached first (under `settings` too) and dropped after it.
+    def _staged(self, stages: list[emit.Stage], what: str) -> Iterator[None]:
+        """The block run with `stages` cached first and dropped after it, whatever happened.
 
         They only hold what the pinned versions fix, so a refresh stopped in
         between leaves nothing to undo; after a failure, a drop that fails
@@ -465,7 +464,7 @@ class StateWrites:
         """
         staged: list[str] = []
         try:
-            with self._under({**settings, **delta.STAGE_SETTINGS} if stages else {}):
+            with self._under(delta.STAGE_SETTINGS if stages else {}):
                 for stage in stages:
                     self.runner.execute(stage.statement)
                     staged.append(stage.name)
