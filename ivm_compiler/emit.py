@@ -661,7 +661,6 @@ def stage_net_changes(
     plan: ViewPlan,
     ranges: Mapping[TableName, reads.VersionRange],
     prefix: str,
-    partitions: int | None = None,
 ) -> tuple[list[Stage], dict[TableName, reads.VersionRange]]:
     """The change of each relation overwritten in its range, summed and staged as `<prefix>_<n>`.
 
@@ -682,7 +681,6 @@ def stage_net_changes(
             name,
             plan.upstreams.get(table),
             list(plan.source_columns.get(table, {})),
-            partitions,
         )
         stages.append(Stage(table, name, _sql(cache)))
         reading[table] = replace(ranges[table], staged=name)

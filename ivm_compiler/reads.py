@@ -42,9 +42,8 @@ class VersionRange:
     pinned: int
     # A session relation holding this range's change-feed rows, staged once
     # by the refresh when its statements read them more than once
-    # (stage_feed), or, for an upstream ivm model whose state was
-    # overwritten, its summed signed rows (stage_net_change); None: read the
-    # change feed itself.
+    # (stage_feed), or, where the range overwrote the relation, its change
+    # summed per row (stage_net_change); None: read the change feed itself.
     staged: str | None = field(default=None, repr=False)
     # A session relation holding the source's rows at `pinned`, staged once by
     # the refresh when its change statement reads that snapshot more than
@@ -134,7 +133,6 @@ def stage_net_change(
     name: str,
     upstream: UpstreamModel | None = None,
     columns: Sequence[str] = (),
-    partitions: int | None = None,
 ) -> exp.Cache:
     """CACHE TABLE <name> AS an overwritten relation's change, summed per row (net_rows).
 
@@ -159,7 +157,7 @@ def stage_net_change(
     if upstream is not None:
         signed = signed_changes(table, versions, names.OVERWRITTEN_ALIAS, upstream).this
         assert isinstance(signed, exp.Select)
-        return _cache(name, signed, partitions)
+        return _cache(name, signed, None)
     read = [exp.column(c, quoted=True) for c in columns]
     feed = signed_changes(table, versions, names.OVERWRITTEN_ALIAS)
     summed = net_rows(exp.select(*read, exp.column(names.SIGN, quoted=True)).from_(feed), columns)
@@ -171,7 +169,7 @@ def stage_net_change(
     rows = exp.select(
         *[r.copy() for r in read], exp.alias_(change_type, CHANGE_TYPE, quoted=True)
     ).from_(summed.subquery(ident(names.NET_ALIAS)))
-    return _cache(name, rows, partitions)
+    return _cache(name, rows, None)
 
 
 def net_rows(signed: exp.Query, columns: Sequence[str]) -> exp.Select:

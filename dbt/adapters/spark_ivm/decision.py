@@ -95,7 +95,7 @@ def decide(
 ) -> Decision:
     """The refresh's action and its reason; see the module docstring.
 
-    `net_rows`: per overwritten upstream, the rows of its change summed per
+    `net_rows`: per overwritten relation, the rows of its change summed per
     row (emit.stage_net_changes), which its commit metrics cannot tell.
     """
     reason = rebuild_reason(plan, pinned, facts, settings)
@@ -125,7 +125,7 @@ def change_size(
 ) -> strategy.ChangeSize | None:
     """The change's rows from the sources' commit metrics; None when a commit does not say.
 
-    A source in `net_rows` counts those rows (an overwritten upstream's
+    A relation in `net_rows` counts those rows (an overwritten relation's
     summed change) instead of its commits'.
 
     >>> table = TableName("m", "up")

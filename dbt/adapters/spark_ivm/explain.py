@@ -88,7 +88,7 @@ def _change_statements(
 def _staged_feeds(
     plan: ViewPlan, windows: dict[TableName, VersionRange], staging: delta.Staging
 ) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
-    """The CACHE TABLE of each feed (and overwritten upstream's summed change) the refresh stages.
+    """The CACHE TABLE of each feed (and overwritten relation's summed change) the refresh stages.
 
     With the windows reading the stages.
     """

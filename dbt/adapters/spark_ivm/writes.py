@@ -104,11 +104,11 @@ class Written:
 
 @dataclass(frozen=True)
 class NetChanges:
-    """Overwritten upstreams' changes, summed, staged and counted (staged_net_changes)."""
+    """Overwritten relations' changes, summed, staged and counted (staged_net_changes)."""
 
-    # The refresh's ranges, each overwritten upstream's naming its stage.
+    # The refresh's ranges, each overwritten relation's naming its stage.
     reading: dict[TableName, VersionRange]
-    # Per overwritten upstream, the rows its stage holds.
+    # Per overwritten relation, the rows its stage holds.
     rows: dict[TableName, int]
 
 
@@ -408,7 +408,7 @@ class StateWrites:
     def staged_net_changes(
         self, plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
     ) -> Iterator[NetChanges]:
-        """Each overwritten upstream's change summed once and counted, for the block.
+        """Each overwritten relation's change summed once and counted, for the block.
 
         emit.stage_net_changes: the count sizes the change for ivm_strategy
         (decision.change_size); the ranges yielded have every read of it
@@ -421,7 +421,7 @@ class StateWrites:
         stages, reading = emit.stage_net_changes(
             plan, ranges, f"{names.STAGED_PREFIX}{uuid.uuid4().hex}_net"
         )
-        with self._staged(stages, "upstream changes summed"):
+        with self._staged(stages, "overwritten relations' changes summed"):
             rows = {}
             for stage in stages:
                 _, answer = self.runner.query(emit.count_staged(stage.name))
