@@ -430,15 +430,16 @@ class Refresh:
         """Decide from the state's record, then build, apply the change, or publish as it is."""
         facts = self._facts(plan, pinned, shown_version)
         found = decision.decide(plan, pinned, facts, self.settings)
-        summed = found.action is Action.INCREMENTAL and emit.overwritten_tables(plan, found.ranges)
-        if self.history.assumed is not None and (found.action is not Action.INCREMENTAL or summed):
+        if self.history.assumed is not None and (
+            found.action is not Action.INCREMENTAL or _sums_an_overwrite(plan, found)
+        ):
             # Only a write checks the view's record (_apply): anything else
             # is decided on the history, and so is a change to be summed,
             # whose count may make it a recompute.
             self.history.forget_assumed()
             facts = self._facts(plan, pinned, shown_version)
             found = decision.decide(plan, pinned, facts, self.settings)
-        if found.action is Action.INCREMENTAL and emit.overwritten_tables(plan, found.ranges):
+        if _sums_an_overwrite(plan, found):
             # An upstream's recompute overwrote its state (or a source was
             # reloaded whole): its change is summed, staged and counted
             # first, so the size decides.
@@ -970,6 +971,11 @@ def _unreadable_reason(ranges: Mapping[TableName, Any], error: BaseException) ->
 
 # How an incremental result's message says it recomputed some groups.
 RECOMPUTED_GROUPS = "groups whose change cancelled their sums or moments recomputed"
+
+
+def _sums_an_overwrite(plan: ViewPlan, found: Decision) -> bool:
+    """Whether the change to apply reads a relation overwritten in its range (summed first)."""
+    return found.action is Action.INCREMENTAL and bool(emit.overwritten_tables(plan, found.ranges))
 
 
 def state_of(relation: TableName) -> TableName:
