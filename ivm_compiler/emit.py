@@ -854,48 +854,103 @@ def merge_partitions(
     in_state = window.partition_predicate(
         [_target_column(p.state_column) for p in plan.window_partition], types, keys
     )
-    # The state's side of the partitions in ON too: it changes no match (every
-    # source row lies in those partitions), and lets Delta prune the state's
-    # files when it looks for matches.
-    # The guard row has NULL partition columns: it is in ON's partitions
-    # explicitly, so the guard source row always finds it.
+    rows = _build_query(plan, versions, rows_filter=in_rows)
+    return _merge_recomputed_rows(plan, state, rows, guard, within=in_state)
+
+
+def merge_recomputed(
+    plan: ViewPlan, state: TableName, versions: Mapping[TableName, int], guard: Guard
+) -> str:
+    """The state's rows recomputed at pinned versions, merged into the state by key.
+
+    A recompute for a state that ivm models read: only the rows that differ
+    from the recomputation are written (updated, inserted, deleted), so the
+    state's change feed holds what changed and the commit's metrics count
+    it. Its readers then apply or recompute by that size and read only those
+    rows, where an overwrite's change is every row twice and each reader
+    has to sum it first (reads.stage_net_change). The MERGE joins the
+    state with the recomputed rows, so a state nobody reads is overwritten
+    instead (overwrite_state). Guarded as merge_changes is.
+    """
+    return _merge_recomputed_rows(plan, state, _build_query(plan, versions), guard)
+
+
+def _merge_recomputed_rows(
+    plan: ViewPlan,
+    state: TableName,
+    rows: exp.Query,
+    guard: Guard,
+    within: exp.Expr | None = None,
+) -> str:
+    """MERGE recomputed state `rows` into the state: a row that differs is updated, a new
+    one inserted, and a state row the rows no longer hold deleted.
+
+    `within`: a condition on the state's rows when `rows` recompute only
+    those (a WINDOW model's touched partitions); the rest is left alone. It
+    is in ON too, where it changes no match (every source row lies within)
+    and lets Delta prune the state's files when it looks for matches; the
+    guard row (NULL keys) is in ON's rows explicitly, so the guard source row
+    always finds it, and the delete spares it.
+    """
+    columns = state_rows.state_table_columns(plan)
+    values = [c for c in columns if c not in plan.merge_keys]
     on = exp.and_(
-        *[exp.NullSafeEQ(this=_target_column(k), expression=_source_column(k)) for k in plan.keys],
+        *[
+            exp.NullSafeEQ(this=_target_column(k), expression=_source_column(k))
+            for k in plan.merge_keys
+        ],
         _same_guard(),
-        exp.paren(exp.or_(exp.paren(in_state.copy()), _is_guard_row(names.TARGET_ALIAS))),
+        *(
+            [exp.paren(exp.or_(exp.paren(within.copy()), _is_guard_row(names.TARGET_ALIAS)))]
+            if within is not None
+            else []
+        ),
     )
+    spared = _is_guard_row(names.TARGET_ALIAS, guard_row=False)
     whens = [
         _move_guard(guard),
-        _recounted(),
-        _insert_row(state_rows.state_table_columns(plan)),
+        _updated_where_different(values),
+        _insert_row(columns),
         _refuse_stale_guard(state, guard),
         exp.When(
             matched=False,
             source=True,
-            condition=exp.and_(
-                exp.paren(in_state), _is_guard_row(names.TARGET_ALIAS, guard_row=False)
-            ),
+            condition=exp.and_(exp.paren(within), spared) if within is not None else spared,
             then=exp.var("DELETE"),
         ),
     ]
     merge = exp.Merge(
         this=aliased(state.to_table(), names.TARGET_ALIAS),
-        using=_guarded(_build_query(plan, versions, rows_filter=in_rows), guard),
+        using=_guarded(rows, guard),
         on=on,
         whens=exp.Whens(expressions=whens),
     )
     return _sql(merge)
 
 
-def _recounted() -> exp.When:
-    """WHEN MATCHED with another count THEN UPDATE the count: a recomputed row's multiplicity."""
+def _updated_where_different(values: Sequence[str]) -> exp.When:
+    """WHEN MATCHED with any other value THEN UPDATE them: a recomputed row that changed.
+
+    Compared NULL-safely, so an unchanged row is not written (nor shown in
+    the change feed) again.
+    """
+    differs = exp.not_(
+        exp.paren(
+            exp.and_(
+                *[
+                    exp.NullSafeEQ(this=_target_column(c), expression=_source_column(c))
+                    for c in values
+                ]
+            )
+        )
+    )
     return exp.When(
         matched=True,
         source=False,
-        condition=exp.NEQ(this=_target_column(names.COUNT), expression=_source_column(names.COUNT)),
+        condition=differs,
         then=exp.Update(
             expressions=[
-                exp.EQ(this=_target_column(names.COUNT), expression=_source_column(names.COUNT))
+                exp.EQ(this=_target_column(c), expression=_source_column(c)) for c in values
             ]
         ),
     )

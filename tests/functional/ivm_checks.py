@@ -207,20 +207,20 @@ def state_builds(spark: SparkSession, schema: str, model: str) -> int:
 
 
 def _builds(history: Iterable[Any]) -> int:
-    """A state's CREATE/REPLACE commits (builds, rebuilds) and recomputes' INSERT OVERWRITEs.
+    """A state's CREATE/REPLACE commits (builds, rebuilds) and its recomputes.
 
-    A recompute is told from a log state's rewrite by its guard row: a
-    recompute's holds its own refresh id, as a build's does; a rewrite keeps
-    the guard it read.
+    A recompute (an INSERT OVERWRITE, or a MERGE by key where ivm models
+    read the state) carries delta.RECOMPUTED_MARKER in its commit metadata;
+    a log state's rewrite and an incremental MERGE do not.
     """
     builds = 0
     for row in history:
         operation = row["operation"]
         if "CREATE" in operation or "REPLACE" in operation:
             builds += 1
-        elif operation == "WRITE" and row["operationParameters"].get("mode") == "Overwrite":
+        elif operation in ("WRITE", "MERGE"):
             metadata = delta.load_metadata(row["userMetadata"]) or {}
-            builds += metadata.get("guard") == metadata.get("refresh_id")
+            builds += bool(metadata.get(delta.RECOMPUTED_MARKER))
     return builds
 
 

@@ -14,6 +14,7 @@ import pytest
 from dbt.tests.util import run_dbt
 
 from dbt.adapters.spark_ivm.strategy import HISTORY_PROPERTY, MIN_RECOMPUTE_ROWS
+from ivm_compiler.names import GUARD
 from tests.conftest import THRIFT
 from tests.functional.ivm_checks import (
     assert_model_matches_query,
@@ -103,6 +104,14 @@ class TestStrategy(OneSourceProject):
         total = spark.sql(f"SELECT count(v) FROM {source_table}").first()[0]
         assert 0 < touched < MIN_RECOMPUTE_ROWS < total
         spark.sql(reload.format(changed="g = 'a'", source=source_table))
+        # ivm_explain shows the sum staged before the write, which reads it.
+        run_dbt(["run-operation", "ivm_explain", "--args", "{model: grouped}"])
+        written = Path(project.project_root, "target", "ivm_explain", "grouped")
+        staged = (written / "stage_net_change_0_src.sql").read_text()
+        assert staged.startswith("CACHE TABLE"), staged
+        stage_name = staged.split("`")[1]
+        writes = [written / f"{w}.sql" for w in ("merge_changes", "append_changes")]
+        assert any(w.exists() and stage_name in w.read_text() for w in writes), stage_name
         actions = _actions(run_dbt(["run"]))
         assert actions == {"grouped": "INCREMENTAL", "always_recomputed": "RECOMPUTE"}
         last = _history(spark, schema, "grouped")[-1]
@@ -131,10 +140,11 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
     Until 2026-12-01 a recompute replaced the state (CREATE OR REPLACE), and
     every ivm model reading it rebuilt in turn: at 200 times the layered
     warehouse's data, three bronze recomputes rebuilt 30 of its 40 models.
-    Now it writes over the state in place, and a reader sums the overwrite's
-    change feed per row (reads.net_rows). The overwrite is told from
-    DESCRIBE HISTORY's operation parameters, which Thrift hands over as text
-    (tests/unit/test_delta.py reads both forms).
+    Then it wrote over the state in place (INSERT OVERWRITE), and each reader
+    summed the overwrite's change feed, every row twice, before it could
+    size it. Now a state that ivm models read is recomputed by a MERGE of
+    the recomputed rows by key (emit.merge_recomputed): its change feed
+    holds only the rows that differ and its metrics count them.
     """
 
     # Session mode in the README's test command (its Thrift run took 63 s of
@@ -167,8 +177,8 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
         )
         run_dbt(["run"])
         self._check(spark, schema)
-        # Each batch and the rows of `up` it changes, which is what its
-        # readers' change holds once the overwrite is summed per row.
+        # Each batch and the change rows of `up` it makes (an updated row
+        # is two, its pre- and post-image).
         batches = [
             (f"UPDATE {source_table} SET v = v + 1 WHERE g = 'g7'", 2),
             (
@@ -187,24 +197,36 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
                 "down_totals": "INCREMENTAL",
             }, (statement, actions)
             self._check(spark, schema)
-            # Counted from the staged sum (writes.staged_net_changes), not
-            # the overwrite's 80 change rows.
+            # The recompute's change feed holds those rows alone (and the
+            # guard row's move), not every row of the state twice.
+            state = f"{schema}.up__ivm_state"
+            commit = spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").first()
+            assert commit["operation"] == "MERGE", commit
+            feed = spark.sql(
+                f"SELECT * FROM table_changes('{state}', {commit['version']}, "
+                f"{commit['version']}) WHERE `{GUARD}` IS NULL"
+            )
+            assert feed.count() == changed_rows, feed.collect()
+            # The readers size it by the MERGE's metrics: the same rows, plus
+            # two for the guard row's move (an update).
             for model in ("down", "down_totals"):
                 last = _history(spark, schema, model)[-1]
-                assert (last["way"], last["changed_rows"]) == ("incremental", changed_rows), model
-        # The recompute wrote over its state three times; its readers were
-        # built once and only ever applied changes.
+                assert (last["way"], last["changed_rows"]) == ("incremental", changed_rows + 2), (
+                    model
+                )
+        # The upstream was recomputed three times; its readers were built
+        # once and only ever applied changes.
         assert state_builds(spark, schema, "up") == 1 + len(batches)
         assert state_builds(spark, schema, "down") == 1
         assert state_builds(spark, schema, "down_totals") == 1
 
-    def test_a_large_summed_change_is_recomputed(self, project, spark, source_table):
-        """`auto` sizes a reader's change by the summed overwrite, so a large one recomputes.
+    def test_a_large_recompute_recomputes_its_readers(self, project, spark, source_table):
+        """`auto` sizes a reader's change by the recompute's MERGE metrics, so a large one recomputes.
 
-        Before the sum was counted, an overwrite's size was unknown and
-        `auto` applied it whatever it held: at 4,000 times the warehouse's
-        data the five readers of a recomputed model applied 1.1-1.4 M rows
-        each, 539 s against 4-26 s as tables.
+        When the recompute was an overwrite, its size was unknown and `auto`
+        applied it whatever it held: at 4,000 times the warehouse's data the
+        five readers of a recomputed model applied 1.1-1.4 M rows each, 539 s
+        against 4-26 s as tables.
         """
         schema = project.test_schema
         groups = MIN_RECOMPUTE_ROWS + 5_000
@@ -213,20 +235,17 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
             f"SELECT 1000 + id, concat('h', id % {groups}), id, NULL FROM range({2 * groups})"
         )
         assert _actions(run_dbt(["run", "--select", "up"])) == {"up": "RECOMPUTE"}
-        # ivm_explain shows the sum staged before the write, which reads it.
+        # Nothing to sum: ivm_explain stages no net change for the readers.
         run_dbt(["run-operation", "ivm_explain", "--args", "{model: down}"])
         written = Path(project.project_root, "target", "ivm_explain", "down")
-        staged = (written / "stage_net_change_0_up.sql").read_text()
-        assert staged.startswith("CACHE TABLE") and "ARRAY_REPEAT" in staged, staged
-        stage_name = staged.split("`")[1]
-        # A count model's state is a log (ivm_state_form 'auto'): its write appends.
-        assert stage_name in (written / "append_changes.sql").read_text()
+        assert not list(written.glob("stage_net_change_*")), sorted(written.iterdir())
 
         actions = _actions(run_dbt(["run"]))
         assert actions == {"up": "NO_CHANGE", "down": "RECOMPUTE", "down_totals": "RECOMPUTE"}
         for model in ("down", "down_totals"):
             last = _history(spark, schema, model)[-1]
-            assert (last["way"], last["changed_rows"]) == ("recompute", groups), model
+            # The inserted groups and the guard row's move.
+            assert (last["way"], last["changed_rows"]) == ("recompute", groups + 2), model
         self._check(spark, schema)
 
         # A small change after it is applied again, over the recomputed readers.

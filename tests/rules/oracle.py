@@ -24,6 +24,10 @@ partitions (replace_partitions). Refreshes read join partners within the
 probed key bounds (emit.probe_join_keys), as refresh.py does; join states
 (ivm_join_state) are not used here.
 
+A recompute of a state that ivm models read merges the recomputed rows by
+key (emit.merge_recomputed, `run(..., recompute_at=...)`): after it the
+state must equal the build, and the next refresh's MERGE applies over it.
+
 A state kept as a log (log_state.py, `run(..., log=True)`) takes each
 change with the compiler's INSERT of the change rows, every other refresh
 with its rewrite (log_state.compact) instead; then its consolidated rows
@@ -39,7 +43,7 @@ import functools
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -499,6 +503,25 @@ class Refreshes:
         self._check_state(applied)
         self.check_view()
 
+    def recompute(self) -> None:
+        """As writes.StateWrites.recompute for a state ivm models read: the state's
+        rows recomputed at the newest versions, merged by key (emit.merge_recomputed).
+
+        The MERGE must leave exactly the build, guard row moved, and the next
+        refresh's MERGE must apply its change over it.
+        """
+        pinned = self._newest()
+        guard = emit.Guard(read=self.guard, write=next(self.refresh_ids))
+        self._apply(
+            emit.merge_recomputed(self.plan, STATE, pinned, guard), guard, self.plan.merge_keys
+        )
+        self.versions = pinned
+        columns, rows = self.engine.query(
+            view_class_rule(self.plan.view_class).build_query(self.plan, pinned)
+        )
+        self._check_state([dict(zip(columns, row)) for row in rows])
+        self.check_view()
+
     @contextlib.contextmanager
     def _staged_feeds(
         self, windows: Mapping[TableName, VersionRange], guard: emit.Guard
@@ -816,19 +839,28 @@ class Refreshes:
 
 
 def run(
-    model: Model, scenario: Scenario, hook: ChangeFeedHook | None = None, log: bool = False
+    model: Model,
+    scenario: Scenario,
+    hook: ChangeFeedHook | None = None,
+    log: bool = False,
+    recompute_at: Collection[int] = (),
 ) -> Refreshes:
     """Build the model after the seed commits, then refresh and check after every step.
 
     `log`: its state kept as a log (the model must be one log_state.refusal allows).
+    `recompute_at`: the steps (from 0) after which the state is recomputed and
+    merged by key instead (Refreshes.recompute).
     """
     refreshes = Refreshes(model, hook, log)
     with contextlib.closing(refreshes.engine):
         for table, change in scenario.seed:
             refreshes.commit(table, change)
         refreshes.build()
-        for step in scenario.steps:
+        for index, step in enumerate(scenario.steps):
             for table, change in step:
                 refreshes.commit(table, change)
-            refreshes.refresh()
+            if index in recompute_at:
+                refreshes.recompute()
+            else:
+                refreshes.refresh()
     return refreshes

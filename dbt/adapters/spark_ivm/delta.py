@@ -28,6 +28,9 @@ from ivm_compiler.sql import DIALECT
 # source versions a state table reflects.
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 METADATA_MARKER = "spark_ivm"
+# In a recompute's commit metadata (an overwrite or a MERGE by key): the
+# state's rows were computed whole from the sources, not patched by a change.
+RECOMPUTED_MARKER = "recomputed"
 
 # Over a Thrift server with singleSession every connection (each dbt thread's,
 # and other clients') shares one SparkSession, so a session conf set for one

@@ -470,7 +470,7 @@ class Refresh:
         )
         if found.builds:
             self._log_build(found)
-            return self._build(plan, pinned, result, shown_version, facts.history, found)
+            return self._build(plan, pinned, result, shown_version, facts, found)
         assert facts.recorded is not None
         if found.action is Action.NO_CHANGE:
             state_version = facts.recorded.state_version
@@ -634,7 +634,7 @@ class Refresh:
         pinned: dict[TableName, delta.SourceSnapshot],
         result: RefreshResult,
         shown_version: int | None,
-        history: Sequence[strategy.RefreshRecord],
+        facts: decision.Facts,
         found: Decision,
     ) -> RefreshResult:
         # A view still shows the state's old version (time travel reads it with
@@ -643,13 +643,16 @@ class Refresh:
         versions = delta.versions_of(pinned)
         writes = self.writes(plan, pinned)
         if result.action is Action.RECOMPUTE:
-            writes.recompute(plan, versions, self.history.newest_version())
+            # Merged by key where ivm models read the state: they then read
+            # and count only the rows that changed.
+            guard = facts.recorded.guard if facts.recorded and self.settings.change_feed else None
+            writes.recompute(plan, versions, self.history.newest_version(), guard)
         else:
             writes.build(plan, versions, self.settings.change_feed, self.history.newest_version())
         self.join_states(pinned).build(plan, pinned)
         result.previous_versions = {}
         state_version = self.history.latest_version()
-        self._publish(plan, result, pinned, state_version, shown_version, history, found)
+        self._publish(plan, result, pinned, state_version, shown_version, facts.history, found)
         if result.action is not Action.RECOMPUTE:
             # A rebuild follows a change of the SQL, which may have dropped a CTE.
             self._drop_nodes(keep=self._split.nodes if self._split else ())
@@ -676,7 +679,7 @@ class Refresh:
                     reason = f"the change touches more than {limit} window partitions"
                     self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
                     result.action, result.reason = Action.RECOMPUTE, reason
-                    return self._build(plan, pinned, result, shown_version, facts.history, found)
+                    return self._build(plan, pinned, result, shown_version, facts, found)
                 written = writes.apply_partitions(
                     plan, delta.versions_of(pinned), touched, facts.recorded.guard
                 )
@@ -702,19 +705,19 @@ class Refresh:
             reason = CancellingRemoval.REASON
             self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
             result.action, result.reason = Action.RECOMPUTE, reason
-            return self._build(plan, pinned, result, shown_version, facts.history, found)
+            return self._build(plan, pinned, result, shown_version, facts, found)
         except Exception as error:
             if not delta.is_change_history_unavailable(error):
                 raise
             reason = _unreadable_reason(ranges, error)
             self.log.warning(f"{self.model}: rebuilding fully: {reason}")
             result.action, result.reason = Action.REBUILD, reason
-            return self._build(plan, pinned, result, shown_version, facts.history, found)
+            return self._build(plan, pinned, result, shown_version, facts, found)
         broken = self._record_broken(plan, pinned, facts)
         if broken is not None:
             self.log.warning(f"{self.model}: rebuilding fully: {broken}")
             result.action, result.reason = Action.REBUILD, broken
-            return self._build(plan, pinned, result, shown_version, facts.history, found)
+            return self._build(plan, pinned, result, shown_version, facts, found)
         self._report_written(result, written)
         return None
 
