@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from dbt.tests.util import run_dbt
 
+from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.strategy import HISTORY_PROPERTY, MIN_RECOMPUTE_ROWS
 from ivm_compiler.names import GUARD
 from tests.conftest import THRIFT
@@ -142,9 +143,11 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
     warehouse's data, three bronze recomputes rebuilt 30 of its 40 models.
     Then it wrote over the state in place (INSERT OVERWRITE), and each reader
     summed the overwrite's change feed, every row twice, before it could
-    size it. Now a state that ivm models read is recomputed by a MERGE of
-    the recomputed rows by key (emit.merge_recomputed): its change feed
-    holds only the rows that differ and its metrics count them.
+    size it. Now a state that ivm models read is recomputed, for a change
+    they would apply, by a MERGE of the recomputed rows by key
+    (emit.merge_recomputed): its change feed holds only the rows that
+    differ and its metrics count them; for a larger change, by an overwrite
+    that records the change's size for them.
     """
 
     # Session mode in the README's test command (its Thrift run took 63 s of
@@ -221,12 +224,16 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
         assert state_builds(spark, schema, "down_totals") == 1
 
     def test_a_large_recompute_recomputes_its_readers(self, project, spark, source_table):
-        """`auto` sizes a reader's change by the recompute's MERGE metrics, so a large one recomputes.
+        """A large recompute overwrites, recording its change's size, and its readers recompute.
 
-        When the recompute was an overwrite, its size was unknown and `auto`
-        applied it whatever it held: at 4,000 times the warehouse's data the
-        five readers of a recomputed model applied 1.1-1.4 M rows each, 539 s
-        against 4-26 s as tables.
+        The MERGE by key costs a join with the state (2.5 times an overwrite
+        on warehouse scale 200), worth it only when readers apply what
+        changed: a recompute of 10,000 changed rows or more overwrites and
+        records that size (delta.ESTIMATED_ROWS_KEY), which its readers weigh
+        without summing the overwrite. Before the size was known at all,
+        `auto` applied an overwrite whatever it held: at 4,000 times the
+        warehouse's data the five readers of a recomputed model applied
+        1.1-1.4 M rows each, 539 s against 4-26 s as tables.
         """
         schema = project.test_schema
         groups = MIN_RECOMPUTE_ROWS + 5_000
@@ -235,17 +242,32 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
             f"SELECT 1000 + id, concat('h', id % {groups}), id, NULL FROM range({2 * groups})"
         )
         assert _actions(run_dbt(["run", "--select", "up"])) == {"up": "RECOMPUTE"}
-        # Nothing to sum: ivm_explain stages no net change for the readers.
+        commit = spark.sql(f"DESCRIBE HISTORY {schema}.up__ivm_state LIMIT 1").first()
+        assert commit["operationParameters"]["mode"] == "Overwrite", commit
+        metadata = delta.load_metadata(commit["userMetadata"])
+        assert metadata[delta.ESTIMATED_ROWS_KEY] == 2 * groups, metadata
+        # ivm_explain shows the sum a reader applying it would stage first, which the write reads.
         run_dbt(["run-operation", "ivm_explain", "--args", "{model: down}"])
         written = Path(project.project_root, "target", "ivm_explain", "down")
-        assert not list(written.glob("stage_net_change_*")), sorted(written.iterdir())
+        staged = (written / "stage_net_change_0_up.sql").read_text()
+        assert staged.startswith("CACHE TABLE") and "ARRAY_REPEAT" in staged, staged
+        stage_name = staged.split("`")[1]
+        # A count model's state is a log (ivm_state_form 'auto'): its write appends.
+        assert stage_name in (written / "append_changes.sql").read_text()
 
-        actions = _actions(run_dbt(["run"]))
-        assert actions == {"up": "NO_CHANGE", "down": "RECOMPUTE", "down_totals": "RECOMPUTE"}
+        results = run_dbt(["run"])
+        assert _actions(results) == {
+            "up": "NO_CHANGE",
+            "down": "RECOMPUTE",
+            "down_totals": "RECOMPUTE",
+        }
         for model in ("down", "down_totals"):
             last = _history(spark, schema, model)[-1]
-            # The inserted groups and the guard row's move.
-            assert (last["way"], last["changed_rows"]) == ("recompute", groups + 2), model
+            assert (last["way"], last["changed_rows"]) == ("recompute", 2 * groups), model
+        # Decided on the recorded estimate, so nothing was summed.
+        for result in results:
+            if result.node.name != "up":
+                assert "an upstream's recompute as it estimated" in result.message, result.message
         self._check(spark, schema)
 
         # A small change after it is applied again, over the recomputed readers.

@@ -11,6 +11,7 @@ import pytest
 
 from dbt.adapters.spark_ivm import decision, delta
 from ivm_compiler import TableName
+from ivm_compiler.reads import VersionRange
 
 STATE = TableName(db="analytics", name="orders_by_customer__ivm_state")
 OTHER_STATE = TableName(db="analytics", name="revenue__ivm_state")
@@ -532,3 +533,71 @@ def test_version_ranges_mark_an_overwritten_upstream() -> None:
     recorded = delta.RecordedState(7, "f", {"db.m__ivm_state": {"version": 2}})
     (found,) = decision.version_ranges({pin.table: pin}, recorded).values()
     assert not found.overwritten
+
+
+def _recompute_overwrites(metadata: list[object]) -> delta.SourceSnapshot:
+    """Commits 1..n: an append, then overwrites whose userMetadata is each of `metadata`."""
+    columns = [
+        "version",
+        "timestamp",
+        "operation",
+        "operationParameters",
+        "operationMetrics",
+        "userMetadata",
+    ]
+    rows = [
+        [1, "2026-12-01 10:00:01.5", "WRITE", {"mode": "Append"}, {"numOutputRows": "40"}, None]
+    ]
+    for v, m in enumerate(metadata, start=2):
+        text = json.dumps(m) if isinstance(m, dict) else m
+        rows.append(
+            [
+                v,
+                f"2026-12-01 10:00:{v:02d}.5",
+                "WRITE",
+                {"mode": "Overwrite"},
+                {"numOutputRows": "40"},
+                text,
+            ]
+        )
+    commits = delta.commit_rows(columns, rows)
+    return delta.SourceSnapshot(
+        TableName("db", "m__ivm_state"), None, len(rows), recent_commits=commits
+    )
+
+
+RECOMPUTE_METADATA = {delta.METADATA_MARKER: 1, delta.RECOMPUTED_MARKER: True}
+
+
+def test_a_recomputes_overwrite_is_sized_by_the_change_it_recorded() -> None:
+    pin = _recompute_overwrites([{**RECOMPUTE_METADATA, delta.ESTIMATED_ROWS_KEY: 82_414}])
+    # Never taken for an exact count: a refresh that would apply it sums it first.
+    assert pin.changed_rows(0) is None
+    assert pin.estimated_rows(0) == 40 + 82_414
+    assert pin.estimated_rows(1) == 82_414
+    assert pin.estimated_rows(2) == 0
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        RECOMPUTE_METADATA,  # no estimate (the change's size was unknown)
+        {**RECOMPUTE_METADATA, delta.RECOMPUTED_MARKER: False, delta.ESTIMATED_ROWS_KEY: 5},
+        {delta.ESTIMATED_ROWS_KEY: 5},  # not a refresh's commit
+        "not json",
+        None,
+    ],
+)
+def test_an_overwrite_without_a_recorded_estimate_stays_unknown(metadata: object) -> None:
+    assert _recompute_overwrites([metadata]).estimated_rows(1) is None
+
+
+def test_a_change_sized_by_an_estimate_says_so() -> None:
+    pin = _recompute_overwrites([{**RECOMPUTE_METADATA, delta.ESTIMATED_ROWS_KEY: 30_000}])
+    size = decision.change_size({pin.table: pin}, {pin.table: VersionRange(1, 2, overwritten=True)})
+    assert size is not None and (size.rows, size.estimated) == (30_000, True)
+    # The sum, once counted, replaces it.
+    size = decision.change_size(
+        {pin.table: pin}, {pin.table: VersionRange(1, 2, overwritten=True)}, {pin.table: 12}
+    )
+    assert size is not None and (size.rows, size.estimated) == (12, False)

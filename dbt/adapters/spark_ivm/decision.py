@@ -126,30 +126,39 @@ def change_size(
     """The change's rows from the sources' commit metrics; None when a commit does not say.
 
     A relation in `net_rows` counts those rows (an overwritten relation's
-    summed change) instead of its commits'.
+    summed change) instead of its commits'. Otherwise an upstream's
+    recompute that overwrote its state counts the change it estimated
+    (SourceSnapshot.estimated_rows), and the size says so: a refresh that
+    would apply it sums the overwrite first and decides again, exactly.
 
     >>> table = TableName("m", "up")
     >>> snapshot = delta.SourceSnapshot(table, "id", 7, size_bytes=800)
     >>> change_size({table: snapshot}, {table: VersionRange(5, 7, overwritten=True)}) is None
     True
     >>> change_size({table: snapshot}, {table: VersionRange(5, 7, overwritten=True)}, {table: 12})
-    ChangeSize(rows=12, source_bytes=800, bytes_per_row=None)
+    ChangeSize(rows=12, source_bytes=800, bytes_per_row=None, estimated=False)
     """
     rows = 0
     per_row: list[float] = []
+    estimated = False
     for table, window in changed.items():
         if table in net_rows:
             rows += net_rows[table]
             continue
         counted = pinned[table].changed_rows(after=window.recorded)
         if counted is None:
-            return None
+            estimate = pinned[table].estimated_rows(after=window.recorded)
+            if estimate is None:
+                return None
+            rows, estimated = rows + estimate, True
+            continue
         rows += counted[0]
         per_row.extend([counted[1]] if counted[1] else [])
     return strategy.ChangeSize(
         rows=rows,
         source_bytes=delta.total_size(pinned.values()),
         bytes_per_row=max(per_row) if per_row else None,
+        estimated=estimated,
     )
 
 

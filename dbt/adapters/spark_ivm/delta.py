@@ -31,6 +31,10 @@ METADATA_MARKER = "spark_ivm"
 # In a recompute's commit metadata (an overwrite or a MERGE by key): the
 # state's rows were computed whole from the sources, not patched by a change.
 RECOMPUTED_MARKER = "recomputed"
+# In an overwriting recompute's commit metadata: the changed rows of its
+# inputs that made it recompute, which its readers take as their change's
+# size instead of summing the overwrite (CommitRows.estimated_rows).
+ESTIMATED_ROWS_KEY = "estimated_change_rows"
 
 # Over a Thrift server with singleSession every connection (each dbt thread's,
 # and other clients') shares one SparkSession, so a session conf set for one
@@ -124,6 +128,9 @@ class CommitRows:
     # its change-feed rows are every row the table had, deleted, and every row
     # it has, inserted, most of them the same row both ways.
     overwrites: bool = False
+    # For a recompute's overwrite: what its metadata estimates the change to
+    # be (ESTIMATED_ROWS_KEY), where `rows` cannot say.
+    estimated_rows: int | None = None
 
     @property
     def replaces_table(self) -> bool:
@@ -306,6 +313,17 @@ class SourceSnapshot:
             return None
         sizes = [c.bytes_per_row for c in window if c.bytes_per_row]
         return sum(c.rows or 0 for c in window), (max(sizes) if sizes else None)
+
+    def estimated_rows(self, after: int) -> int | None:
+        """changed_rows' count with each overwrite's estimate standing in for its rows.
+
+        None when a commit in the window says neither.
+        """
+        window = self._window(after)
+        if window is None:
+            return None
+        counts = [c.estimated_rows if c.rows is None else c.rows for c in window]
+        return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
 
     def only_preserving_data_after(self, after: int) -> bool:
         """Whether every commit after version `after` up to this pin left the rows as they were.
@@ -514,6 +532,7 @@ def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
     operation_at = columns.index("operation")
     metrics_at = columns.index("operationMetrics")
     timestamp_at = columns.index("timestamp")
+    metadata_at = columns.index("userMetadata") if "userMetadata" in columns else None
     parameters_at = (
         columns.index("operationParameters") if "operationParameters" in columns else None
     )
@@ -560,9 +579,25 @@ def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
                 committed_at=commit_time(row[timestamp_at]),
                 bytes_added=_bytes_added(operation, count),
                 overwrites=overwrites,
+                estimated_rows=_estimated_rows(row[metadata_at])
+                if overwrites and metadata_at is not None
+                else None,
             )
         )
     return tuple(found)
+
+
+def _estimated_rows(user_metadata: Any) -> int | None:
+    """The change a recompute's overwrite estimated in its commit metadata, if it did.
+
+    >>> _estimated_rows('{"spark_ivm": 1, "recomputed": true, "estimated_change_rows": 82414}')
+    82414
+    >>> _estimated_rows('{"spark_ivm": 1, "recomputed": true}') is None
+    True
+    """
+    metadata = _load(user_metadata) or {}
+    estimate = metadata.get(ESTIMATED_ROWS_KEY)
+    return int(estimate) if metadata.get(RECOMPUTED_MARKER) and estimate is not None else None
 
 
 # The metrics that say how many bytes of data files an operation added and

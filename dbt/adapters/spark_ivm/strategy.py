@@ -76,6 +76,9 @@ class ChangeSize:
     source_bytes: int
     # Bytes per source row as the window's own writes show it (None: unknown).
     bytes_per_row: float | None = None
+    # Whether `rows` counts an upstream recompute's overwrite by the change it
+    # estimated (delta.ESTIMATED_ROWS_KEY) rather than by its rows.
+    estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,8 +165,13 @@ def choose(strategy: str, history: Sequence[RefreshRecord], change: ChangeSize |
     cheaper = found.incremental_seconds > found.recompute_seconds
     small = change.rows < MIN_RECOMPUTE_ROWS
     way = RECOMPUTE if cheaper and not small else INCREMENTAL
+    counted = (
+        "changed rows (an upstream's recompute as it estimated)"
+        if change.estimated
+        else "changed rows"
+    )
     reason = (
-        f"{change.rows:,} changed rows: estimated {found.incremental_seconds:.1f}s incremental "
+        f"{change.rows:,} {counted}: estimated {found.incremental_seconds:.1f}s incremental "
         f"vs {found.recompute_seconds:.1f}s recompute ({found.basis})"
     )
     if cheaper and small:

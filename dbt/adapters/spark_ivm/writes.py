@@ -200,52 +200,44 @@ class StateWrites:
         versions: Mapping[TableName, int],
         read_version: int | None = None,
         guard_read: str | None = None,
-    ) -> Written | None:
+        estimated_rows: int | None = None,
+    ) -> None:
         """The state's rows recomputed from the sources at `versions`, written over it in place.
 
         For a state that has this plan's columns (a recompute, not a rebuild):
-        the table stays the one downstream ivm models recorded, so they apply
-        its change rather than rebuild. `guard_read`: the guard the state
-        holds, given where ivm models read the state: the recomputed rows are
-        then merged by key (emit.merge_recomputed), so only those that differ
-        are written and its readers read and count just them; the MERGE's
-        counts are returned. Otherwise the state is overwritten
-        (emit.overwrite_state) and None returned. `read_version`: as for build.
+        the table stays the one downstream ivm models recorded, so they go on
+        from its change rather than rebuild. `guard_read`: the guard the
+        state holds, to merge the recomputed rows by key under it
+        (emit.merge_recomputed): only those that differ are written, so the
+        change feed holds just them and the MERGE's metrics count them.
+        Otherwise the state is overwritten (emit.overwrite_state), and
+        `estimated_rows`, if given, recorded as the size of its change
+        (delta.ESTIMATED_ROWS_KEY). `read_version`: as for build.
         """
-        if guard_read is None or plan.log_state:
-            self._write_whole(
-                plan,
-                lambda guard: emit.overwrite_state(plan, self.state, versions, guard),
-                read_version,
-                recomputed=True,
-            )
-            return None
         refresh_id = uuid.uuid4().hex
-        statement = emit.merge_recomputed(
-            plan, self.state, versions, emit.Guard(read=guard_read, write=refresh_id)
-        )
         metadata = {**self.metadata(refresh_id, None), delta.RECOMPUTED_MARKER: True}
-        written = self._merge(statement, metadata)
-        self.log.debug(
-            f"{self.model}: merged the recomputed rows by key: +{written.inserted} "
-            f"~{written.updated} -{written.deleted} state rows written"
-        )
-        return written
+        if guard_read is not None and not plan.log_state:
+            statement = emit.merge_recomputed(
+                plan, self.state, versions, emit.Guard(read=guard_read, write=refresh_id)
+            )
+            written = self._merge(statement, metadata)
+            self.log.debug(
+                f"{self.model}: merged the recomputed rows by key: +{written.inserted} "
+                f"~{written.updated} -{written.deleted} state rows written"
+            )
+            return
+        if estimated_rows is not None:
+            metadata[delta.ESTIMATED_ROWS_KEY] = estimated_rows
+        txn = log_state.txn_settings(read_version) if plan.log_state else {}
+        self.commit(emit.overwrite_state(plan, self.state, versions, refresh_id), metadata, txn)
 
     def _write_whole(
-        self,
-        plan: ViewPlan,
-        statement: Callable[[str], str],
-        read_version: int | None,
-        recomputed: bool = False,
+        self, plan: ViewPlan, statement: Callable[[str], str], read_version: int | None
     ) -> None:
         """Commit a statement that writes the whole state, its guard row holding a new refresh id."""
         refresh_id = uuid.uuid4().hex
         txn = log_state.txn_settings(read_version) if plan.log_state else {}
-        metadata = self.metadata(refresh_id, None)
-        if recomputed:
-            metadata[delta.RECOMPUTED_MARKER] = True
-        self.commit(statement(refresh_id), metadata, txn)
+        self.commit(statement(refresh_id), self.metadata(refresh_id, None), txn)
 
     def append_change(
         self,
