@@ -67,6 +67,12 @@ DATA_SKIPPING_CONF = "spark.databricks.delta.stats.skipping"
 # 2,000-row sources: its change query planned in 3.5-4.2 s with data skipping,
 # 0.85-0.93 s without; run in 7.3-7.5 s against 5.2-5.7 s).
 SMALL_SOURCE_BYTES = 16 * 1024 * 1024
+# Sources up to this size run a change interpreted (INTERPRETED_SETTINGS).
+# Interpreted rows cost more than compiling their code once there are many:
+# on warehouse scale 200 (raw sources of 2-10 MB), brz_orders' MERGE of a
+# 29,000-row change into its 420,000-row state took 10.0-16.2 s interpreted
+# against 4.3-6.6 s with generated code, both in one partition (2026-12-01).
+INTERPRETED_SOURCE_BYTES = 1024 * 1024
 # Adaptive query execution runs each shuffle and broadcast of a statement as a
 # Spark job of its own, to re-plan between them (off for every change,
 # CHANGE_SETTINGS); over small sources there is nothing to re-plan and each
@@ -191,8 +197,9 @@ def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
     """How a change over `pinned` runs: without adaptive execution, the cheapest plan if small.
 
     Where every source's size is known (SourceSnapshot.size_bytes) and at
-    most SMALL_SOURCE_BYTES: SMALL_SCAN_SETTINGS, every snapshot stageable,
-    each stage in SMALL_PARTITIONS; elsewhere CHANGE_SETTINGS.
+    most SMALL_SOURCE_BYTES: SMALL_SCAN_SETTINGS (interpreted only where
+    every source is at most INTERPRETED_SOURCE_BYTES), every snapshot
+    stageable, each stage in SMALL_PARTITIONS; elsewhere CHANGE_SETTINGS.
 
     >>> small = SourceSnapshot(TableName("s", "t"), None, 3, size_bytes=5_000)
     >>> staged = staging({small.table: small})
@@ -202,12 +209,18 @@ def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
     [('spark.databricks.delta.stats.skipping', 'false'), ('spark.sql.adaptive.enabled', 'false'),
      ('spark.sql.codegen.factoryMode', 'NO_CODEGEN'), ('spark.sql.codegen.wholeStage', 'false'),
      ('spark.sql.shuffle.partitions', '1')]
+    >>> mid = SourceSnapshot(TableName("s", "m"), None, 3, size_bytes=INTERPRETED_SOURCE_BYTES + 1)
+    >>> "spark.sql.codegen.wholeStage" in staging({small.table: small, mid.table: mid}).settings
+    False
     >>> unknown = SourceSnapshot(TableName("s", "u"), None, 3)
     >>> staging({small.table: small, unknown.table: unknown})
     Staging(snapshots=frozenset(), partitions=None, settings={'spark.sql.adaptive.enabled': 'false'}, change_rows=True)
     """
     if _all_small(pinned):
-        return Staging(snapshot_sources(pinned), SMALL_PARTITIONS, dict(SMALL_SCAN_SETTINGS))
+        settings = dict(SMALL_SCAN_SETTINGS)
+        if any((s.size_bytes or 0) > INTERPRETED_SOURCE_BYTES for s in pinned.values()):
+            settings = {k: v for k, v in settings.items() if k not in INTERPRETED_SETTINGS}
+        return Staging(snapshot_sources(pinned), SMALL_PARTITIONS, settings)
     return Staging(settings=dict(CHANGE_SETTINGS), change_rows=True)
 
 
