@@ -31,6 +31,10 @@ import pytest
 
 pytest_plugins = ["dbt.tests.fixtures.project"]
 
+# The golden fixtures' shared check (golden.assert_emitted) shows pytest's
+# diff of the statement that differs, as an assert in a test module would.
+pytest.register_assert_rewrite("tests.unit.golden")
+
 RUNTIME_DIR = os.environ.get("SPARK_IVM_TEST_RUNTIME_DIR") or tempfile.mkdtemp(
     prefix="spark-ivm-tests-"
 )

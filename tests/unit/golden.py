@@ -212,6 +212,15 @@ def _parse_case(lines: list[str], begin: int, end: int, statements: tuple[str, .
     )
 
 
+def assert_emitted(case: Case, emitted: dict[str, str], statements: tuple[str, ...]) -> None:
+    """Every statement of the case as its fixture has it: pretty forms first, for a
+    readable diff, then the exact text."""
+    assert set(case.expected) == set(statements), "every case lists all statements"
+    for name in statements:
+        assert pretty(emitted[name]) == case.expected[name], name
+        assert emitted[name] == one_line(case.expected[name]), name
+
+
 def pretty(statement: str) -> str:
     return sqlglot.transpile(statement, read=DIALECT, write=DIALECT, pretty=True)[0]
 

@@ -93,11 +93,7 @@ def test_golden(case: golden.Case) -> None:
     assert ("describe probe" in catalog.asked) == ("describe probe" in case.headers)
     # One probe per model at most: every type the compiler needs comes from it.
     assert catalog.asked.count("describe probe") <= 1
-    assert set(case.expected) == set(golden.STATEMENTS), "every case lists all statements"
-    for name in golden.STATEMENTS:
-        # Pretty forms first, for a readable diff; then the exact text.
-        assert golden.pretty(emitted[name]) == case.expected[name], name
-        assert emitted[name] == golden.one_line(case.expected[name]), name
+    golden.assert_emitted(case, emitted, golden.STATEMENTS)
 
 
 def test_fixture_covers_every_view_class() -> None:

@@ -69,10 +69,7 @@ def compiled(case_id: str) -> tuple[ViewPlan, dict[str, str]]:
 def test_golden(case: golden.Case) -> None:
     plan, emitted = compiled(case.id)
     assert plan.view_class is ViewClass(case.headers["class"])
-    assert set(case.expected) == set(STATEMENTS), "every case lists all statements"
-    for name in STATEMENTS:
-        assert golden.pretty(emitted[name]) == case.expected[name], name
-        assert emitted[name] == golden.one_line(case.expected[name]), name
+    golden.assert_emitted(case, emitted, STATEMENTS)
 
 
 def _parsed(case_id: str, name: str) -> exp.Expr:
