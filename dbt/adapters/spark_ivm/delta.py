@@ -321,21 +321,25 @@ class SourceSnapshot:
         None when a commit in that window is not among the recent ones read,
         or does not say how many rows it changed.
         """
-        window = self._window(after)
-        if window is None or any(c.rows is None for c in window):
+        rows = self._rows(after, estimates=False)
+        if rows is None:
             return None
-        sizes = [c.bytes_per_row for c in window if c.bytes_per_row]
-        return sum(c.rows or 0 for c in window), (max(sizes) if sizes else None)
+        sizes = [c.bytes_per_row for c in self._window(after) or () if c.bytes_per_row]
+        return rows, (max(sizes) if sizes else None)
 
     def estimated_rows(self, after: int) -> int | None:
         """changed_rows' count with each overwrite's estimate standing in for its rows.
 
         None when a commit in the window says neither.
         """
+        return self._rows(after, estimates=True)
+
+    def _rows(self, after: int, estimates: bool) -> int | None:
+        """The window's change-feed rows; with `estimates`, an overwrite's estimate for its rows."""
         window = self._window(after)
         if window is None:
             return None
-        counts = [c.estimated_rows if c.rows is None else c.rows for c in window]
+        counts = [c.estimated_rows if c.rows is None and estimates else c.rows for c in window]
         return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
 
     def only_preserving_data_after(self, after: int) -> bool:

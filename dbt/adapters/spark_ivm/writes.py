@@ -188,11 +188,10 @@ class StateWrites:
         `read_version`: a log state's newest version this refresh read, which
         guards the rewrite as it guards an append (log_state.txn_settings).
         """
-        self._write_whole(
-            plan,
-            lambda guard: emit.create_state(plan, self.state, versions, guard, change_feed),
-            read_version,
-        )
+        refresh_id = uuid.uuid4().hex
+        txn = log_state.txn_settings(read_version) if plan.log_state else {}
+        statement = emit.create_state(plan, self.state, versions, refresh_id, change_feed)
+        self.commit(statement, self.metadata(refresh_id, None), txn)
 
     def recompute(
         self,
@@ -230,14 +229,6 @@ class StateWrites:
             metadata[delta.ESTIMATED_ROWS_KEY] = estimated_rows
         txn = log_state.txn_settings(read_version) if plan.log_state else {}
         self.commit(emit.overwrite_state(plan, self.state, versions, refresh_id), metadata, txn)
-
-    def _write_whole(
-        self, plan: ViewPlan, statement: Callable[[str], str], read_version: int | None
-    ) -> None:
-        """Commit a statement that writes the whole state, its guard row holding a new refresh id."""
-        refresh_id = uuid.uuid4().hex
-        txn = log_state.txn_settings(read_version) if plan.log_state else {}
-        self.commit(statement(refresh_id), self.metadata(refresh_id, None), txn)
 
     def append_change(
         self,
