@@ -205,12 +205,14 @@ def run_warehouse(
     compare_tables: bool = False,
     select: Sequence[str] = (),
     scale: int = 1,
+    batch_scale: int | None = None,
 ) -> list[Step]:
     """Create the raw sources, build, then apply and refresh `batches` change batches.
 
     `select`: dbt selectors limiting the models built (closed under their
     upstreams, e.g. "+model"); the raw data and batches stay the same.
-    `scale`: RawData's, multiplying every count of generated rows.
+    `scale`, `batch_scale`: RawData's, multiplying every count of generated
+    rows, and of a batch's rows when given.
     """
     selection = ("--select", *select) if select else ()
     # Start from nothing: the raw tables are re-created below, and the views of
@@ -219,7 +221,7 @@ def run_warehouse(
     # them; CONTRIBUTING, known gaps).
     for schema in dbt.schemas:
         spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-    raw = RawData(dbt.raw_schema, scale=scale)
+    raw = RawData(dbt.raw_schema, scale=scale, batch_scale=batch_scale)
     with tempfile.TemporaryDirectory(prefix="warehouse_raw_") as scratch:
         for statement in (*raw.create_statements(), *raw.first_load()):
             execute(spark, statement, Path(scratch))
@@ -239,17 +241,25 @@ def run_warehouse(
 
 
 def markdown(
-    steps: list[Step], threads: int = 1, scale: int = 1, raw_rows: dict[str, int] | None = None
+    steps: list[Step],
+    threads: int = 1,
+    scale: int = 1,
+    raw_rows: dict[str, int] | None = None,
+    batch_scale: int | None = None,
 ) -> str:
     models = [m.model for m in steps[0].models]
     layers = {m.model: m.layer for m in steps[0].models}
     per_layer = ", ".join(f"{layer} {list(layers.values()).count(layer)}" for layer in LAYERS)
     options = f"--threads {threads}" + (f" --scale {scale}" if scale != 1 else "")
+    batches = f"scale {scale}"
+    if batch_scale is not None and batch_scale != scale:
+        options += f" --batch-scale {batch_scale}"
+        batches = f"scale {scale}, batches at scale {batch_scale}"
     lines = [
         "# The layered warehouse: what each refresh did",
         "",
         (
-            f"{len(models)} ivm models ({per_layer}), {threads} dbt thread(s), scale {scale}; "
+            f"{len(models)} ivm models ({per_layer}), {threads} dbt thread(s), {batches}; "
             f"`scripts/warehouse {options}` reproduces it."
         ),
         "",
@@ -314,6 +324,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="multiply every count of generated raw rows (first load and batches) by this",
     )
     parser.add_argument(
+        "--batch-scale",
+        type=int,
+        default=None,
+        help=(
+            "multiply a batch's row counts by this instead (a divisor of --scale): a day's "
+            "load into a larger warehouse"
+        ),
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -341,14 +360,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     dbt = DbtProject(threads=args.threads)
     steps = run_warehouse(
-        spark, dbt, args.batches, compare_tables=not args.no_table, scale=args.scale
+        spark,
+        dbt,
+        args.batches,
+        compare_tables=not args.no_table,
+        scale=args.scale,
+        batch_scale=args.batch_scale,
     )
     raw_rows = {
         name: spark.table(f"{dbt.raw_schema}.{name}").count()
         for name in ("customers", "products", "orders", "order_items", "payments")
     }
     RESULTS_DIR.mkdir(exist_ok=True)
-    report = markdown(steps, args.threads, args.scale, raw_rows)
+    report = markdown(steps, args.threads, args.scale, raw_rows, args.batch_scale)
     name = f"warehouse-{args.label}" if args.label else "warehouse"
     (RESULTS_DIR / f"{name}.md").write_text(report)
     payload = [

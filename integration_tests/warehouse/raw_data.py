@@ -1,8 +1,11 @@
 """The warehouse's raw sources: their tables, a first load and change batches.
 
 Deterministic (one seeded Random), so a run is repeatable; `scale` multiplies
-every count of rows generated (the first load's and each batch's), so the
-same warehouse can be measured where rebuilding it takes minutes. The batches are
+every count of rows generated (the first load's and, unless `batch_scale`
+says otherwise, each batch's), so the same warehouse can be measured where
+rebuilding it takes minutes. `batch_scale` sizes the batches on their own: a
+warehouse of years of data loads a day's changes, a small share of each table,
+where batches at the data's scale change a few percent of every table. The batches are
 what operational systems send a warehouse: new versions of customers,
 products and orders appended (each key's `updated_at` strictly increasing,
 so the dedupe and SCD2 windows never tie), new orders with their lines and
@@ -115,6 +118,10 @@ class RawData:
     # Multiplies every generated count; 1 is the size the tests and the
     # committed report use.
     scale: int = 1
+    # Multiplies every count of a batch's rows (the rows appended, and the rows
+    # an in-place update or delete touches); None: `scale`. It must divide
+    # `scale`.
+    batch_scale: int | None = None
     rng: random.Random = field(default_factory=lambda: random.Random(2026))
     clock: datetime = START
     customers: int = 0
@@ -126,8 +133,28 @@ class RawData:
     # order id -> (customer id, order time): every new version repeats them
     order_header: dict[int, tuple[int | None, datetime]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.batch_rows_scale < 1 or self.scale % self.batch_rows_scale:
+            raise ValueError(
+                f"batch_scale {self.batch_scale} must be a positive divisor of scale {self.scale}"
+            )
+
+    @property
+    def batch_rows_scale(self) -> int:
+        return self.scale if self.batch_scale is None else self.batch_scale
+
     def table(self, name: str) -> str:
         return f"{self.schema}.{name}"
+
+    def _every(self, modulus: int) -> int:
+        """The modulus that picks one row in `modulus` at batch scale.
+
+        An in-place update or delete picks its rows by `key % m = batch number`:
+        one row in m of the table at the data's scale. With smaller batches, m
+        grows by scale / batch_scale, so it touches as many rows as it would on
+        a table of batch_scale's size.
+        """
+        return modulus * (self.scale // self.batch_rows_scale)
 
     def tick(self) -> datetime:
         """A timestamp later than every one handed out before."""
@@ -158,7 +185,7 @@ class RawData:
 
     def batch(self, number: int) -> Iterator[str | Insert]:
         """Batch `number` (1, 2, ...): about 15 commits over all six sources."""
-        rng, scale = self.rng, self.scale
+        rng, scale = self.rng, self.batch_rows_scale
         customers = self.table("customers")
         # New versions (segment or country moves) and new customers.
         moved = rng.sample(range(1, self.customers + 1), 25 * scale)
@@ -168,7 +195,7 @@ class RawData:
             [self._customer_version(self._new_id("customers")) for _ in range(5 * scale)],
         )
         # An in-place correction that bronze normalises away (no change downstream).
-        yield f"UPDATE {customers} SET email = upper(email) WHERE customer_id % 17 = {number}"
+        yield f"UPDATE {customers} SET email = upper(email) WHERE customer_id % {self._every(17)} = {number}"
         # GDPR erasure: every version of two customers (per unit of scale).
         erased = rng.sample(range(1, self.customers + 1), 2 * scale)
         yield f"DELETE FROM {customers} WHERE customer_id IN ({', '.join(map(str, erased))})"
@@ -188,12 +215,13 @@ class RawData:
             self.order_status.pop(order_id)
         # Lines corrected and removed in place; refunds flagged; bad payments deleted.
         items = self.table("order_items")
-        yield f"UPDATE {items} SET quantity = quantity + 1 WHERE (order_id * 7 + line_no) % 50 = {number}"
-        yield f"UPDATE {items} SET discount = NULL WHERE order_id % 61 = {number}"
-        yield f"DELETE FROM {items} WHERE order_id % 97 = {number}"
+        line = "(order_id * 7 + line_no)"
+        yield f"UPDATE {items} SET quantity = quantity + 1 WHERE {line} % {self._every(50)} = {number}"
+        yield f"UPDATE {items} SET discount = NULL WHERE order_id % {self._every(61)} = {number}"
+        yield f"DELETE FROM {items} WHERE order_id % {self._every(97)} = {number}"
         payments = self.table("payments")
-        yield f"UPDATE {payments} SET is_refund = true WHERE payment_id % 41 = {number}"
-        yield f"DELETE FROM {payments} WHERE payment_id % 53 = {number}"
+        yield f"UPDATE {payments} SET is_refund = true WHERE payment_id % {self._every(41)} = {number}"
+        yield f"DELETE FROM {payments} WHERE payment_id % {self._every(53)} = {number}"
         # Reference data: a new country, a region renamed, a country removed.
         countries = self.table("countries")
         if number == 1:

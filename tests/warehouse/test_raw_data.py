@@ -71,6 +71,31 @@ def test_a_batch_at_scale_changes_scale_times_the_rows():
     assert (shapes[1][2], shapes[3][2]) == (2, 6)
 
 
+def test_a_batch_scale_sizes_the_batch_alone():
+    # Data at scale 6, batches at scale 2: the first load as at scale 6, each
+    # batch's appended rows as at scale 2, and each in-place update or delete
+    # picks one row in three times as many, so it touches a third of the rows.
+    full, small = RawData("raw", scale=6), RawData("raw", scale=6, batch_scale=2)
+    small_load: Counter = Counter()
+    for statement in _inserts(small.first_load()):
+        small_load[statement.name] += len(statement.rows)
+    assert small_load == _first_load_sizes(6)
+    list(full.first_load())
+    full_batch, small_batch = list(full.batch(1)), list(small.batch(1))
+    assert len(full_batch) == len(small_batch)
+    # 25 customers moved and 5 new per unit of scale.
+    appended = [
+        sum(len(i.rows) for i in _inserts(batch) if i.name == "customers")
+        for batch in (full_batch, small_batch)
+    ]
+    assert appended == [180, 60]
+    updates = [s for s in small_batch if isinstance(s, str) and " % " in s]
+    assert "order_id % 291 = 1" in updates[-3] and "payment_id % 159 = 1" in updates[-1]
+    assert [s for s in full_batch if isinstance(s, str) and " % " in s][-1].endswith("% 53 = 1")
+    with pytest.raises(ValueError, match="batch_scale 4 must be a positive divisor of scale 6"):
+        RawData("raw", scale=6, batch_scale=4)
+
+
 @pytest.mark.parametrize("scale", [1, 2])
 def test_new_ids_are_unique_and_versions_move_forward(scale):
     raw = RawData("raw", scale=scale)
