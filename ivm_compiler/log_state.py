@@ -31,8 +31,13 @@ version is left unset) and reports as a concurrent refresh.
 What a log cannot keep: MIN/MAX and COUNT(DISTINCT) (their pre-aggregations
 need the stored value), floating-point sums and moments (their compensation
 reads the stored sum), windows, top-k, set operations other than UNION ALL,
-plan nodes, and a state that other ivm models read through its change feed
-(its changes are partial rows, not the model's rows).
+plan nodes, and a state that other ivm models read through its change feed,
+unless the model is a projection: elsewhere its changes are partial rows
+(a count or sum to add to a group's), not the model's rows. A projection's
+log row with count c is c rows of the model added (removed where c < 0),
+which is how its readers read the state's change feed
+(reads.signed_changes); its compaction is an overwrite, which they sum
+(reads.net_rows).
 """
 
 from __future__ import annotations
@@ -87,8 +92,11 @@ def refusal(plan: ViewPlan, circumstances: Circumstances = Circumstances()) -> s
     """Why the plan's state cannot be a log; None when it can."""
     if circumstances.plan_nodes:
         return "its CTEs or subqueries are kept as plan nodes, whose changes it reads"
-    if circumstances.read_by_ivm_models:
-        return "other ivm models read its changes, which a log keeps as partial rows"
+    if circumstances.read_by_ivm_models and plan.view_class is not ViewClass.PROJECTION:
+        return (
+            "other ivm models read its changes, which a log keeps as partial rows "
+            "(only a projection's log rows are rows of the model)"
+        )
     if circumstances.join_states:
         return "it keeps join states (ivm_join_state)"
     if not circumstances.own_session:

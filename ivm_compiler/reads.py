@@ -72,6 +72,61 @@ def _upstream_reading(upstream: UpstreamModel, state_rows: exp.Expr) -> exp.Sele
     return view
 
 
+def _log_consolidation(upstream: UpstreamModel) -> exp.Subquery | None:
+    """The subquery by which a log state's view sums its rows per key (log_state.consolidated).
+
+    It reads the state and takes the state's name as its alias; a merged
+    state's view reads the state table itself (None).
+    """
+    for subquery in upstream.view.find_all(exp.Subquery):
+        reads_state = any(TableName.of(t) == upstream.state for t in subquery.find_all(exp.Table))
+        if subquery.alias == upstream.state.name and reads_state:
+            return subquery
+    return None
+
+
+def _log_changes(upstream: UpstreamModel, changes: exp.Expr) -> exp.Select:
+    """A log upstream's view over its change-feed rows: each row's count, signed, is its change.
+
+    A log row appended with count c adds c rows of the model (a projection's
+    rows are its state rows repeated by count; log_state.refusal keeps other
+    classes merged where ivm models read them): so a change-feed row stands
+    for |sign * c| rows, each with the sign of sign * c. They go through the
+    view with its consolidation taken out, as a merged state's rows do.
+    """
+    consolidation = _log_consolidation(upstream)
+    assert consolidation is not None
+    summed = consolidation.this
+    assert isinstance(summed, exp.Select)
+    change_sign = exp.If(
+        this=exp.In(
+            this=exp.column(CHANGE_TYPE),
+            expressions=[exp.Literal.string(t) for t in ADDING_CHANGE_TYPES],
+        ),
+        true=exp.Literal.number(1),
+        false=exp.Literal.number(-1),
+    )
+    signed_count = exp.Mul(
+        this=exp.paren(change_sign), expression=exp.column(names.COUNT, quoted=True)
+    )
+    columns = []
+    for projection in summed.expressions:
+        name = projection.alias_or_name
+        if name == names.COUNT:
+            columns.append(exp.alias_(exp.Abs(this=signed_count.copy()), name, quoted=True))
+        else:
+            columns.append(exp.column(name, quoted=True))
+    sign = exp.Anonymous(this="SIGN", expressions=[signed_count])
+    columns.append(exp.alias_(exp.cast(sign, exp.DataType.build("INT")), names.SIGN, quoted=True))
+    rows = exp.select(*columns).from_(changes)
+    view = upstream.view.copy()
+    for subquery in view.find_all(exp.Subquery):
+        if subquery.alias == upstream.state.name:
+            subquery.replace(rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
+            break
+    return view
+
+
 def table_at_version(
     table: TableName,
     version: int,
@@ -119,7 +174,10 @@ def signed_changes(
     )
     if upstream is None:
         return rows.subquery(ident(alias), copy=False)
-    view = _upstream_reading(upstream, rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
+    if _log_consolidation(upstream) is not None:
+        view = _log_changes(upstream, changes)
+    else:
+        view = _upstream_reading(upstream, rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
     sign_column = exp.column(names.SIGN, table=ident(names.UPSTREAM_CHANGES_ALIAS), quoted=True)
     signed = view.select(exp.alias_(sign_column, names.SIGN, quoted=True))
     if versions.overwritten:

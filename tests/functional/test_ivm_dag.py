@@ -18,7 +18,9 @@ from dbt.tests.util import run_dbt, run_dbt_and_capture
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.functional.ivm_checks import bag_difference, recorded_state
+from dbt.adapters.spark_ivm import state_history
+from ivm_compiler import log_state, names
+from tests.functional.ivm_checks import bag_difference, recorded_state, table_properties
 from tests.functional.ivm_project import (
     SOURCES_YML,
     IvmProject,
@@ -119,6 +121,45 @@ class TestIvmDag(IvmProject):
         run_dbt(["run", "--full-refresh", "--select", "l1_rows"])
         _, log = run_dbt_and_capture(["run", "--select", "l2_joined"])
         assert f"the upstream ivm model {schema}.l1_rows was rebuilt" in log
+        self._check_every_level(project, spark)
+
+    def test_a_projection_that_ivm_models_read_is_kept_as_a_log(
+        self, project, spark, sources, monkeypatch
+    ):
+        """Its readers read each appended row's signed count as its change, and a rewrite summed."""
+        schema = project.test_schema
+
+        def form(model: str) -> str | None:
+            properties = table_properties(spark, f"{schema}.{model}__ivm_state")
+            return properties.get(log_state.STATE_FORM_PROPERTY)
+
+        assert form("l1_rows") == log_state.LOG
+        assert form("l1_names") is None, "a DISTINCT's log rows are not its rows"
+        run_dbt(["run"])  # every reader caught up (an earlier test rebuilt l1_rows alone)
+        state = f"{schema}.l1_rows__ivm_state"
+        # Duplicates, an update and deletes: appended rows with counts of both signs.
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (2, 'q', 4, 1.00), (2, 'q', 4, 1.00)")
+        spark.sql(f"UPDATE {sources['src']} SET v = v + 10 WHERE k = 1")
+        spark.sql(f"DELETE FROM {sources['src']} WHERE g = 'a'")
+        _, log = run_dbt_and_capture(["run"])
+        for name in ("l1_rows", "l2_joined", "l2_semi", "l3_by_name"):
+            assert f"model.test.{name}: IVM incremental" in log, name
+        appended = spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").collect()[0]
+        assert appended["operationParameters"]["mode"] == "Append"
+        negative = spark.sql(f"SELECT COUNT(*) FROM {state} WHERE {names.COUNT} < 0")
+        assert negative.collect()[0][0] > 0, "no row of the change removed rows"
+        self._check_every_level(project, spark)
+        # The log rewritten as its consolidated rows: an overwrite its readers sum.
+        monkeypatch.setattr(state_history.StateHistory, "log_compaction_due", lambda self: True)
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (3, NULL, 6, 2.00)")
+        spark.sql(f"DELETE FROM {sources['src']} WHERE k = 2")
+        _, log = run_dbt_and_capture(["run", "--select", "l1_rows", "l2_joined", "l2_semi"])
+        rewritten = spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").collect()[0]
+        assert rewritten["operationParameters"]["mode"] == "Overwrite"
+        for name in ("l2_joined", "l2_semi"):
+            assert f"model.test.{name}: IVM incremental" in log, name
+        monkeypatch.undo()
+        run_dbt(["run", "--select", "l3_by_name"])
         self._check_every_level(project, spark)
 
     def test_model_over_a_table_model_rebuilds_and_says_why(self, project, spark, sources):

@@ -163,3 +163,13 @@ def test_what_beside_the_plan_keeps_a_state_merged(circumstances, named):
     assert log_state.refusal(plan) is None
     reason = log_state.refusal(plan, circumstances)
     assert reason is not None and named in reason
+
+
+def test_only_a_projection_is_a_log_that_ivm_models_read():
+    """Its log rows are rows of the model (reads.signed_changes); others' are partial rows."""
+    read = log_state.Circumstances(read_by_ivm_models=True)
+    by_class = {compiled(i)[0].view_class: log_state.refusal(compiled(i)[0], read) for i in IDS}
+    assert by_class[ViewClass.PROJECTION] is None
+    for view_class in (ViewClass.DISTINCT, ViewClass.GROUPED_AGGREGATE):
+        reason = by_class[view_class]
+        assert reason is not None and "only a projection's log rows" in reason, view_class

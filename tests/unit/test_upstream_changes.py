@@ -1,6 +1,7 @@
 """An upstream ivm model's change as a reader reads it (reads.signed_changes), without Spark.
 
-And an overwritten relation's summed change, staged (reads.stage_net_change).
+And an overwritten relation's summed change, staged (reads.stage_net_change);
+and a projection kept as a log, whose change rows carry signed counts.
 """
 
 from __future__ import annotations
@@ -9,9 +10,17 @@ import dataclasses
 
 from sqlglot import exp, parse_one
 
-from ivm_compiler import TableName, names
+from ivm_compiler import TableName, compile_model, emit, log_state, names
 from ivm_compiler.plan import UpstreamModel
-from ivm_compiler.reads import CHANGE_TYPE, VersionRange, signed_changes, stage_net_change
+from ivm_compiler.reads import (
+    CHANGE_TYPE,
+    VersionRange,
+    signed_changes,
+    stage_net_change,
+    table_at_version,
+)
+from tests.unit import golden
+from tests.unit.test_log_state import FIXTURES as LOG_FIXTURES
 
 STATE = TableName("shop", "up__ivm_state")
 # A view over a counted state: one row per unit of __ivm_count, the guard row left out.
@@ -62,3 +71,44 @@ def test_a_source_overwritten_is_staged_summed_with_a_change_type():
     assert "GROUP BY `id`, `amount` HAVING" in cache.sql("spark")
     read = signed_changes(source, dataclasses.replace(versions, staged="s"), "o").sql("spark")
     assert "FROM `s`" in read and "TABLE_CHANGES" not in read
+
+
+def _log_upstream(sql: str, describe: str) -> UpstreamModel:
+    """A projection kept as a log, as its reader finds it: its view over the state."""
+    catalog = golden.FakeCatalog(
+        LOG_FIXTURES.sources, sql, golden.split_columns(describe), golden.split_columns("")
+    )
+    plan = log_state.with_log(compile_model(golden.MODEL, sql, catalog))
+    return UpstreamModel(state=golden.STATE, view=emit.view_query(plan, golden.STATE, 7))
+
+
+LOG_UPSTREAM = "SELECT id, customer FROM shop.orders WHERE qty > 1"
+
+
+def test_a_log_upstreams_change_is_each_rows_signed_count():
+    """An appended log row with count c is c rows of the model; its sign that of c's."""
+    upstream = _log_upstream(LOG_UPSTREAM, "id int, customer string")
+    read = signed_changes(TableName("analytics", "my_model"), VersionRange(7, 9), "up", upstream)
+    sql = read.sql("spark")
+    assert "TABLE_CHANGES('`analytics`.`my_model__ivm_state`', 8, 9)" in sql
+    # Not the view's consolidation: the change rows are read one by one.
+    assert "GROUP BY" not in sql and "SUM(" not in sql
+    signed = f"(IF({CHANGE_TYPE} IN ('insert', 'update_postimage'), 1, -1)) * `{names.COUNT}`"
+    assert f"ABS({signed}) AS `{names.COUNT}`" in sql
+    assert f"CAST(SIGN({signed}) AS INT) AS `{names.SIGN}`" in sql
+    # The reader gets the model's columns and the sign, as from a merged state.
+    assert [p.alias_or_name for p in read.this.expressions] == ["id", "customer", names.SIGN]
+
+
+def test_a_log_upstream_overwritten_is_summed_per_row():
+    upstream = _log_upstream(LOG_UPSTREAM, "id int, customer string")
+    versions = VersionRange(7, 9, overwritten=True)
+    sql = signed_changes(TableName("analytics", "my_model"), versions, "up", upstream).sql("spark")
+    assert f"GROUP BY `id`, `customer` HAVING SUM(`{names.SIGN}`) <> 0" in sql
+
+
+def test_a_log_upstream_at_a_version_is_read_consolidated():
+    upstream = _log_upstream(LOG_UPSTREAM, "id int, customer string")
+    sql = table_at_version(TableName("analytics", "my_model"), 9, "up", upstream).sql("spark")
+    assert "`analytics`.`my_model__ivm_state` VERSION AS OF 9" in sql
+    assert f"HAVING SUM(`{names.COUNT}`) <> 0" in sql

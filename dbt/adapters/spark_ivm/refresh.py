@@ -643,7 +643,7 @@ class Refresh:
         versions = delta.versions_of(pinned)
         writes = self.writes(plan, pinned)
         if result.action is Action.RECOMPUTE:
-            guard, estimate = self._recompute_write(facts, found)
+            guard, estimate = self._recompute_write(plan, facts, found)
             writes.recompute(plan, versions, self.history.newest_version(), guard, estimate)
         else:
             writes.build(plan, versions, self.settings.change_feed, self.history.newest_version())
@@ -657,7 +657,7 @@ class Refresh:
         return result
 
     def _recompute_write(
-        self, facts: decision.Facts, found: Decision
+        self, plan: ViewPlan, facts: decision.Facts, found: Decision
     ) -> tuple[str | None, int | None]:
         """How a recompute writes: the guard to merge its rows by key under (None: overwrite),
         and the change size an overwrite records for its readers.
@@ -670,12 +670,14 @@ class Refresh:
         3.3 s, every file rewritten either way): a larger change is
         overwritten, recording the size of the change that made it
         recompute, by which readers decide without summing the overwrite
-        (decision.change_size).
+        (decision.change_size). A log state has no key to merge by: it is
+        always overwritten.
         """
         if not self.settings.change_feed or found.change is None:
             return None, None
         guard = facts.recorded.guard if facts.recorded else None
-        if guard is not None and found.change.rows < strategy.MIN_RECOMPUTE_ROWS:
+        small = found.change.rows < strategy.MIN_RECOMPUTE_ROWS
+        if guard is not None and small and not plan.log_state:
             return guard, None
         return None, found.change.rows
 
