@@ -72,6 +72,18 @@ def _upstream_reading(upstream: UpstreamModel, state_rows: exp.Expr) -> exp.Sele
     return view
 
 
+def _change_sign() -> exp.If:
+    """+1 for a change-feed row that adds a row, -1 for one that removes one."""
+    return exp.If(
+        this=exp.In(
+            this=exp.column(CHANGE_TYPE),
+            expressions=[exp.Literal.string(t) for t in ADDING_CHANGE_TYPES],
+        ),
+        true=exp.Literal.number(1),
+        false=exp.Literal.number(-1),
+    )
+
+
 def _log_consolidation(upstream: UpstreamModel) -> exp.Subquery | None:
     """The subquery by which a log state's view sums its rows per key (log_state.consolidated).
 
@@ -98,14 +110,7 @@ def _log_changes(upstream: UpstreamModel, changes: exp.Expr) -> exp.Select:
     assert consolidation is not None
     summed = consolidation.this
     assert isinstance(summed, exp.Select)
-    change_sign = exp.If(
-        this=exp.In(
-            this=exp.column(CHANGE_TYPE),
-            expressions=[exp.Literal.string(t) for t in ADDING_CHANGE_TYPES],
-        ),
-        true=exp.Literal.number(1),
-        false=exp.Literal.number(-1),
-    )
+    change_sign = _change_sign()
     signed_count = exp.Mul(
         this=exp.paren(change_sign), expression=exp.column(names.COUNT, quoted=True)
     )
@@ -161,14 +166,7 @@ def signed_changes(
         changes = exp.Table(this=ident(versions.staged))
     else:
         changes = change_feed(upstream.state if upstream else table, versions)
-    sign = exp.If(
-        this=exp.In(
-            this=exp.column(CHANGE_TYPE),
-            expressions=[exp.Literal.string(t) for t in ADDING_CHANGE_TYPES],
-        ),
-        true=exp.Literal.number(1),
-        false=exp.Literal.number(-1),
-    )
+    sign = _change_sign()
     rows = exp.select(exp.Star(), exp.alias_(sign, names.SIGN, quoted=True, copy=False)).from_(
         changes, copy=False
     )
