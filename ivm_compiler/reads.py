@@ -84,20 +84,22 @@ def _change_sign() -> exp.If:
     )
 
 
-def _log_consolidation(upstream: UpstreamModel) -> exp.Subquery | None:
+def _log_consolidation(view: exp.Select, state: TableName) -> exp.Subquery | None:
     """The subquery by which a log state's view sums its rows per key (log_state.consolidated).
 
     It reads the state and takes the state's name as its alias; a merged
     state's view reads the state table itself (None).
     """
-    for subquery in upstream.view.find_all(exp.Subquery):
-        reads_state = any(TableName.of(t) == upstream.state for t in subquery.find_all(exp.Table))
-        if subquery.alias == upstream.state.name and reads_state:
+    for subquery in view.find_all(exp.Subquery):
+        reads_state = any(TableName.of(t) == state for t in subquery.find_all(exp.Table))
+        if subquery.alias == state.name and reads_state:
             return subquery
     return None
 
 
-def _log_changes(upstream: UpstreamModel, changes: exp.Expr) -> exp.Select:
+def _log_changes(
+    upstream: UpstreamModel, consolidation: exp.Subquery, changes: exp.Expr
+) -> exp.Select:
     """A log upstream's view over its change-feed rows: each row's count, signed, is its change.
 
     A log row appended with count c adds c rows of the model (a projection's
@@ -105,18 +107,30 @@ def _log_changes(upstream: UpstreamModel, changes: exp.Expr) -> exp.Select:
     classes merged where ivm models read them): so a change-feed row stands
     for |sign * c| rows, each with the sign of sign * c. They go through the
     view with its consolidation taken out, as a merged state's rows do.
+    `consolidation`: _log_consolidation's, in a copy of the view this replaces it in.
     """
-    consolidation = _log_consolidation(upstream)
-    assert consolidation is not None
     summed = consolidation.this
     assert isinstance(summed, exp.Select)
-    change_sign = _change_sign()
+    names_summed = [p.alias_or_name for p in summed.expressions]
+    sums = [p.alias_or_name for p in summed.expressions if p.find(exp.Sum)]
+    repeated = any(
+        isinstance(lateral.this, exp.Explode)
+        for lateral in consolidation.root().find_all(exp.Lateral)
+    )
+    if sums != [names.COUNT] or not repeated:
+        # Only a projection's log (rows repeated by their summed count) is
+        # read by ivm models (log_state.refusal); a log of partial counts or
+        # sums written before a reader existed is not rows of the model, and
+        # its own next refresh merges it.
+        raise ValueError(
+            f"{upstream.state} is a log of partial rows, which its readers cannot apply: "
+            "refresh the model it belongs to first (it then keeps a merged state)"
+        )
     signed_count = exp.Mul(
-        this=exp.paren(change_sign), expression=exp.column(names.COUNT, quoted=True)
+        this=exp.paren(_change_sign()), expression=exp.column(names.COUNT, quoted=True)
     )
     columns = []
-    for projection in summed.expressions:
-        name = projection.alias_or_name
+    for name in names_summed:
         if name == names.COUNT:
             columns.append(exp.alias_(exp.Abs(this=signed_count.copy()), name, quoted=True))
         else:
@@ -124,11 +138,9 @@ def _log_changes(upstream: UpstreamModel, changes: exp.Expr) -> exp.Select:
     sign = exp.Anonymous(this="SIGN", expressions=[signed_count])
     columns.append(exp.alias_(exp.cast(sign, exp.DataType.build("INT")), names.SIGN, quoted=True))
     rows = exp.select(*columns).from_(changes)
-    view = upstream.view.copy()
-    for subquery in view.find_all(exp.Subquery):
-        if subquery.alias == upstream.state.name:
-            subquery.replace(rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
-            break
+    view = consolidation.root()
+    consolidation.replace(rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
+    assert isinstance(view, exp.Select)
     return view
 
 
@@ -172,8 +184,9 @@ def signed_changes(
     )
     if upstream is None:
         return rows.subquery(ident(alias), copy=False)
-    if _log_consolidation(upstream) is not None:
-        view = _log_changes(upstream, changes)
+    consolidation = _log_consolidation(upstream.view.copy(), upstream.state)
+    if consolidation is not None:
+        view = _log_changes(upstream, consolidation, changes)
     else:
         view = _upstream_reading(upstream, rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
     sign_column = exp.column(names.SIGN, table=ident(names.UPSTREAM_CHANGES_ALIAS), quoted=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from sqlglot import exp, parse_one
 
 from ivm_compiler import TableName, compile_model, emit, log_state, names
@@ -112,3 +113,10 @@ def test_a_log_upstream_at_a_version_is_read_consolidated():
     sql = table_at_version(TableName("analytics", "my_model"), 9, "up", upstream).sql("spark")
     assert "`analytics`.`my_model__ivm_state` VERSION AS OF 9" in sql
     assert f"HAVING SUM(`{names.COUNT}`) <> 0" in sql
+
+
+def test_a_log_of_partial_rows_is_not_read_as_a_change():
+    """A DISTINCT's log row is a count to add, not rows: its reader is told to refresh it first."""
+    upstream = _log_upstream("SELECT DISTINCT customer FROM shop.orders", "customer string")
+    with pytest.raises(ValueError, match="is a log of partial rows.*refresh the model"):
+        signed_changes(TableName("analytics", "my_model"), VersionRange(7, 9), "up", upstream)
