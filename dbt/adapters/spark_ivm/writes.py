@@ -215,7 +215,10 @@ class StateWrites:
         """
         refresh_id = uuid.uuid4().hex
         metadata = {**self.metadata(refresh_id, None), delta.RECOMPUTED_MARKER: True}
-        if guard_read is not None and not plan.log_state:
+        # Whether to merge is the refresh's choice (Refresh._recompute_write),
+        # which never merges a log: it has no key to merge by.
+        assert guard_read is None or not plan.log_state
+        if guard_read is not None:
             statement = emit.merge_recomputed(
                 plan, self.state, versions, emit.Guard(read=guard_read, write=refresh_id)
             )
