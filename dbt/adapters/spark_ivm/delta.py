@@ -183,14 +183,19 @@ NOTHING_STAGED = Staging()
 CHANGE_SETTINGS = {ADAPTIVE_CONF: "false"}
 
 # Bytes of pinned sources per shuffle partition of a change over large
-# sources: what adaptive execution's coalescing aims at (its advisory
-# partition size, 64 MB), fixed before the statement since it is off there.
+# sources (adaptive execution, which would size them, is off there).
 # Without it every shuffle of the change, its MERGE's included, ran Spark's
 # 200 partitions and the MERGE wrote up to 200 files per refresh: on
 # warehouse scale 200's fct_order_lines (8 MB of sources, 988 change rows
 # into 600,000), 32.7-40.6 s and 200 files added, against 7.5-9.8 s and one
-# file with one partition (two runs each, 2026-12-01).
-PARTITION_BYTES = 64 * 1024 * 1024
+# file with one partition (two runs each, 2026-12-01). A change shuffles
+# far fewer bytes than its sources hold (the change, the states and the
+# key-bounded partners it reads), so a partition per 64 MB of sources,
+# adaptive coalescing's target for shuffled bytes, was still too many:
+# replaying TPC-H SF 5's MIN/MAX refresh (1.1 GB of sources, 92,545 state
+# rows changed of 2.2 million) took 31.5-38.5 s in 16-17 partitions, 29.5 s
+# in 3 and 23.5-28.2 s in 2 (2026-12-02, bench/micro/README.md).
+PARTITION_BYTES = 1024 * 1024 * 1024
 
 # The confs of a change over small sources: CHANGE_SETTINGS, no data
 # skipping (a large source's key-bounded reads, key_bounds.py, are what it
