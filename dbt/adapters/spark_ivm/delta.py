@@ -194,7 +194,7 @@ CHANGE_SETTINGS = {ADAPTIVE_CONF: "false"}
 # adaptive coalescing's target for shuffled bytes, was still too many:
 # replaying TPC-H SF 5's MIN/MAX refresh (1.1 GB of sources, 92,545 state
 # rows changed of 2.2 million) took 31.5-38.5 s in 16-17 partitions, 29.5 s
-# in 3 and 23.5-28.2 s in 2 (2026-12-02, bench/micro/README.md).
+# in 3 and 23.5-28.2 s in 2 (2026-12-02, bench/micro/replay_refresh.py).
 PARTITION_BYTES = 1024 * 1024 * 1024
 
 # The confs of a change over small sources: CHANGE_SETTINGS, no data
