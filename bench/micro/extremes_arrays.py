@@ -43,20 +43,21 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from micro.replay_refresh import (
     BASE_SETTINGS,
     COPY,
+    RUNTIME,
     Replay,
     cached_names,
+    drop_cached,
     logged_partitions,
     logged_statements,
+    timed,
 )
 from tpch_bench.spark_session import start_session
 
-RUNTIME = Path(__file__).resolve().parents[1] / "work" / "runtime"
 REPS = 3
 KEPT = 16
 # (array column, the state's slot and value column, the argument's change column, max first)
@@ -173,11 +174,6 @@ def main(log: Path, first: int, last: int) -> None:
     for key, value in settings.items():
         spark.conf.set(key, value)
 
-    def timed(sql: str) -> float:
-        started = time.perf_counter()
-        spark.sql(sql).collect()
-        return time.perf_counter() - started
-
     print(f"{replay.target}: the MERGE of version {replay.version}; settings {settings}")
     totals: dict[str, list[float]] = {"rows": [], "arrays": []}
     for rep in range(REPS):
@@ -191,11 +187,9 @@ def main(log: Path, first: int, last: int) -> None:
 
         replay.copy_state()
         spark.sql(array_state(COPY)).collect()
-        seconds = [timed(replay.statements[0]), timed(array_change(feed)), timed(ARRAY_MERGE)]
+        seconds = [timed(spark, q) for q in (replay.statements[0], array_change(feed), ARRAY_MERGE)]
         ran_out = spark.sql(RAN_OUT).first()[0]
-        for name in ("exp_array_rows", feed):
-            spark.sql(f"UNCACHE TABLE IF EXISTS {name}")
-            spark.sql(f"DROP VIEW IF EXISTS {name}")
+        drop_cached(spark, ["exp_array_rows", feed])
         totals["arrays"].append(sum(seconds))
         differing = spark.sql(
             "SELECT COUNT(*) FROM (SELECT __ivm_g0, __ivm_count, __ivm_min_a0, __ivm_max_a0, "

@@ -66,6 +66,20 @@ def logged_partitions(log: Path, first: int, last: int) -> dict[str, str]:
     return {"spark.sql.shuffle.partitions": found[-1]} if found else {}
 
 
+def timed(spark, statement: str) -> float:  # type: ignore[no-untyped-def]
+    """Seconds to run one statement to its end."""
+    started = time.perf_counter()
+    spark.sql(statement).collect()
+    return time.perf_counter() - started
+
+
+def drop_cached(spark, names: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Uncache and drop the refresh's staged relations, as the refresh does after its MERGE."""
+    for name in names:
+        spark.sql(f"UNCACHE TABLE IF EXISTS {name}")
+        spark.sql(f"DROP VIEW IF EXISTS {name}")
+
+
 def cached_names(statements: list[str]) -> list[str]:
     return [m.group(1) for s in statements if (m := re.match(r"CACHE TABLE (`\w+`)", s))]
 
@@ -98,17 +112,16 @@ class Replay:
 
     def run(self, guard: str) -> list[float]:
         """Each statement's seconds against the copy; the cached relations dropped after."""
-        seconds = []
-        for statement in self.statements:
-            pointed = statement.replace(self.target, COPY).replace(
-                f"'{self.logged_guard}'", f"'{guard}'"
+        seconds = [
+            timed(
+                self.spark,
+                statement.replace(self.target, COPY).replace(
+                    f"'{self.logged_guard}'", f"'{guard}'"
+                ),
             )
-            started = time.perf_counter()
-            self.spark.sql(pointed).collect()
-            seconds.append(time.perf_counter() - started)
-        for name in cached_names(self.statements):
-            self.spark.sql(f"UNCACHE TABLE IF EXISTS {name}")
-            self.spark.sql(f"DROP VIEW IF EXISTS {name}")
+            for statement in self.statements
+        ]
+        drop_cached(self.spark, cached_names(self.statements))
         return seconds
 
     def written(self) -> str:
