@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from micro.replay_refresh import BASE_SETTINGS, RUNTIME
+from micro.replay_refresh import BASE_SETTINGS, RUNTIME, logged_partitions, timed
 from tpch_bench.spark_session import start_session
 
 COPY = "exp.appended_state"
@@ -104,25 +104,15 @@ def phases(spark, query: str) -> dict[str, float]:  # type: ignore[no-untyped-de
     }
 
 
-def timed(spark, statement: str) -> float:  # type: ignore[no-untyped-def]
-    started = time.perf_counter()
-    spark.sql(statement).collect()
-    return time.perf_counter() - started
-
-
 def main(log: Path, first: int, last: int) -> None:
     insert = logged_insert(log, first, last)
     target = re.search(r"INSERT INTO (`\w+`\.`\w+`)", insert).group(1)  # type: ignore[union-attr]
     columns = re.search(r"INSERT INTO `\w+`\.`\w+` (\([^)]*\)) ", insert).group(1)  # type: ignore[union-attr]
     feeds = re.findall(r"TABLE_CHANGES\('[^']*', \d+, \d+\)", insert)
     spark, _ = start_session(RUNTIME)
-    for key, value in BASE_SETTINGS.items():
+    # The replay's settings and the refresh's own shuffle partitions, where it set them.
+    for key, value in {**BASE_SETTINGS, **logged_partitions(log, first, last)}.items():
         spark.conf.set(key, value)
-    # The refresh's own shuffle partitions, where it set them.
-    lines = log.read_text().split("\n")[first - 1 : last]
-    for line in lines:
-        if m := re.match(r"SET (spark\.sql\.shuffle\.partitions)=(\d+)", line):
-            spark.conf.set(m.group(1), m.group(2))
     spark.sql("CREATE SCHEMA IF NOT EXISTS exp")
     spark.sql(f"CREATE OR REPLACE TABLE {COPY} USING delta AS SELECT * FROM {target}")
     statement = insert.replace(target, COPY)
