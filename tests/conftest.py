@@ -61,7 +61,7 @@ FUNCTIONAL_TESTS = os.path.join(os.path.dirname(__file__), "functional")
 # Where the tests' Spark tasks run. `local` (the default): local[2], driver
 # and executors in this process's JVM. `cluster` (scripts/test-cluster): a
 # standalone master and two workers started from the installed pyspark
-# (cluster.py), with this process's session as the cluster's driver, so every
+# (runtime/cluster.py), with this process's session as the cluster's driver, so every
 # statement of the tests, of dbt in session mode and of the in-process Thrift
 # server runs its tasks in executors in the workers' JVMs, while the sources'
 # writes, the oracle and Spark's status store stay in process.
@@ -272,7 +272,7 @@ def spark_cluster():
     if SPARK_MASTER != CLUSTER:
         yield None
         return
-    from dbt.adapters.spark_ivm import cluster
+    from dbt.adapters.spark_ivm.runtime import cluster
 
     spec = cluster.ClusterSpec(master_port=_free_port(), master_ui_port=_free_port())
     with cluster.driven_by_this_process(RUNTIME_DIR, spec):
@@ -284,7 +284,7 @@ def spark(spark_cluster):
     """The process's SparkSession, created with the embedded runtime's configs (SPARK_MASTER)."""
     from pyspark.sql import SparkSession
 
-    from dbt.adapters.spark_ivm.runtime import session_configs
+    from dbt.adapters.spark_ivm.runtime.embedded import session_configs
 
     configs = {**session_configs(RUNTIME_DIR), **ANSI_CONF, **SPEED_CONF}
     if spark_cluster is not None:

@@ -20,9 +20,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from dbt.adapters.spark_ivm import cluster
 from dbt.adapters.spark_ivm.join_states import NONE as JOIN_STATE_NONE
 from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
+from dbt.adapters.spark_ivm.runtime import cluster
 from tpch_bench import report
 from tpch_bench.batches import plan_run
 from tpch_bench.catalog import MODELS, select_models
@@ -283,7 +283,7 @@ def _measure(
 
 
 def environment() -> dict[str, Any]:
-    from dbt.adapters.spark_ivm.runtime import DELTA_VERSION
+    from dbt.adapters.spark_ivm.runtime.embedded import DELTA_VERSION
 
     versions = {}
     for package in ("dbt-spark-ivm", "dbt-core", "dbt-spark", "pyspark", "tpchgen-cli"):

@@ -72,7 +72,7 @@ class BenchSettings:
     # MIN/MAX model keeps 'merged', which a log cannot hold).
     state_form: str = "auto"
     # Run the session as the driver of a local standalone cluster (a master and
-    # two workers, each its own JVM: dbt.adapters.spark_ivm.cluster) instead of
+    # two workers, each its own JVM: dbt.adapters.spark_ivm.runtime.cluster) instead of
     # local[2], so every task runs in an executor of another JVM.
     cluster: bool = False
 

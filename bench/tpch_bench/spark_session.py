@@ -16,7 +16,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from dbt.adapters.spark_ivm.runtime import session_configs
+from dbt.adapters.spark_ivm.runtime.embedded import session_configs
 
 
 @dataclass(frozen=True)

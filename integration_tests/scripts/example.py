@@ -17,7 +17,7 @@ from typing import Protocol
 from dbt.cli.main import dbtRunner
 from pyspark.sql import SparkSession
 
-from dbt.adapters.spark_ivm.runtime import RUNTIME_DIR_NAME, session_configs
+from dbt.adapters.spark_ivm.runtime.embedded import RUNTIME_DIR_NAME, session_configs
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 SOURCE = "shop_raw.order_lines"

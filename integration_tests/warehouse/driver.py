@@ -346,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from dbt.adapters.spark_ivm.runtime import RUNTIME_DIR_NAME, session_configs
+    from dbt.adapters.spark_ivm.runtime.embedded import RUNTIME_DIR_NAME, session_configs
 
     configs = session_configs(PROJECT_DIR / RUNTIME_DIR_NAME)
     for pair in args.conf:

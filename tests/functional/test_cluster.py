@@ -1,6 +1,6 @@
 """A real multi-JVM Spark cluster: a standalone master, two workers and the Thrift server as driver.
 
-cluster.py starts each part as a JVM of its own from the installed pyspark,
+runtime/cluster.py starts each part as a JVM of its own from the installed pyspark,
 so every statement dbt sends runs its tasks in executors inside the workers'
 JVMs: Delta's classes reach them through `spark.jars`, and every delta
 statement, change feed read and guard is serialized to another JVM.
@@ -26,8 +26,8 @@ import time
 import pytest
 from dbt.adapters.factory import reset_adapters
 
-from dbt.adapters.spark_ivm import cluster, server
 from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME
+from dbt.adapters.spark_ivm.runtime import cluster, server
 from tests.functional.test_server_mode import (
     ThriftSql,
     _build,

@@ -91,7 +91,7 @@ class TestIvmMaterialization(IvmProject):
         messages = _messages(results)
         assert messages["grouped"].startswith("IVM incremental"), messages
         # The state's version after its write (a log's INSERT, ivm_state_form
-        # 'auto') comes from the connection's own session (sessions.py; a
+        # 'auto') comes from the connection's own session (runtime/sessions.py; a
         # Thrift server's session), not its history.
         written = list(re.finditer(r"INSERT INTO \S*grouped__ivm_state", log))
         assert written, "no INSERT into the state in the log"

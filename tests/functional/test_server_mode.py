@@ -1,6 +1,6 @@
 """Server mode end to end: the standalone Thrift server, and the worked example over Thrift.
 
-`python -m dbt.adapters.spark_ivm.server`'s start() launches a server of its
+`python -m dbt.adapters.spark_ivm.runtime.server`'s start() launches a server of its
 own (its own JVM, runtime directory and port): the first test starts it,
 writes a Delta source with a change feed and reads the feed over Thrift,
 and stops it.
@@ -27,7 +27,7 @@ import pytest
 from dbt.adapters.factory import reset_adapters
 from dbt.cli.main import dbtRunner
 
-from dbt.adapters.spark_ivm import server
+from dbt.adapters.spark_ivm.runtime import server
 
 pytestmark = pytest.mark.spark
 

@@ -1,4 +1,4 @@
-"""A Spark session of its own per connection of the embedded runtime (sessions.py), on real Spark.
+"""A Spark session of its own per embedded connection (runtime/sessions.py), on real Spark.
 
 What the refresh counts on: a conf set on one connection (a commit's
 metadata, the version of its last commit) is seen by no other connection and
@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.spark_ivm import delta, sessions
-from dbt.adapters.spark_ivm.runtime import session_configs
+from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.runtime import sessions
+from dbt.adapters.spark_ivm.runtime.embedded import session_configs
 from tests.conftest import ANSI_CONF, RUNTIME_DIR, SPEED_CONF
 
 pytestmark = pytest.mark.spark

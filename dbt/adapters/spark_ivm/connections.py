@@ -20,7 +20,7 @@ from dbt.adapters.spark.connections import (
     SparkCredentials,
 )
 
-from dbt.adapters.spark_ivm.runtime import RUNTIME_DIR_NAME, session_configs
+from dbt.adapters.spark_ivm.runtime.embedded import RUNTIME_DIR_NAME, session_configs
 
 
 def _dbt_project_dir() -> str:
@@ -87,7 +87,10 @@ class SparkIvmConnectionManager(SparkConnectionManager):
             return connection
         connection = super().open(connection)
         if connection.credentials.method == SparkConnectionMethod.SESSION:
-            from dbt.adapters.spark_ivm.sessions import OwnSessionConnection, OwnSessionWrapper
+            from dbt.adapters.spark_ivm.runtime.sessions import (
+                OwnSessionConnection,
+                OwnSessionWrapper,
+            )
 
             parameters = connection.credentials.server_side_parameters
             connection.handle = OwnSessionWrapper(

@@ -40,7 +40,7 @@ ESTIMATED_ROWS_KEY = "estimated_change_rows"
 # and other clients') shares one SparkSession, so a session conf set for one
 # commit is seen by any statement another runs meanwhile; so did every dbt
 # thread of the embedded runtime before each connection had a session of its
-# own (sessions.py). The plugin's commits run under this lock: a refresh sets
+# own (runtime/sessions.py). The plugin's commits run under this lock: a refresh sets
 # and resets its commit metadata inside it, and the commit log's appends wait
 # for it, so no commit of this process's plugin carries another's metadata.
 # (Delta's idempotent-write confs were tried for concurrent refreshes of one

@@ -356,7 +356,7 @@ class SparkIvmAdapter(SparkAdapter):
 
         A Spark Thrift Server gives each connection a session of its own unless
         it runs with singleSession; the embedded runtime gives each connection
-        one too (sessions.py).
+        one too (runtime/sessions.py).
         """
         credentials = self.config.credentials
         if credentials.method == SparkConnectionMethod.SESSION:

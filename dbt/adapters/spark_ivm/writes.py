@@ -124,8 +124,8 @@ class StateWrites:
     )
     # True when no other thread or client shares the connection's Spark session
     # (a Thrift server's session unless it runs with singleSession; the embedded
-    # runtime's, sessions.py): each commit's version is then read from Delta's
-    # session conf and told to `committed`, with the commit's metadata.
+    # runtime's, runtime/sessions.py): each commit's version is then read from
+    # Delta's session conf and told to `committed`, with the commit's metadata.
     own_session: bool = False
     committed: Callable[[int, dict[str, Any]], None] = field(default=lambda version, metadata: None)
     # How a change runs: the session confs every statement of it runs under,

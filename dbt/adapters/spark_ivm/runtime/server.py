@@ -1,6 +1,6 @@
 """A local Spark Thrift Server with Delta Lake, for dbt's ``method: thrift``.
 
-``python -m dbt.adapters.spark_ivm.server --runtime-dir DIR [--port 10000]``
+``python -m dbt.adapters.spark_ivm.runtime.server --runtime-dir DIR [--port 10000]``
 starts Spark's own HiveThriftServer2 (it ships in pyspark's jars, with no start
 script) through pyspark's ``spark-submit``, with the embedded runtime's configs
 (runtime.session_configs: Delta Lake, warehouse and metastore under DIR),
@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dbt.adapters.spark_ivm.runtime import session_configs
+from dbt.adapters.spark_ivm.runtime.embedded import session_configs
 
 SERVER_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
 DEFAULT_HOST = "127.0.0.1"
@@ -182,7 +182,7 @@ def tail(path: Path, lines: int = 30) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dbt.adapters.spark_ivm.server",
+        prog="python -m dbt.adapters.spark_ivm.runtime.server",
         description=(
             "Start (or --stop) a local Spark Thrift Server with Delta Lake for dbt's "
             "method: thrift, keeping its warehouse and metastore in --runtime-dir."
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Spark Thrift Server (Delta Lake) listening on {DEFAULT_HOST}:{args.port} "
         f"after {time.monotonic() - started:.0f}s (pid {process.pid}, log {root / LOG_FILE}).\n"
         f"Profile: method: thrift, host: {DEFAULT_HOST}, port: {args.port}, user: <any name>\n"
-        f"Stop it: python -m dbt.adapters.spark_ivm.server --runtime-dir {root} --stop"
+        f"Stop it: python -m dbt.adapters.spark_ivm.runtime.server --runtime-dir {root} --stop"
     )
     return 0
 

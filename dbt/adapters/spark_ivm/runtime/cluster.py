@@ -1,6 +1,6 @@
 """A local Spark standalone cluster with the Thrift server as its driver: every part its own JVM.
 
-``python -m dbt.adapters.spark_ivm.cluster up --runtime-dir DIR`` starts, from
+``python -m dbt.adapters.spark_ivm.runtime.cluster up --runtime-dir DIR`` starts, from
 the installed pyspark, a standalone master and two workers
 (``spark-class org.apache.spark.deploy.master.Master`` / ``...worker.Worker``),
 waits until both workers are registered, then starts the Thrift server
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dbt.adapters.spark_ivm import server
+from dbt.adapters.spark_ivm.runtime import server
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -308,7 +308,7 @@ def _stop_order(part: Part) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dbt.adapters.spark_ivm.cluster",
+        prog="python -m dbt.adapters.spark_ivm.runtime.cluster",
         description=(
             "Start, stop or show a local Spark standalone cluster (a master and workers, "
             "each its own JVM) with a Thrift server as its driver, for dbt's method: thrift."
@@ -345,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"server on {HOST}:{spec.thrift_port} up after {time.monotonic() - started:.0f}s; "
         f"logs in {cluster_dir(args.runtime_dir)}.\n"
         f"Profile: method: thrift, host: {HOST}, port: {spec.thrift_port}\n"
-        f"Stop it: python -m dbt.adapters.spark_ivm.cluster down --runtime-dir {args.runtime_dir}"
+        f"Stop it: python -m dbt.adapters.spark_ivm.runtime.cluster down --runtime-dir {args.runtime_dir}"
     )
     return 0
 
