@@ -7,9 +7,9 @@
   Exact columns must be equal, duplicates counted; FLOAT and DOUBLE columns
   equal within relative_tolerance (default 1e-9) plus absolute_tolerance
   (default 0), as a refresh and a recomputation add floating-point values in
-  different orders (comparison.py; docs/ivm-matches-query.md). A failure returns one
-  row with how many rows are missing from the model, how many are extra, and
-  both row counts.
+  different orders (dbt/adapters/spark_ivm/operations/comparison.py;
+  docs/ivm-matches-query.md). A failure returns one row with how many rows are
+  missing from the model, how many are extra, and both row counts.
   Usage (schema.yml):  data_tests: [dbt_spark_ivm.ivm_matches_query]
   or, with tolerances:
     data_tests:

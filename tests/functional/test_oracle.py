@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from dbt.adapters.spark_ivm import comparison
+from dbt.adapters.spark_ivm.operations import comparison
 from tests.functional.ivm_checks import BagDifference, bag_difference, bag_differences
 
 pytestmark = pytest.mark.spark

@@ -3,9 +3,9 @@
 A refresh adds floating-point values in another order than a recomputation,
 so the oracle here is the plugin's own `ivm_matches_query` test, run by
 `dbt test` after every refresh, comparing DOUBLE columns within a relative
-and an absolute tolerance (comparison.py). Values mix magnitudes (1e-3 to
-1e9 + 0.5), negative zero, NaN and both infinities, which no subtraction
-could take out of a plain stored sum (rules/floating.py). Every model is
+and an absolute tolerance (operations/comparison.py). Values mix magnitudes
+(1e-3 to 1e9 + 0.5), negative zero, NaN and both infinities, which no
+subtraction could take out of a plain stored sum (rules/floating.py). Every model is
 built once and refreshed incrementally from then on.
 
 `TestFloatingPointEdges` checks, exactly, the cases a plain stored sum or a

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dbt.adapters.spark_ivm.housekeeping import (
+from dbt.adapters.spark_ivm.operations.housekeeping import (
     Relation,
     find_orphans,
     ivm_models,

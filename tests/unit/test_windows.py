@@ -110,7 +110,7 @@ def test_ties_rule_warns_when_the_order_leaves_a_column_out() -> None:
 def test_ivm_explain_shows_the_probe_and_the_partition_merge() -> None:
     from types import SimpleNamespace
 
-    from dbt.adapters.spark_ivm.explain import _change_statements
+    from dbt.adapters.spark_ivm.operations.explain import _change_statements
     from ivm_compiler.reads import VersionRange as Window
 
     source = TableName("shop", "src")

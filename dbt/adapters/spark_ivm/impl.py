@@ -22,16 +22,17 @@ from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt.adapters.spark.impl import SparkAdapter
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
-from dbt.adapters.spark_ivm import __version__, comparison, delta
+from dbt.adapters.spark_ivm import __version__, delta
 from dbt.adapters.spark_ivm.config import (
     validate_model_config,
     validate_relation_name,
     validate_schema_name,
 )
 from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
-from dbt.adapters.spark_ivm.explain import explain, group_lines, write_statements
 from dbt.adapters.spark_ivm.groups import GroupRun, consistency_groups, members_from_graph
-from dbt.adapters.spark_ivm.housekeeping import (
+from dbt.adapters.spark_ivm.operations import comparison
+from dbt.adapters.spark_ivm.operations.explain import explain, group_lines, write_statements
+from dbt.adapters.spark_ivm.operations.housekeeping import (
     Relation,
     find_orphans,
     ivm_models,
@@ -394,7 +395,7 @@ class SparkIvmAdapter(SparkAdapter):
     ) -> str:
         """The ivm_matches_query test's query: one row when the model differs from its query.
 
-        FLOAT and DOUBLE columns are compared within the tolerances (comparison.py).
+        FLOAT and DOUBLE columns are compared within the tolerances (operations/comparison.py).
         """
         try:
             tolerance = comparison.tolerance(str(relation), relative_tolerance, absolute_tolerance)
