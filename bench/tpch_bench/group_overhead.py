@@ -29,8 +29,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from dbt.adapters.spark_ivm.groups import NO_GROUP
-from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, create_commit_log
+from dbt.adapters.spark_ivm.consistency.groups import NO_GROUP
+from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME, create_commit_log
 from ivm_compiler import TableName
 from tpch_bench import sql_names
 from tpch_bench.batches import ChangeBatch, apply_batch
@@ -47,7 +47,7 @@ GROUP_VAR = "bench_ivm_group"
 # Extra dbt vars per mode: grouped leaves ivm_group unset (grouped by shared inputs).
 MODE_VARS: dict[str, dict[str, str]] = {GROUPED: {}, INDEPENDENT: {GROUP_VAR: NO_GROUP}}
 
-# The adapter's summary of a group commit (publish.py, Publisher._commit_if_complete).
+# The adapter's summary of a group commit (consistency/publish.py, Publisher._commit_if_complete).
 _COMMIT_LINE = re.compile(
     r"consistency group '(?P<group>[^']*)' committed \w+: .*"
     r"views moved within (?P<seconds>\d+(?:\.\d+)?)s"

@@ -26,7 +26,7 @@ import time
 import pytest
 from dbt.adapters.factory import reset_adapters
 
-from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME
+from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME
 from dbt.adapters.spark_ivm.runtime import cluster, server
 from tests.functional.test_server_mode import (
     ThriftSql,
@@ -165,7 +165,7 @@ def _example_group_commits(sql: ThriftSql) -> dict[str, set[str]]:
 def test_losing_a_worker_during_a_group_publish_loses_nothing(
     running, spec, example_over_cluster, tmp_path
 ):
-    """Worker 2 SIGKILLed once dbt sends the group's commit row (step 2 of publish.py).
+    """Worker 2 SIGKILLed once dbt sends the group's commit row (step 2 of consistency/publish.py).
 
     The example's ten models are one consistency group. Whether the commit
     row's write completes on the other worker or the run fails, the next

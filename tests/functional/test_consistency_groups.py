@@ -21,8 +21,8 @@ import pytest
 import sqlglot
 from dbt.tests.util import run_dbt
 
+from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
-from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME
 from tests.functional.ivm_checks import (
     assert_model_matches_sources,
     recorded_state,

@@ -18,7 +18,7 @@ import re
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
-from dbt.adapters.spark_ivm.strict import committed_select
+from dbt.adapters.spark_ivm.consistency.strict import committed_select
 from tests.functional.ivm_checks import assert_model_matches_query, bag_difference
 from tests.functional.ivm_project import (
     QUERIES,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from dbt.adapters.spark_ivm.groups import (
+from dbt.adapters.spark_ivm.consistency.groups import (
     GroupRun,
     Staged,
     consistency_groups,
@@ -143,7 +143,7 @@ def test_a_group_is_complete_when_every_member_staged_or_withdrew() -> None:
 
 
 def test_a_member_whose_view_did_not_move_says_why_in_its_result() -> None:
-    from dbt.adapters.spark_ivm.publish import Publisher
+    from dbt.adapters.spark_ivm.consistency.publish import Publisher
 
     graph = _graph()
     run = GroupRun("inv", consistency_groups(members_from_graph(graph, list(graph["nodes"]))))

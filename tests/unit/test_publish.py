@@ -6,8 +6,8 @@ import json
 
 import sqlglot
 
-from dbt.adapters.spark_ivm.groups import GroupRun, Member, Staged, consistency_groups
-from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher, commit_row
+from dbt.adapters.spark_ivm.consistency.groups import GroupRun, Member, Staged, consistency_groups
+from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME, Publisher, commit_row
 from ivm_compiler import TableName
 
 LOG = TableName(db="analytics", name=COMMIT_LOG_NAME)

@@ -6,8 +6,12 @@ import json
 
 import sqlglot
 
-from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME
-from dbt.adapters.spark_ivm.strict import StrictReads, committed_select, newest_commit_naming
+from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME
+from dbt.adapters.spark_ivm.consistency.strict import (
+    StrictReads,
+    committed_select,
+    newest_commit_naming,
+)
 from ivm_compiler import TableName
 from tests.unit.test_publish import FakeLog
 

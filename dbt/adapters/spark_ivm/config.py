@@ -9,7 +9,7 @@ from typing import Any
 
 from dbt_common.exceptions import CompilationError
 
-from dbt.adapters.spark_ivm.groups import NO_GROUP
+from dbt.adapters.spark_ivm.consistency.groups import NO_GROUP
 from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
 from dbt.adapters.spark_ivm.schema_changes import ON_SCHEMA_CHANGE_VALUES
 from dbt.adapters.spark_ivm.settings import ALL_EXTREME_VALUES, Fallback, StateForm

@@ -29,7 +29,13 @@ from dbt.adapters.spark_ivm.config import (
     validate_schema_name,
 )
 from dbt.adapters.spark_ivm.connections import SparkIvmConnectionManager
-from dbt.adapters.spark_ivm.groups import GroupRun, consistency_groups, members_from_graph
+from dbt.adapters.spark_ivm.consistency.groups import (
+    GroupRun,
+    consistency_groups,
+    members_from_graph,
+)
+from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME, Publisher
+from dbt.adapters.spark_ivm.consistency.strict import StrictReads
 from dbt.adapters.spark_ivm.operations import comparison
 from dbt.adapters.spark_ivm.operations.explain import explain, group_lines, write_statements
 from dbt.adapters.spark_ivm.operations.housekeeping import (
@@ -40,12 +46,10 @@ from dbt.adapters.spark_ivm.operations.housekeeping import (
     report,
 )
 from dbt.adapters.spark_ivm.pins import InvocationPins
-from dbt.adapters.spark_ivm.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, Relations
 from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings
 from dbt.adapters.spark_ivm.state_history import table_name_of
-from dbt.adapters.spark_ivm.strict import StrictReads
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, names
 from ivm_compiler.emit import (
     QUERY_AT_VERSIONS_PROPERTY,
@@ -68,7 +72,7 @@ _SHARED_SESSION_LOCK = threading.Lock()
 # The sources pinned in the running invocation, shared by its models (pins.py).
 _INVOCATION_PINS: dict[str, InvocationPins] = {}
 _INVOCATION_PINS_LOCK = threading.Lock()
-# The strict reads of the running invocation: one commit per group (strict.py).
+# The strict reads of the running invocation: one commit per group (consistency/strict.py).
 _STRICT_READS: dict[str, StrictReads] = {}
 _STRICT_READS_LOCK = threading.Lock()
 

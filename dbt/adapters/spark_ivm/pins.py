@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dbt.adapters.spark_ivm import delta, schema_changes, upstreams
+from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
 from dbt.adapters.spark_ivm.decision import FALLBACK_TABLE, WHOLESALE_MATERIALIZATIONS
-from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from ivm_compiler import InvalidSource, TableName, nodes
 from ivm_compiler.errors import first_line
 from ivm_compiler.plan import UpstreamModel

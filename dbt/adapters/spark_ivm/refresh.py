@@ -13,7 +13,7 @@ The recipe (DESIGN.md, "Flow of one refresh"), each step in a module of its own:
 5. write with one statement that commits data and recorded versions
    together (writes.py);
 6. publish: point the model's view at the new state version, at once or,
-   for a consistency group, when every member has written (publish.py).
+   for a consistency group, when every member has written (consistency/publish.py).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from dbt.adapters.spark_ivm import (
     strategy,
     unchanged,
 )
+from dbt.adapters.spark_ivm.consistency.groups import Staged
+from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
 from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, Decision
-from dbt.adapters.spark_ivm.groups import Staged
 from dbt.adapters.spark_ivm.pins import InvocationPins, Pins
-from dbt.adapters.spark_ivm.publish import Log, Publisher, Runner
 from dbt.adapters.spark_ivm.settings import (
     Action,
     Fallback,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbt.adapters.spark_ivm import delta
-from dbt.adapters.spark_ivm.publish import Runner
+from dbt.adapters.spark_ivm.consistency.publish import Runner
 from ivm_compiler import TableName
 
 # The newest refresh commit is nearly always the newest commit; only

@@ -37,8 +37,8 @@ from sqlglot import exp, parse_one
 
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.__version__ import version as plugin_version
+from dbt.adapters.spark_ivm.consistency.publish import Runner
 from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
-from dbt.adapters.spark_ivm.publish import Runner
 from dbt.adapters.spark_ivm.settings import RefreshSettings
 from dbt.adapters.spark_ivm.state_history import table_name_of
 from dbt.adapters.spark_ivm.upstreams import properties, version_read, view_text

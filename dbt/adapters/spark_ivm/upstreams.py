@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from sqlglot import exp, parse_one
 
 from dbt.adapters.spark_ivm import delta
-from dbt.adapters.spark_ivm.publish import Runner
+from dbt.adapters.spark_ivm.consistency.publish import Runner
 from dbt.adapters.spark_ivm.state_history import table_name_of
 from ivm_compiler import TableName, emit
 from ivm_compiler.plan import UpstreamModel

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbt.adapters.spark_ivm import delta, join_states
-from dbt.adapters.spark_ivm.publish import Log, Runner
+from dbt.adapters.spark_ivm.consistency.publish import Log, Runner
 from ivm_compiler import (
     TableName,
     ViewPlan,

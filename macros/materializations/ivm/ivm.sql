@@ -6,8 +6,9 @@
   dbt/adapters/spark_ivm/refresh.py), grants, docs, hooks. The model's relation is
   a view over the Delta table `<model>__ivm_state`, which keeps the model's rows
   with their bookkeeping columns. The graph and the selection let the adapter
-  place the model in its consistency group (dbt/adapters/spark_ivm/groups.py):
-  models sharing sources publish together when the last of them has refreshed.
+  place the model in its consistency group
+  (dbt/adapters/spark_ivm/consistency/groups.py): models sharing sources
+  publish together when the last of them has refreshed.
 -#}
 {% materialization ivm, adapter='spark_ivm' %}
   {%- set target_relation = this.incorporate(type='view') -%}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dbt.adapters.spark_ivm import decision, delta
-from dbt.adapters.spark_ivm.groups import Group, why_grouped
+from dbt.adapters.spark_ivm.consistency.groups import Group, why_grouped
 from dbt.adapters.spark_ivm.refresh import Refresh
 from dbt.adapters.spark_ivm.upstreams import published_version
 from ivm_compiler import (
