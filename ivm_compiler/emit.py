@@ -73,7 +73,7 @@ class Guard:
     write: str
 
 
-# The start of the error a MERGE raises when its guard check fails; refresh.py
+# The start of the error a MERGE raises when its guard check fails; refresh/recipe.py
 # recognises it and turns it into the model's "another refresh" error.
 GUARD_FAILED = "ivm guard"
 
@@ -669,7 +669,7 @@ def stage_net_changes(
     reads.stage_net_change: the ranges returned name the stages (`staged=`),
     every read of the change reads them (reads.signed_changes; stage_feeds
     leaves them be), and a COUNT of each stage sizes the change before the
-    refresh decides how to apply it (refresh.py).
+    refresh decides how to apply it (refresh/recipe.py).
     """
     stages = []
     reading = dict(ranges)

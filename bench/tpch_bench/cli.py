@@ -20,8 +20,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from dbt.adapters.spark_ivm.join_states import NONE as JOIN_STATE_NONE
-from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
+from dbt.adapters.spark_ivm.refresh.join_states import NONE as JOIN_STATE_NONE
+from dbt.adapters.spark_ivm.refresh.join_states import SETTINGS as JOIN_STATE_SETTINGS
 from dbt.adapters.spark_ivm.runtime import cluster
 from tpch_bench import report
 from tpch_bench.batches import plan_run

@@ -451,7 +451,10 @@ def _batch_table(kind: str, rows: list[BatchSummary], scale: dict[str, Any]) -> 
 
 
 def group_overhead_explained(shared_pins: int, own_pins: int) -> str:
-    """What a grouped run does that independent refreshes do not (consistency/publish.py, refresh.py's pin)."""
+    """What a grouped run does that independent refreshes do not.
+
+    (consistency/publish.py, and refresh/recipe.py's pin.)
+    """
     return (
         "What the difference consists of: a grouped run pins every source of the group "
         "once, when its first member starts (a DESCRIBE DETAIL and a DESCRIBE HISTORY per "

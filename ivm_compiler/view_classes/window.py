@@ -29,7 +29,7 @@ Several window functions may partition differently; any column common to all
 their PARTITION BY lists still bounds what a change can reach (a partition of
 each function lies inside one partition of the common columns). Without a
 common column every row may depend on every other: such a model is
-recomputed on every refresh (refresh.py).
+recomputed on every refresh (refresh/recipe.py).
 
 "Window" means SQL window functions only; a source's versions in a refresh
 are a reads.VersionRange.

@@ -15,8 +15,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from dbt.adapters.spark_ivm import delta
-from dbt.adapters.spark_ivm.refresh import RECOMPUTED_GROUPS
-from dbt.adapters.spark_ivm.writes import CancellingRemoval
+from dbt.adapters.spark_ivm.refresh.recipe import RECOMPUTED_GROUPS
+from dbt.adapters.spark_ivm.refresh.writes import CancellingRemoval
 from ivm_compiler import TableName
 
 

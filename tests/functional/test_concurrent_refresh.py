@@ -11,7 +11,7 @@ with the state version this run read, which the first write passed
 (log_state.py).
 
 A refresh usually starts from the record its view carries, not the state's
-history (state_history.py): a write refused there (a log's skipped by
+history (refresh/state_history.py): a write refused there (a log's skipped by
 Delta, a MERGE failing its guard) may mean another refresh committed long
 before (a group member never published), so the refresh goes on from the
 history, where the other write is found and nothing is applied twice.
@@ -26,7 +26,7 @@ from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
-from dbt.adapters.spark_ivm.state_history import RECORD_PROPERTY
+from dbt.adapters.spark_ivm.refresh.state_history import RECORD_PROPERTY
 from ivm_compiler import log_state
 from tests.functional.ivm_checks import (
     assert_model_matches_query,

@@ -18,7 +18,7 @@ from dbt.tests.util import run_dbt, run_dbt_and_capture
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dbt.adapters.spark_ivm import state_history
+from dbt.adapters.spark_ivm.refresh import state_history
 from ivm_compiler import log_state, names
 from tests.functional.ivm_checks import bag_difference, recorded_state, table_properties
 from tests.functional.ivm_project import (

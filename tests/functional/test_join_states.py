@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.spark_ivm.writes import StateWrites
+from dbt.adapters.spark_ivm.refresh.writes import StateWrites
 from tests.functional.ivm_checks import bag_differences, recorded_state
 from tests.functional.ivm_project import JOIN_QUERIES
 from tests.functional.test_random_joins import RandomJoinChanges

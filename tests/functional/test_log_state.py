@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
-from dbt.adapters.spark_ivm import state_history
+from dbt.adapters.spark_ivm.refresh import state_history
 from ivm_compiler import log_state
 from tests.functional import test_random_changes  # not the class: pytest would run it here too
 from tests.functional.ivm_checks import (
@@ -184,7 +184,7 @@ class TestLogState(test_random_changes.TestRandomChangeSequences):
             results, log = run_dbt_and_capture(["--debug", "run", "--select", "grouped"])
             assert results[0].adapter_response["code"] == "INCREMENTAL"
             reads.append(bool(read_history.search(log)))
-        # The rewrite policy's counts are in the history only (state_history.py).
+        # The rewrite policy's counts are in the history only (refresh/state_history.py).
         assert reads.count(True) == 1, reads
         checked = assert_models_match_sources(
             spark, project.test_schema, {"grouped": LOGGED["grouped"]}, ["src", "dim"]

@@ -1,4 +1,4 @@
-"""The no-change shortcut (unchanged.py) through dbt: when it answers, and when it must not.
+"""The no-change shortcut (refresh/unchanged.py) through dbt: when it answers, and when it must not.
 
 Two models in one consistency group over two sources, and a third in a
 group of its own over one of them. A refresh with no source change reads

@@ -1,6 +1,6 @@
 """A pin read from SHOW TBLPROPERTIES and DESCRIBE HISTORY, against Delta itself.
 
-pins.py no longer reads DESCRIBE DETAIL for every source: it tells the
+refresh/pins.py no longer reads DESCRIBE DETAIL for every source: it tells the
 recorded table from a re-created or replaced one by the history's commit
 times and operations, and carries the size forward with the commits' byte
 metrics. Both rest on what this Delta runtime writes, so they are checked

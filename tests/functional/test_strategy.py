@@ -14,7 +14,7 @@ import pytest
 from dbt.tests.util import run_dbt
 
 from dbt.adapters.spark_ivm import delta
-from dbt.adapters.spark_ivm.strategy import HISTORY_PROPERTY, MIN_RECOMPUTE_ROWS
+from dbt.adapters.spark_ivm.refresh.strategy import HISTORY_PROPERTY, MIN_RECOMPUTE_ROWS
 from ivm_compiler.names import GUARD
 from tests.conftest import THRIFT
 from tests.functional.ivm_checks import (

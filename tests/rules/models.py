@@ -13,7 +13,7 @@ Left out, each for a reason:
   change feed; emulating that needs a second level of Delta tables fed by
   MERGEs, which this layer does not simulate yet.
 - Window functions without a PARTITION BY column common to all of them:
-  refresh.py recomputes such a model whole, so it has no delta rule.
+  refresh/recipe.py recomputes such a model whole, so it has no delta rule.
 - Constructs the compiler refuses (a LEFT JOIN or EXISTS relating the two
   sides other than by equality, NOT IN over several columns, ...): the
   refusal tests cover them (tests/unit/test_refusals.py).

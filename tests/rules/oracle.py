@@ -21,7 +21,7 @@ A WINDOW model's change is different: the partitions its change rows touch
 (emit.probe_partitions), recomputed at v' (emit.merge_partitions, whose
 MERGE also deletes their rows that are gone); (+) replaces those
 partitions (replace_partitions). Refreshes read join partners within the
-probed key bounds (emit.probe_join_keys), as refresh.py does; join states
+probed key bounds (emit.probe_join_keys), as refresh/recipe.py does; join states
 (ivm_join_state) are not used here.
 
 A recompute of a state that ivm models read merges the recomputed rows by
@@ -422,12 +422,12 @@ class Refreshes:
         self.history: list[str] = []
         self.view = emit.view_query(self.plan, STATE).sql(dialect=SPARK)
         # The refreshes whose MERGE refused a cancelling removal (emit.CANCELLED)
-        # and were recomputed instead, as refresh.py does: their commit lists.
+        # and were recomputed instead, as refresh/recipe.py does: their commit lists.
         self.recomputed: list[str] = []
         # The groups those refreshes recomputed, by merge keys (none: the model was).
         self.replaced_groups: list[tuple] = []
         # The refreshes whose MERGE found a group's bounded MIN/MAX values run
-        # out (emit.EXHAUSTED) and ran again refilling them, as writes.py does.
+        # out (emit.EXHAUSTED) and ran again refilling them, as refresh/writes.py does.
         self.refilled: list[str] = []
         # After each refresh: per bounded pre-aggregation slot, its most values in one group.
         self.most_kept: list[dict[int, int]] = []
@@ -659,7 +659,7 @@ class Refreshes:
         touched = window_rules.parse_probe(probed)
         assert len(touched) <= window_rules.MAX_TOUCHED_PARTITIONS
         if not touched:
-            return before  # refresh.py commits no data then, and keeps the guard
+            return before  # refresh/recipe.py commits no data then, and keeps the guard
         merge = emit.merge_partitions(self.plan, STATE, pinned, touched, guard)
         rows = self._apply(merge, guard, self.plan.keys)
         return replace_partitions(self.plan, before, touched, rows)

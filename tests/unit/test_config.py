@@ -167,8 +167,8 @@ def test_plain_relation_names_pass(name: str | None) -> None:
 
 
 def test_every_error_the_plugin_raises_about_a_model_has_one_base() -> None:
-    from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
-    from dbt.adapters.spark_ivm.writes import ConcurrentRefresh
+    from dbt.adapters.spark_ivm.refresh.schema_changes import ModelColumnsChanged
+    from dbt.adapters.spark_ivm.refresh.writes import ConcurrentRefresh
     from ivm_compiler import InvalidSource, IvmError, NotMaintainable, TableName
 
     raised = [

@@ -10,8 +10,9 @@ import dataclasses
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta, strategy
-from dbt.adapters.spark_ivm.decision import (
+from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.refresh import strategy
+from dbt.adapters.spark_ivm.refresh.decision import (
     FALLBACK_TABLE,
     FIRST_BUILD,
     NO_COMMON_PARTITION,
@@ -21,7 +22,7 @@ from dbt.adapters.spark_ivm.decision import (
     decide,
     version_ranges,
 )
-from dbt.adapters.spark_ivm.schema_changes import SchemaCommit
+from dbt.adapters.spark_ivm.refresh.schema_changes import SchemaCommit
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
 from ivm_compiler import TableName, ViewPlan
 from ivm_compiler.plan import UpstreamModel

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from dbt_common.exceptions import CompilationError
 
-from dbt.adapters.spark_ivm.join_states import JoinStates, SourceFacts
+from dbt.adapters.spark_ivm.refresh.join_states import JoinStates, SourceFacts
 from ivm_compiler import TableName, emit, join_states
 from ivm_compiler.changes import signed_rows
 from ivm_compiler.reads import VersionRange as Window

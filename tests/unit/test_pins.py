@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from dbt.adapters.spark_ivm.pins import InvocationPins, Pins
+from dbt.adapters.spark_ivm.refresh.pins import InvocationPins, Pins
 from ivm_compiler import TableName
 
 SOURCE = TableName("raw", "orders")

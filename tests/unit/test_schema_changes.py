@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dbt.adapters.spark_ivm.schema_changes import (
+from dbt.adapters.spark_ivm.refresh.schema_changes import (
     SchemaCommit,
     columns_differ,
     describe_column_diff,

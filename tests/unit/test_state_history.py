@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from dbt.adapters.spark_ivm import delta
-from dbt.adapters.spark_ivm.state_history import (
+from dbt.adapters.spark_ivm.refresh.state_history import (
     LOG_CHECK_EVERY,
     MIN_LOG_ROWS,
     RECENT_COMMITS,

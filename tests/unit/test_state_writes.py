@@ -7,8 +7,13 @@ import logging
 import pytest
 
 from dbt.adapters.spark_ivm import delta
-from dbt.adapters.spark_ivm.state_history import StateHistory
-from dbt.adapters.spark_ivm.writes import CancellingRemoval, StateWrites, Written, _MergeInputs
+from dbt.adapters.spark_ivm.refresh.state_history import StateHistory
+from dbt.adapters.spark_ivm.refresh.writes import (
+    CancellingRemoval,
+    StateWrites,
+    Written,
+    _MergeInputs,
+)
 from ivm_compiler import TableName, emit, log_state
 from ivm_compiler.reads import VersionRange
 from tests.unit.test_compile import (

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dbt.adapters.spark_ivm import delta
-from dbt.adapters.spark_ivm.strategy import (
+from dbt.adapters.spark_ivm.refresh.strategy import (
     AUTO,
     DEFAULT_ROW_COST_FACTOR,
     HISTORY_LENGTH,

@@ -1,8 +1,8 @@
-"""unchanged.py: the no-change shortcut's key, record and comparison, without Spark.
+"""refresh/unchanged.py: the no-change shortcut's key, record and comparison, without Spark.
 
 `check` runs against a runner that answers the two statements it may send
 (the view's SHOW TBLPROPERTIES and DESCRIBE TABLE EXTENDED); the pins are
-made here, as pins.py would make them from a source's history.
+made here, as refresh/pins.py would make them from a source's history.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta, unchanged, upstreams
-from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
+from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.refresh import unchanged, upstreams
+from dbt.adapters.spark_ivm.refresh.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
+from dbt.adapters.spark_ivm.refresh.unchanged import Publication, Unchanged
 from dbt.adapters.spark_ivm.settings import JoinStateSetting, RefreshSettings, Strategy
-from dbt.adapters.spark_ivm.unchanged import Publication, Unchanged
 from ivm_compiler import InvalidSource, TableName, emit
 
 ORDERS = TableName("raw", "orders")

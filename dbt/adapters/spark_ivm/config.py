@@ -10,10 +10,10 @@ from typing import Any
 from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm.consistency.groups import NO_GROUP
-from dbt.adapters.spark_ivm.join_states import SETTINGS as JOIN_STATE_SETTINGS
-from dbt.adapters.spark_ivm.schema_changes import ON_SCHEMA_CHANGE_VALUES
+from dbt.adapters.spark_ivm.refresh.join_states import SETTINGS as JOIN_STATE_SETTINGS
+from dbt.adapters.spark_ivm.refresh.schema_changes import ON_SCHEMA_CHANGE_VALUES
+from dbt.adapters.spark_ivm.refresh.strategy import STRATEGIES
 from dbt.adapters.spark_ivm.settings import ALL_EXTREME_VALUES, Fallback, StateForm
-from dbt.adapters.spark_ivm.strategy import STRATEGIES
 from ivm_compiler.rules.extremes import KEPT_VALUES
 
 FALLBACK_VALUES = tuple(Fallback)

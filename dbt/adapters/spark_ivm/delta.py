@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dbt.adapters.spark_ivm.schema_changes import SchemaCommit
+from dbt.adapters.spark_ivm.refresh.schema_changes import SchemaCommit
 from ivm_compiler import TableName
 from ivm_compiler.emit import CANCELLED, EXHAUSTED, GUARD_FAILED
 from ivm_compiler.errors import first_line
@@ -318,7 +318,7 @@ class SourceSnapshot:
     # newest commits, newest first (what ivm_strategy: auto sizes a change with).
     size_bytes: int | None = None
     recent_commits: tuple[CommitRows, ...] = ()
-    # The column-changing commits among those recent ones (schema_changes.py),
+    # The column-changing commits among those recent ones (refresh/schema_changes.py),
     # and the oldest version that history read covers.
     schema_commits: tuple[SchemaCommit, ...] = ()
     history_from: int = 0
@@ -460,7 +460,7 @@ class RecordedState:
     # None in states written before the guard row existed.
     guard: str | None = None
     # The state version whose record the commit was made on, when it took it
-    # from the view (state_history.py): every commit between the two is in
+    # from the view (refresh/state_history.py): every commit between the two is in
     # later_writes unless it keeps the rows.
     on_record: int | None = None
 
@@ -853,7 +853,7 @@ CHANGE_HISTORY_UNAVAILABLE = (
     "DELTA_CHANGE_TABLE_FEED_DISABLED",
     "DELTA_VERSIONS_NOT_CONTIGUOUS",
     # A window spanning a column rename, drop or type change of a column
-    # mapping table (schema_changes.py finds renames and drops beforehand).
+    # mapping table (refresh/schema_changes.py finds renames and drops beforehand).
     "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE",
     # A vacuumed change file, as the Thrift server reports it (no Java cause chain).
     "FAILED_READ_FILE.FILE_NOT_EXIST",

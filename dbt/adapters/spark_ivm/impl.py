@@ -1,7 +1,7 @@
 """SparkIvmAdapter: dbt-spark plus the few methods the ivm materialization calls.
 
 Everything dbt-spark does is inherited unchanged. The ivm materialization
-reaches Python through `ivm_refresh`, which runs a whole refresh (refresh.py)
+reaches Python through `ivm_refresh`, which runs a whole refresh (refresh/recipe.py)
 and returns what it did; refusals become dbt CompilationErrors here, at the
 adapter boundary, before any SQL has changed data.
 """
@@ -45,11 +45,16 @@ from dbt.adapters.spark_ivm.operations.housekeeping import (
     model_schemas,
     report,
 )
-from dbt.adapters.spark_ivm.pins import InvocationPins
-from dbt.adapters.spark_ivm.refresh import ConcurrentRefresh, Refresh, RefreshResult, Relations
-from dbt.adapters.spark_ivm.schema_changes import ModelColumnsChanged
+from dbt.adapters.spark_ivm.refresh.pins import InvocationPins
+from dbt.adapters.spark_ivm.refresh.recipe import (
+    ConcurrentRefresh,
+    Refresh,
+    RefreshResult,
+    Relations,
+)
+from dbt.adapters.spark_ivm.refresh.schema_changes import ModelColumnsChanged
+from dbt.adapters.spark_ivm.refresh.state_history import table_name_of
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings
-from dbt.adapters.spark_ivm.state_history import table_name_of
 from ivm_compiler import InvalidSource, NotMaintainable, TableName, names
 from ivm_compiler.emit import (
     QUERY_AT_VERSIONS_PROPERTY,
@@ -69,7 +74,7 @@ _GROUP_RUNS_LOCK = threading.Lock()
 # Spark session (delta.SINGLE_SESSION_CONF), read once per process.
 _SHARED_SESSION: dict[tuple[str, int], bool] = {}
 _SHARED_SESSION_LOCK = threading.Lock()
-# The sources pinned in the running invocation, shared by its models (pins.py).
+# The sources pinned in the running invocation, shared by its models (refresh/pins.py).
 _INVOCATION_PINS: dict[str, InvocationPins] = {}
 _INVOCATION_PINS_LOCK = threading.Lock()
 # The strict reads of the running invocation: one commit per group (consistency/strict.py).
@@ -119,7 +124,7 @@ class SparkIvmAdapter(SparkAdapter):
         selected: list[str] | None = None,
         invocation_id: str | None = None,
     ) -> RefreshResult:
-        """Bring the ivm model up to date with its sources; see refresh.py for the protocol.
+        """Bring the ivm model up to date with its sources; see refresh/recipe.py for the protocol.
 
         `graph` (dbt's flat graph), `selected` (the invocation's selected
         resources) and `invocation_id` place the model in its consistency group.

@@ -36,7 +36,7 @@ class Action(_Value):
 
 
 class Strategy(_Value):
-    """ivm_strategy: how a change is applied (strategy.py)."""
+    """ivm_strategy: how a change is applied (refresh/strategy.py)."""
 
     AUTO = "auto"
     INCREMENTAL = "incremental"
@@ -44,7 +44,7 @@ class Strategy(_Value):
 
 
 class JoinStateSetting(_Value):
-    """ivm_join_state's named values (a list of aliases is the other form; join_states.py)."""
+    """ivm_join_state's named values (or a list of aliases; refresh/join_states.py)."""
 
     NONE = "none"
     AUTO = "auto"

@@ -3,10 +3,10 @@
 
   A recipe, as dbt's own materializations are: hooks, one call into Python that
   runs the whole refresh (compile, pin, decide, apply; see
-  dbt/adapters/spark_ivm/refresh.py), grants, docs, hooks. The model's relation is
-  a view over the Delta table `<model>__ivm_state`, which keeps the model's rows
-  with their bookkeeping columns. The graph and the selection let the adapter
-  place the model in its consistency group
+  dbt/adapters/spark_ivm/refresh/recipe.py), grants, docs, hooks. The model's
+  relation is a view over the Delta table `<model>__ivm_state`, which keeps the
+  model's rows with their bookkeeping columns. The graph and the selection let
+  the adapter place the model in its consistency group
   (dbt/adapters/spark_ivm/consistency/groups.py): models sharing sources
   publish together when the last of them has refreshed.
 -#}

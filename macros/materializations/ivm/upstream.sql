@@ -1,8 +1,9 @@
 {#-
   How each dbt node a model reads is materialized, by "schema.identifier".
   The refresh rebuilds an ivm model whenever a 'table' or 'seed' it reads was
-  replaced (see WHOLESALE_MATERIALIZATIONS in refresh.py), and names the model
-  in errors about its upstreams.
+  replaced (see WHOLESALE_MATERIALIZATIONS in
+  dbt/adapters/spark_ivm/refresh/decision.py), and names the model in errors
+  about its upstreams.
 -#}
 {% macro ivm_upstream_materializations(node) %}
   {%- set upstream = {} -%}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp, parse_one
 
 from dbt.adapters.spark_ivm.consistency.publish import Log, Runner, with_table
-from dbt.adapters.spark_ivm.upstreams import version_read, view_text
+from dbt.adapters.spark_ivm.refresh.upstreams import version_read, view_text
 from ivm_compiler import TableName
 from ivm_compiler.sql import DIALECT
 

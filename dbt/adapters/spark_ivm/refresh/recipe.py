@@ -25,18 +25,30 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from dbt.adapters.spark_ivm import (
+from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.consistency.groups import Staged
+from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
+from dbt.adapters.spark_ivm.refresh import (
     decision,
-    delta,
     join_states,
     schema_changes,
     strategy,
     unchanged,
 )
-from dbt.adapters.spark_ivm.consistency.groups import Staged
-from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
-from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, Decision
-from dbt.adapters.spark_ivm.pins import InvocationPins, Pins
+from dbt.adapters.spark_ivm.refresh.decision import NO_SOURCE_COMMITS, Decision
+from dbt.adapters.spark_ivm.refresh.pins import InvocationPins, Pins
+from dbt.adapters.spark_ivm.refresh.state_history import (
+    RECORD_PROPERTY,
+    StateHistory,
+    table_name_of,
+)
+from dbt.adapters.spark_ivm.refresh.upstreams import properties, published_version, upstream_models
+from dbt.adapters.spark_ivm.refresh.writes import (
+    CancellingRemoval,
+    ConcurrentRefresh,
+    StateWrites,
+    Written,
+)
 from dbt.adapters.spark_ivm.settings import (
     Action,
     Fallback,
@@ -44,14 +56,6 @@ from dbt.adapters.spark_ivm.settings import (
     RefreshSettings,
     StateForm,
     Strategy,
-)
-from dbt.adapters.spark_ivm.state_history import RECORD_PROPERTY, StateHistory, table_name_of
-from dbt.adapters.spark_ivm.upstreams import properties, published_version, upstream_models
-from dbt.adapters.spark_ivm.writes import (
-    CancellingRemoval,
-    ConcurrentRefresh,
-    StateWrites,
-    Written,
 )
 from ivm_compiler import (
     NotMaintainable,

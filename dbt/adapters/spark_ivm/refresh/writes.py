@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dbt.adapters.spark_ivm import delta, join_states
+from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.publish import Log, Runner
+from dbt.adapters.spark_ivm.refresh import join_states
 from ivm_compiler import (
     TableName,
     ViewPlan,
@@ -53,7 +54,7 @@ class ConcurrentRefresh(IvmError):
 class CancellingRemoval(Exception):
     """The MERGE refused to merge a change that cancels a group's moments or sum (emit.CANCELLED).
 
-    It wrote nothing: the refresh recomputes those groups, or the model (refresh.py).
+    It wrote nothing: the refresh recomputes those groups, or the model (recipe.py).
     """
 
     REASON = (

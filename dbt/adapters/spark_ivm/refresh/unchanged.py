@@ -13,7 +13,7 @@ the state its view shows, and that view's own record, hashed by
 `upstream_digest`, says which rows those are): no compile (DESCRIBE QUERYs,
 dbt's listing of the sources, 0.2-0.5 s of Python) and no read of the
 state's history (a Spark job, 0.2-0.5 s even on an unchanged table).
-Anything else takes the whole path (refresh.py), which decides the same in
+Anything else takes the whole path (recipe.py), which decides the same in
 these cases.
 
 Why the view's record and not the state's: the view reads its state at a
@@ -38,10 +38,10 @@ from sqlglot import exp, parse_one
 from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.__version__ import version as plugin_version
 from dbt.adapters.spark_ivm.consistency.publish import Runner
-from dbt.adapters.spark_ivm.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
+from dbt.adapters.spark_ivm.refresh.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
+from dbt.adapters.spark_ivm.refresh.state_history import table_name_of
+from dbt.adapters.spark_ivm.refresh.upstreams import properties, version_read, view_text
 from dbt.adapters.spark_ivm.settings import RefreshSettings
-from dbt.adapters.spark_ivm.state_history import table_name_of
-from dbt.adapters.spark_ivm.upstreams import properties, version_read, view_text
 from ivm_compiler import InvalidSource, TableName, emit
 from ivm_compiler.compile import STATE_FORMAT_VERSION
 from ivm_compiler.sql import DIALECT
@@ -55,7 +55,7 @@ THROUGH_NODES = "through_nodes"
 # An upstream ivm model's entry: what its view showed (upstream_digest).
 UPSTREAM = "upstream"
 
-# How a refresh reads each source, as the check is told (refresh.py): a plain
+# How a refresh reads each source, as the check is told (recipe.py): a plain
 # Delta table is pinned; an ivm model of another consistency group is read at
 # the state its view shows. Anything else (a `table` or `seed` model, a
 # member of the model's own group, a model built by ivm_fallback) takes the

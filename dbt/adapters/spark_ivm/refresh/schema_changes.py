@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # delta.py reads SchemaCommit from here
     from dbt.adapters.spark_ivm.delta import RecordedState, SourceSnapshot
 
 # Delta operations that change a table's columns without replacing the table
-# (CREATE OR REPLACE gives it a new id, which refresh.py treats as recreated).
+# (CREATE OR REPLACE gives it a new id, which recipe.py treats as recreated).
 SCHEMA_OPERATIONS = frozenset(
     {"ADD COLUMNS", "RENAME COLUMN", "DROP COLUMNS", "CHANGE COLUMN", "REPLACE COLUMNS"}
 )

@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dbt.adapters.spark_ivm import delta, schema_changes, upstreams
+from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
-from dbt.adapters.spark_ivm.decision import FALLBACK_TABLE, WHOLESALE_MATERIALIZATIONS
+from dbt.adapters.spark_ivm.refresh import schema_changes, upstreams
+from dbt.adapters.spark_ivm.refresh.decision import FALLBACK_TABLE, WHOLESALE_MATERIALIZATIONS
 from ivm_compiler import InvalidSource, TableName, nodes
 from ivm_compiler.errors import first_line
 from ivm_compiler.plan import UpstreamModel
@@ -318,7 +319,7 @@ class Pins:
         """SHOW TBLPROPERTIES of `table`, read once per refresh; a source's once per invocation.
 
         The compile reads them to tell a source that is an ivm model's view
-        (refresh.py), the pin to refuse what is no Delta table: one statement
+        (recipe.py), the pin to refuse what is no Delta table: one statement
         serves both, where asking dbt whether a source is a view lists its
         whole schema (SHOW TABLE EXTENDED, 0.1-0.2 s for the eight TPC-H tables).
         `share`: False reads them anew and keeps them nowhere (a model's state).
