@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh.recipe import RECOMPUTED_GROUPS
 from dbt.adapters.spark_ivm.refresh.writes import CancellingRemoval
 from ivm_compiler import TableName

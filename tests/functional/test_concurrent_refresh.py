@@ -24,7 +24,7 @@ import contextlib
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
 from dbt.adapters.spark_ivm.refresh.state_history import RECORD_PROPERTY
 from ivm_compiler import log_state

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 from dbt.tests.util import run_dbt
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
 from tests.conftest import THRIFT
 from tests.functional.ivm_checks import assert_model_matches_query, latest_version

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from tests.functional.ivm_checks import (
     assert_model_matches_query,
     bag_difference,

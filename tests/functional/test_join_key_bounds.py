@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, state_builds
 from tests.functional.ivm_project import DIM_DDL, IvmProject, create_source, model_files
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.runtime import sessions
 from dbt.adapters.spark_ivm.runtime.embedded import session_configs
 from tests.conftest import ANSI_CONF, RUNTIME_DIR, SPEED_CONF

@@ -15,7 +15,7 @@ import itertools
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from ivm_compiler import TableName
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dbt.tests.util import run_dbt
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh.strategy import HISTORY_PROPERTY, MIN_RECOMPUTE_ROWS
 from ivm_compiler.names import GUARD
 from tests.conftest import THRIFT

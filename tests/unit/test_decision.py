@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh import strategy
 from dbt.adapters.spark_ivm.refresh.decision import (
     FALLBACK_TABLE,

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh import decision
 from ivm_compiler import TableName
 from ivm_compiler.reads import VersionRange

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh.state_history import (
     LOG_CHECK_EVERY,
     MIN_LOG_ROWS,

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh.state_history import StateHistory
 from dbt.adapters.spark_ivm.refresh.writes import (
     CancellingRemoval,

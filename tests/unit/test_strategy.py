@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh.strategy import (
     AUTO,
     DEFAULT_ROW_COST_FACTOR,

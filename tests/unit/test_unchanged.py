@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh import unchanged, upstreams
 from dbt.adapters.spark_ivm.refresh.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
 from dbt.adapters.spark_ivm.refresh.unchanged import Publication, Unchanged

@@ -22,7 +22,7 @@ from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt.adapters.spark.impl import SparkAdapter
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
-from dbt.adapters.spark_ivm import __version__, delta
+from dbt.adapters.spark_ivm import __version__
 from dbt.adapters.spark_ivm.config import (
     validate_model_config,
     validate_relation_name,
@@ -36,6 +36,7 @@ from dbt.adapters.spark_ivm.consistency.groups import (
 )
 from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.consistency.strict import StrictReads
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.operations import comparison
 from dbt.adapters.spark_ivm.operations.explain import explain, group_lines, write_statements
 from dbt.adapters.spark_ivm.operations.housekeeping import (

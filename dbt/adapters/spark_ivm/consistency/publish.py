@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 from sqlglot import exp, parse_one
 
-from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.groups import GroupProgress, GroupRun, Staged
+from dbt.adapters.spark_ivm.delta import history as delta
 from ivm_compiler import TableName
 from ivm_compiler.sql import DIALECT
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.groups import Group, why_grouped
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh import decision
 from dbt.adapters.spark_ivm.refresh.recipe import Refresh
 from dbt.adapters.spark_ivm.refresh.upstreams import published_version

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dbt.adapters.spark_ivm import delta
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh import schema_changes, strategy
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
 from ivm_compiler import TableName, ViewClass, ViewPlan

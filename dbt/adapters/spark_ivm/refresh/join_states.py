@@ -36,8 +36,8 @@ from typing import Any, Protocol
 
 from dbt_common.exceptions import CompilationError
 
-from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.publish import Log
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.settings import JoinStateSetting
 from ivm_compiler import TableName, emit, key_bounds
 from ivm_compiler import join_states as compiler

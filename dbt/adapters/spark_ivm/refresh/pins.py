@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh import schema_changes, upstreams
 from dbt.adapters.spark_ivm.refresh.decision import FALLBACK_TABLE, WHOLESALE_MATERIALIZATIONS
 from ivm_compiler import InvalidSource, TableName, nodes

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.groups import Staged
 from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh import (
     decision,
     join_states,

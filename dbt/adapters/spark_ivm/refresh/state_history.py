@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.publish import Runner
+from dbt.adapters.spark_ivm.delta import history as delta
 from ivm_compiler import TableName
 
 # The newest refresh commit is nearly always the newest commit; only

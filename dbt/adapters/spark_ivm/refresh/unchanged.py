@@ -35,9 +35,9 @@ from typing import Any
 
 from sqlglot import exp, parse_one
 
-from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.__version__ import version as plugin_version
 from dbt.adapters.spark_ivm.consistency.publish import Runner
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
 from dbt.adapters.spark_ivm.refresh.state_history import table_name_of
 from dbt.adapters.spark_ivm.refresh.upstreams import properties, version_read, view_text

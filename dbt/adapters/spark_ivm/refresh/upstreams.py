@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 
 from sqlglot import exp, parse_one
 
-from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.publish import Runner
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh.state_history import table_name_of
 from ivm_compiler import TableName, emit
 from ivm_compiler.plan import UpstreamModel

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dbt.adapters.spark_ivm import delta
 from dbt.adapters.spark_ivm.consistency.publish import Log, Runner
+from dbt.adapters.spark_ivm.delta import history as delta
 from dbt.adapters.spark_ivm.refresh import join_states
 from ivm_compiler import (
     TableName,
