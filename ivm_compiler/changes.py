@@ -251,7 +251,7 @@ def repeated_snapshots(
     again (R_i' - dR_i): staged, the snapshot is planned and read once.
     Only the sources in `small`: a stage reads its source whole, where a
     partner read keeps its key bounds (the refresh passes every source
-    when all are small, else none: delta.snapshot_sources).
+    when all are small, else none: delta.confs.snapshot_sources).
     """
     if not any(ranges[table].changed for table in plan.tables):
         return []

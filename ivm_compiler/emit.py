@@ -615,7 +615,7 @@ def stage_feeds(
     ranges returned name them (`staged=`), so the probe and the change rows
     read the stage (reads.signed_changes). The refresh runs the statements
     first and frees the relations after the write (drop_staged).
-    `partitions`: each stage coalesced into that many (delta.staging).
+    `partitions`: each stage coalesced into that many (delta.confs.staging).
     """
     return _staged(
         plan,
@@ -871,7 +871,7 @@ def merge_recomputed(
     sum it first (reads.stage_net_change). The MERGE joins the state with
     the recomputed rows, about 2.5 times an overwrite's time on a
     600,000-row state, so the refresh takes it only for a change small
-    enough that readers apply it (refresh.Refresh._recompute_write), and
+    enough that readers apply it (recipe.Refresh._recompute_write), and
     overwrites otherwise (overwrite_state). Guarded as merge_changes is.
     """
     return _merge_recomputed_rows(plan, state, _build_query(plan, versions), guard)

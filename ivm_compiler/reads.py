@@ -344,7 +344,7 @@ def _cache(name: str, rows: exp.Select, partitions: int | None) -> exp.Cache:
     """CACHE TABLE <name> AS `rows`, coalesced into `partitions` when given (a COALESCE hint).
 
     A stage's partitions are the tasks of every scan of it; small sources'
-    stages are made into one (delta.staging), their reads one task each.
+    stages are made into one (delta.confs.staging), their reads one task each.
 
     >>> _cache("s", exp.select("k").from_("t"), 1).sql("spark")
     'CACHE TABLE `s` AS SELECT /*+ COALESCE(1) */ k FROM t'

@@ -17,7 +17,7 @@ asks for one (`cdf=true`), as a state no ivm model reads.
         p2=spark.sql.shuffle.partitions:2 p17=spark.sql.shuffle.partitions:17
 
 A variant is `name=key:value;key:value`; every variant runs with adaptive
-execution off, as a change over large sources does (delta.CHANGE_SETTINGS).
+execution off, as a change over large sources does (delta.confs.CHANGE_SETTINGS).
 
 Measured 2026-12-02, SF 5's MIN/MAX refresh (1.1 GB of sources; a change
 of 92,545 state rows into 2.2 million; the logged refresh ran 17
@@ -27,7 +27,7 @@ runs of each, the second round given first:
   3 partitions   13.73 + 15.33
   16-17          14.17 + 16.86, 15.23 + 18.30, 15.13 + 18.30
   200            117.65 + 85.13 (first round)
-(hence delta.PARTITION_BYTES, a partition per GB of sources). At SF 1
+(hence delta.confs.PARTITION_BYTES, a partition per GB of sources). At SF 1
 (4 partitions logged) 1, 2 and 4 partitions were within the runs' noise.
 """
 

@@ -43,7 +43,7 @@ LITERAL_ROWS = 5000
 class ModelOutcome:
     model: str
     layer: str
-    action: str  # the ivm refresh's action, lower case (refresh.RefreshResult.action)
+    action: str  # the ivm refresh's action, lower case (recipe.RefreshResult.action)
     message: str
     seconds: float
 

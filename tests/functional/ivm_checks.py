@@ -14,7 +14,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.history import RECOMPUTED_MARKER, describe_history, load_metadata
+from dbt.adapters.spark_ivm.delta.records import RecordedState, parse_recorded
 from dbt.adapters.spark_ivm.refresh.recipe import RECOMPUTED_GROUPS
 from dbt.adapters.spark_ivm.refresh.writes import CancellingRemoval
 from ivm_compiler import TableName
@@ -79,16 +80,16 @@ class ModelCheck:
 class StateHistory:
     """What one read of a state's Delta history says: the last refresh and the builds."""
 
-    recorded: delta.RecordedState
+    recorded: RecordedState
     # How many times its state was computed whole (see state_builds).
     builds: int
 
 
 def state_history(spark: SparkSession, schema: str, model: str) -> StateHistory:
     state = TableName(db=schema, name=f"{model}__ivm_state")
-    history = spark.sql(delta.describe_history(state))
+    history = spark.sql(describe_history(state))
     rows = [list(r) for r in history.collect()]
-    recorded = delta.parse_recorded(state, history.columns, rows)
+    recorded = parse_recorded(state, history.columns, rows)
     assert recorded is not None, f"{state} has no refresh commit"
     return StateHistory(recorded=recorded, builds=_builds(history.collect()))
 
@@ -120,7 +121,7 @@ def assert_models_match_sources(
     return found
 
 
-def recorded_state(spark: SparkSession, schema: str, model: str) -> delta.RecordedState:
+def recorded_state(spark: SparkSession, schema: str, model: str) -> RecordedState:
     return state_history(spark, schema, model).recorded
 
 
@@ -203,14 +204,14 @@ def state_builds(spark: SparkSession, schema: str, model: str) -> int:
     tests of incremental shapes also assert this number stays at one.
     """
     state = TableName(db=schema, name=f"{model}__ivm_state")
-    return _builds(spark.sql(delta.describe_history(state)).collect())
+    return _builds(spark.sql(describe_history(state)).collect())
 
 
 def _builds(history: Iterable[Any]) -> int:
     """A state's CREATE/REPLACE commits (builds, rebuilds) and its recomputes.
 
     A recompute (an INSERT OVERWRITE, or a MERGE by key where ivm models
-    read the state) carries delta.RECOMPUTED_MARKER in its commit metadata;
+    read the state) carries delta.history.RECOMPUTED_MARKER in its commit metadata;
     a log state's rewrite and an incremental MERGE do not.
     """
     builds = 0
@@ -219,8 +220,8 @@ def _builds(history: Iterable[Any]) -> int:
         if "CREATE" in operation or "REPLACE" in operation:
             builds += 1
         elif operation in ("WRITE", "MERGE"):
-            metadata = delta.load_metadata(row["userMetadata"]) or {}
-            builds += bool(metadata.get(delta.RECOMPUTED_MARKER))
+            metadata = load_metadata(row["userMetadata"]) or {}
+            builds += bool(metadata.get(RECOMPUTED_MARKER))
     return builds
 
 

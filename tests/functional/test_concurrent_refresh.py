@@ -24,7 +24,7 @@ import contextlib
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.confs import forget_last_commit
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
 from dbt.adapters.spark_ivm.refresh.state_history import RECORD_PROPERTY
 from ivm_compiler import log_state
@@ -124,7 +124,7 @@ def racing(models: set[str]):
         model = state_written(sql)
         if model in models and model not in raced:
             raced[model] = original(self, sql)
-            self.execute(delta.forget_last_commit())
+            self.execute(forget_last_commit())
         return original(self, sql)
 
     _AdapterRunner.query = query

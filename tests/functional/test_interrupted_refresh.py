@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 from dbt.tests.util import run_dbt
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.confs import reset_commit_metadata
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
 from tests.conftest import THRIFT
 from tests.functional.ivm_checks import assert_model_matches_query, latest_version
@@ -101,7 +101,7 @@ class TestInterruptedRefresh(IvmProject):
         crashed = any("injected crash" in str(r.message) for r in results)
         # A real crash loses the session; in the shared test session, clear the
         # commit-metadata conf the dead refresh may have left set.
-        spark.sql(delta.reset_commit_metadata())
+        spark.sql(reset_commit_metadata())
         run_dbt(["run", "--select", model])
         version = assert_model_matches_query(
             spark, project.test_schema, model, QUERIES[model], "src"

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.confs import LAST_COMMIT_CONF
 from tests.functional.ivm_checks import (
     assert_model_matches_query,
     bag_difference,
@@ -96,7 +96,7 @@ class TestIvmMaterialization(IvmProject):
         written = list(re.finditer(r"INSERT INTO \S*grouped__ivm_state", log))
         assert written, "no INSERT into the state in the log"
         after = log[written[-1].end() :]
-        assert delta.LAST_COMMIT_CONF in after
+        assert LAST_COMMIT_CONF in after
         assert not re.search(r"DESCRIBE HISTORY \S*grouped__ivm_state", after)
         for model in ("grouped", "drops_key"):
             version = assert_model_matches_query(spark, schema, model, QUERIES[model], "src")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta import confs
 from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, state_builds
 from tests.functional.ivm_project import DIM_DDL, IvmProject, create_source, model_files
 
@@ -25,9 +25,9 @@ KEYS = (1, 2, 3, 4)
 class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
     @pytest.fixture(scope="class", autouse=True)
     def data_skipping(self):
-        """Delta's data skipping kept on for these tiny sources (delta.staging)."""
+        """Delta's data skipping kept on for these tiny sources (delta.confs.staging)."""
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(delta, "SMALL_SOURCE_BYTES", 0)
+            patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
             yield
 
     @pytest.fixture(scope="class")

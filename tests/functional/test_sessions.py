@@ -11,7 +11,14 @@ from __future__ import annotations
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.confs import (
+    LAST_COMMIT_CONF,
+    conf_value,
+    read_conf,
+    reset_commit_metadata,
+    set_commit_metadata,
+    set_conf,
+)
 from dbt.adapters.spark_ivm.runtime import sessions
 from dbt.adapters.spark_ivm.runtime.embedded import session_configs
 from tests.conftest import ANSI_CONF, RUNTIME_DIR, SPEED_CONF
@@ -44,31 +51,31 @@ def run(connection: sessions.OwnSessionConnection, sql: str) -> list:
 
 
 def conf(connection: sessions.OwnSessionConnection, key: str) -> str | None:
-    return delta.conf_value(["key", "value"], [list(run(connection, delta.read_conf(key))[0])])
+    return conf_value(["key", "value"], [list(run(connection, read_conf(key))[0])])
 
 
 def test_a_conf_set_on_one_connection_reaches_no_other_session(spark, table):
     first, second = connect(), connect()
     try:
-        run(first, delta.set_conf(MARK, "first"))
+        run(first, set_conf(MARK, "first"))
         assert conf(first, MARK) == "first"
         assert conf(second, MARK) is None
         assert spark.conf.get(MARK, None) is None
         # A commit's metadata set on a connection is written into that
         # connection's commits only, not into a commit made meanwhile by other
         # code of the process (here the tests' own session).
-        run(first, delta.set_commit_metadata({"refresh": "on first"}))
+        run(first, set_commit_metadata({"refresh": "on first"}))
         spark.sql(f"INSERT INTO {table} VALUES (1)")
         run(first, f"INSERT INTO {table} VALUES (2)")
-        run(first, delta.reset_commit_metadata())
+        run(first, reset_commit_metadata())
         history = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 2").collect()
         by_version = {row["version"]: row["userMetadata"] for row in history}
         newest = max(by_version)
         assert by_version[newest] is not None and "on first" in by_version[newest]
         assert by_version[newest - 1] is None
         # ... and the version of a connection's last commit is that commit's.
-        assert conf(first, delta.LAST_COMMIT_CONF) == str(newest)
-        assert conf(second, delta.LAST_COMMIT_CONF) is None
+        assert conf(first, LAST_COMMIT_CONF) == str(newest)
+        assert conf(second, LAST_COMMIT_CONF) is None
     finally:
         first.close()
         second.close()

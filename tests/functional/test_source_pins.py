@@ -15,7 +15,15 @@ import itertools
 
 import pytest
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.history import commit_rows, describe_history
+from dbt.adapters.spark_ivm.delta.records import commit_metadata
+from dbt.adapters.spark_ivm.delta.tables import (
+    CHANGE_FEED_PROPERTY,
+    DELTA_PROTOCOL_PROPERTY,
+    SourceSnapshot,
+    describe_detail,
+    show_properties,
+)
 from ivm_compiler import TableName
 
 pytestmark = pytest.mark.spark
@@ -41,12 +49,12 @@ def table(spark, schema) -> TableName:
     return name
 
 
-def pinned(spark, table: TableName) -> delta.SourceSnapshot:
+def pinned(spark, table: TableName) -> SourceSnapshot:
     """The snapshot Pins.describe reads: the newest commits, no DETAIL."""
-    history = spark.sql(delta.describe_history(table, limit=20))
+    history = spark.sql(describe_history(table, limit=20))
     rows = [list(row) for row in history.collect()]
-    commits = delta.commit_rows(history.columns, rows)
-    return delta.SourceSnapshot(
+    commits = commit_rows(history.columns, rows)
+    return SourceSnapshot(
         table,
         None,
         max(c.version for c in commits),
@@ -56,13 +64,13 @@ def pinned(spark, table: TableName) -> delta.SourceSnapshot:
 
 
 def detail_size(spark, table: TableName) -> int:
-    return int(spark.sql(delta.describe_detail(table)).collect()[0]["sizeInBytes"])
+    return int(spark.sql(describe_detail(table)).collect()[0]["sizeInBytes"])
 
 
-def recorded(snapshot: delta.SourceSnapshot, size: int) -> dict:
+def recorded(snapshot: SourceSnapshot, size: int) -> dict:
     """A state's entry for a pinned source as a refresh commit records it, with its size."""
     sized = dataclasses.replace(snapshot, size_bytes=size)
-    metadata = delta.commit_metadata("r", TableName("x", "y"), "f", [sized])
+    metadata = commit_metadata("r", TableName("x", "y"), "f", [sized])
     return metadata["sources"][str(snapshot.table)]
 
 
@@ -135,11 +143,9 @@ def test_a_pin_tells_the_recorded_table_from_a_swapped_one(spark, table):
 
 
 def test_show_tblproperties_tells_a_delta_table_and_its_change_feed(spark, schema, table):
-    properties = dict(spark.sql(delta.show_properties(table)).collect())
-    assert delta.DELTA_PROTOCOL_PROPERTY in properties
-    assert properties[delta.CHANGE_FEED_PROPERTY] == "true"
+    properties = dict(spark.sql(show_properties(table)).collect())
+    assert DELTA_PROTOCOL_PROPERTY in properties
+    assert properties[CHANGE_FEED_PROPERTY] == "true"
     parquet = TableName(db=schema, name=f"p{next(_names)}")
     spark.sql(f"CREATE TABLE {parquet.sql()} (k INT) USING parquet")
-    assert delta.DELTA_PROTOCOL_PROPERTY not in dict(
-        spark.sql(delta.show_properties(parquet)).collect()
-    )
+    assert DELTA_PROTOCOL_PROPERTY not in dict(spark.sql(show_properties(parquet)).collect())

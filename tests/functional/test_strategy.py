@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dbt.tests.util import run_dbt
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.history import ESTIMATED_ROWS_KEY, load_metadata
 from dbt.adapters.spark_ivm.refresh.strategy import HISTORY_PROPERTY, MIN_RECOMPUTE_ROWS
 from ivm_compiler.names import GUARD
 from tests.conftest import THRIFT
@@ -229,7 +229,7 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
         The MERGE by key costs a join with the state (2.5 times an overwrite
         on warehouse scale 200), worth it only when readers apply what
         changed: a recompute of 10,000 changed rows or more overwrites and
-        records that size (delta.ESTIMATED_ROWS_KEY), which its readers weigh
+        records that size (delta.history.ESTIMATED_ROWS_KEY), which its readers weigh
         without summing the overwrite. Before the size was known at all,
         `auto` applied an overwrite whatever it held: at 4,000 times the
         warehouse's data the five readers of a recomputed model applied
@@ -244,8 +244,8 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
         assert _actions(run_dbt(["run", "--select", "up"])) == {"up": "RECOMPUTE"}
         commit = spark.sql(f"DESCRIBE HISTORY {schema}.up__ivm_state LIMIT 1").first()
         assert commit["operationParameters"]["mode"] == "Overwrite", commit
-        metadata = delta.load_metadata(commit["userMetadata"])
-        assert metadata[delta.ESTIMATED_ROWS_KEY] == 2 * groups, metadata
+        metadata = load_metadata(commit["userMetadata"])
+        assert metadata[ESTIMATED_ROWS_KEY] == 2 * groups, metadata
         # ivm_explain shows the sum a reader applying it would stage first, which the write reads.
         run_dbt(["run-operation", "ivm_explain", "--args", "{model: down}"])
         written = Path(project.project_root, "target", "ivm_explain", "down")

@@ -873,7 +873,7 @@ def test_a_stale_guard_raises_the_error_the_adapter_recognises() -> None:
         "RAISE_ERROR('ivm guard: analytics.my_model__ivm_state no longer holds refresh "
         "r-read: another refresh committed to it after this one read it')"
     )
-    from dbt.adapters.spark_ivm.delta.history import is_concurrent_refresh
+    from dbt.adapters.spark_ivm.delta.errors import is_concurrent_refresh
 
     message = error.split("RAISE_ERROR('")[1].split("')")[0]
     assert is_concurrent_refresh(Exception(f"[USER_RAISED_EXCEPTION] {message}"))

@@ -10,7 +10,9 @@ import dataclasses
 
 import pytest
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.history import CommitRows
+from dbt.adapters.spark_ivm.delta.records import RecordedState
+from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot
 from dbt.adapters.spark_ivm.refresh import strategy
 from dbt.adapters.spark_ivm.refresh.decision import (
     FALLBACK_TABLE,
@@ -46,14 +48,14 @@ def plan() -> ViewPlan:
 
 def pin(version: int, table_id: str = "orders-id", commits=(), size: int = 10_000):
     return {
-        ORDERS_TABLE: delta.SourceSnapshot(
+        ORDERS_TABLE: SourceSnapshot(
             ORDERS_TABLE, table_id, version, size_bytes=size, recent_commits=tuple(commits)
         )
     }
 
 
-def recorded(plan: ViewPlan, version: int = 5, **changes) -> delta.RecordedState:
-    state = delta.RecordedState(
+def recorded(plan: ViewPlan, version: int = 5, **changes) -> RecordedState:
+    state = RecordedState(
         state_version=3,
         fingerprint=plan.fingerprint,
         sources={str(ORDERS_TABLE): {"version": version, "table_id": "orders-id"}},
@@ -69,8 +71,8 @@ def facts(plan: ViewPlan | None = None, **fields) -> Facts:
     return Facts(**{**base, **fields})
 
 
-def written(version: int, rows: int | None, preserves: bool = False) -> delta.CommitRows:
-    return delta.CommitRows(version, rows, preserves_data=preserves)
+def written(version: int, rows: int | None, preserves: bool = False) -> CommitRows:
+    return CommitRows(version, rows, preserves_data=preserves)
 
 
 INCREMENTAL_ONLY = RefreshSettings(strategy=Strategy.INCREMENTAL)
@@ -156,9 +158,9 @@ def test_a_rebuilt_upstream_ivm_model_rebuilds(plan):
     )
 
 
-def timed(version: int, second: int, operation: str = "WRITE") -> delta.CommitRows:
+def timed(version: int, second: int, operation: str = "WRITE") -> CommitRows:
     """A commit as a pin read from DESCRIBE HISTORY alone sees it (no table id)."""
-    return delta.CommitRows(
+    return CommitRows(
         version, 1, operation=operation, committed_at=f"2026-11-29 10:00:{second:02d}.000"
     )
 
@@ -177,7 +179,7 @@ def timed(version: int, second: int, operation: str = "WRITE") -> delta.CommitRo
 )
 def test_a_source_is_told_from_a_recreated_one_by_its_history(plan, commits, reason):
     sources = {str(ORDERS_TABLE): {"version": 5, "committed_at": "2026-11-29 10:00:05.000"}}
-    snapshot = delta.SourceSnapshot(ORDERS_TABLE, None, 7, recent_commits=tuple(commits))
+    snapshot = SourceSnapshot(ORDERS_TABLE, None, 7, recent_commits=tuple(commits))
     found = decide(
         plan,
         {ORDERS_TABLE: snapshot},

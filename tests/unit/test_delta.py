@@ -1,4 +1,4 @@
-"""delta.py: commit metadata, history parsing and error classification, without Spark."""
+"""delta/: commit metadata, history parsing and error classification, without Spark."""
 
 from __future__ import annotations
 
@@ -9,7 +9,22 @@ from decimal import Decimal
 
 import pytest
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.confs import (
+    USER_METADATA_CONF,
+    reset_commit_metadata,
+    set_commit_metadata,
+)
+from dbt.adapters.spark_ivm.delta.errors import is_change_history_unavailable, is_concurrent_refresh
+from dbt.adapters.spark_ivm.delta.history import (
+    ESTIMATED_ROWS_KEY,
+    METADATA_MARKER,
+    RECOMPUTED_MARKER,
+    CommitRows,
+    commit_rows,
+    describe_history,
+)
+from dbt.adapters.spark_ivm.delta.records import RecordedState, commit_metadata, parse_recorded
+from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, describe_detail
 from dbt.adapters.spark_ivm.refresh import decision
 from ivm_compiler import TableName
 from ivm_compiler.reads import VersionRange
@@ -30,8 +45,8 @@ HISTORY_COLUMNS = [
 
 def refresh_metadata(state: TableName, refresh_id: str, fingerprint: str, version: int) -> str:
     """userMetadata as Delta stores it after the refresh's SET statement."""
-    snapshot = delta.SourceSnapshot(table=SOURCE, table_id="tid-1", version=version)
-    metadata = delta.commit_metadata(refresh_id, state, fingerprint, [snapshot])
+    snapshot = SourceSnapshot(table=SOURCE, table_id="tid-1", version=version)
+    metadata = commit_metadata(refresh_id, state, fingerprint, [snapshot])
     return json.dumps(metadata, sort_keys=True)
 
 
@@ -65,8 +80,8 @@ def mixed_history() -> list[list[object]]:
 def test_parse_recorded_takes_the_newest_refresh_commit_of_this_state() -> None:
     rows = mixed_history()
     random.Random(7).shuffle(rows)
-    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, rows)
-    assert recorded == delta.RecordedState(
+    recorded = parse_recorded(STATE, HISTORY_COLUMNS, rows)
+    assert recorded == RecordedState(
         state_version=5,
         fingerprint="fp-current",
         sources={"shop.orders": {"version": 31, "table_id": "tid-1"}},
@@ -89,7 +104,7 @@ def test_parse_recorded_without_later_writes() -> None:
         history_row(6, "SET TBLPROPERTIES", None),
         history_row(5, "MERGE", refresh_metadata(STATE, "r-new", "fp-current", 31)),
     ]
-    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, rows)
+    recorded = parse_recorded(STATE, HISTORY_COLUMNS, rows)
     assert recorded is not None and recorded.later_writes == ()
 
 
@@ -100,7 +115,7 @@ def test_parse_recorded_reads_mixed_case_names_of_older_commits() -> None:
     metadata["state"] = str(STATE).upper()
     metadata["sources"] = {"Shop.Orders": metadata["sources"]["shop.orders"]}
     rows = [history_row(5, "MERGE", json.dumps(metadata))]
-    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, rows)
+    recorded = parse_recorded(STATE, HISTORY_COLUMNS, rows)
     assert recorded is not None and recorded.state_version == 5
     assert recorded.sources == {"shop.orders": {"version": 31, "table_id": "tid-1"}}
 
@@ -111,7 +126,7 @@ def test_parse_recorded_sorts_versions_as_numbers() -> None:
         history_row("9", "MERGE", refresh_metadata(STATE, "r9", "fp-9", 90)),
         history_row(Decimal(10), "MERGE", refresh_metadata(STATE, "r10", "fp-10", 100)),
     ]
-    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, rows)
+    recorded = parse_recorded(STATE, HISTORY_COLUMNS, rows)
     assert recorded is not None
     assert (recorded.state_version, recorded.fingerprint) == (10, "fp-10")
 
@@ -119,7 +134,7 @@ def test_parse_recorded_sorts_versions_as_numbers() -> None:
 def test_parse_recorded_finds_columns_by_name() -> None:
     columns = ["userMetadata", "operation", "version"]
     rows = [[refresh_metadata(STATE, "r", "fp", 3), "MERGE", 2]]
-    recorded = delta.parse_recorded(STATE, columns, rows)
+    recorded = parse_recorded(STATE, columns, rows)
     assert recorded is not None and recorded.state_version == 2
 
 
@@ -134,13 +149,13 @@ def test_parse_recorded_finds_columns_by_name() -> None:
     ],
 )
 def test_parse_recorded_without_a_refresh_commit(rows: list[list[object]]) -> None:
-    assert delta.parse_recorded(STATE, HISTORY_COLUMNS, rows) is None
+    assert parse_recorded(STATE, HISTORY_COLUMNS, rows) is None
 
 
 def test_parse_recorded_ignores_the_same_table_name_in_another_schema() -> None:
     elsewhere = TableName(db="staging", name=STATE.name)
     rows = [history_row(3, "MERGE", refresh_metadata(elsewhere, "r", "fp", 1))]
-    assert delta.parse_recorded(STATE, HISTORY_COLUMNS, rows) is None
+    assert parse_recorded(STATE, HISTORY_COLUMNS, rows) is None
 
 
 # -- statements -----------------------------------------------------------------
@@ -150,19 +165,17 @@ def test_set_commit_metadata_escapes_semicolons() -> None:
     # SET takes its value up to the first ';' (Spark's SET parser); a table name
     # with a ';' in it must not end the statement.
     odd = TableName(db="analytics", name="a;b")
-    snapshot = delta.SourceSnapshot(
-        table=TableName(db="shop", name="x;y"), table_id="t;1", version=3
-    )
-    metadata = delta.commit_metadata("r-1", odd, "fp", [snapshot])
-    statement = delta.set_commit_metadata(metadata)
-    prefix = f"SET {delta.USER_METADATA_CONF}="
+    snapshot = SourceSnapshot(table=TableName(db="shop", name="x;y"), table_id="t;1", version=3)
+    metadata = commit_metadata("r-1", odd, "fp", [snapshot])
+    statement = set_commit_metadata(metadata)
+    prefix = f"SET {USER_METADATA_CONF}="
     assert statement.startswith(prefix)
     assert ";" not in statement
     value = statement[len(prefix) :]
     assert json.loads(value) == metadata
     # And what Delta records is read back by parse_recorded.
-    recorded = delta.parse_recorded(odd, HISTORY_COLUMNS, [history_row(1, "MERGE", value)])
-    assert recorded == delta.RecordedState(
+    recorded = parse_recorded(odd, HISTORY_COLUMNS, [history_row(1, "MERGE", value)])
+    assert recorded == RecordedState(
         state_version=1,
         fingerprint="fp",
         sources={"shop.x;y": {"version": 3, "table_id": "t;1"}},
@@ -171,14 +184,14 @@ def test_set_commit_metadata_escapes_semicolons() -> None:
 
 
 def test_set_commit_metadata_is_ascii_and_one_line() -> None:
-    statement = delta.set_commit_metadata({"spark_ivm": 1, "state": "analytics.café\nbar"})
+    statement = set_commit_metadata({"spark_ivm": 1, "state": "analytics.café\nbar"})
     assert statement.isascii()
     assert "\n" not in statement
 
 
 def test_commit_metadata_shape() -> None:
-    snapshot = delta.SourceSnapshot(table=SOURCE, table_id="tid-9", version=12)
-    assert delta.commit_metadata("r-7", STATE, "fp-7", [snapshot]) == {
+    snapshot = SourceSnapshot(table=SOURCE, table_id="tid-9", version=12)
+    assert commit_metadata("r-7", STATE, "fp-7", [snapshot]) == {
         "spark_ivm": 1,
         "refresh_id": "r-7",
         "state": "analytics.orders_by_customer__ivm_state",
@@ -192,16 +205,14 @@ def test_a_commit_that_leaves_the_guard_row_records_the_guard_it_left() -> None:
     # A window refresh whose change touches no partition commits no data: the
     # guard row still holds the previous refresh's id, and the next MERGE must
     # expect that one.
-    snapshot = delta.SourceSnapshot(table=SOURCE, table_id="tid-9", version=13)
-    metadata = delta.commit_metadata("r-8", STATE, "fp-7", [snapshot], guard="r-7")
+    snapshot = SourceSnapshot(table=SOURCE, table_id="tid-9", version=13)
+    metadata = commit_metadata("r-8", STATE, "fp-7", [snapshot], guard="r-7")
     value = json.dumps(metadata, sort_keys=True)
-    recorded = delta.parse_recorded(
-        STATE, HISTORY_COLUMNS, [history_row(6, "SET TBLPROPERTIES", value)]
-    )
+    recorded = parse_recorded(STATE, HISTORY_COLUMNS, [history_row(6, "SET TBLPROPERTIES", value)])
     assert recorded is not None and recorded.guard == "r-7"
     # A refresh commit from before the guard row: no guard (the refresh rebuilds).
     old = json.dumps({k: v for k, v in metadata.items() if k != "guard"})
-    recorded = delta.parse_recorded(STATE, HISTORY_COLUMNS, [history_row(6, "MERGE", old)])
+    recorded = parse_recorded(STATE, HISTORY_COLUMNS, [history_row(6, "MERGE", old)])
     assert recorded is not None and recorded.guard is None
 
 
@@ -216,7 +227,7 @@ def test_a_commit_that_leaves_the_guard_row_records_the_guard_it_left() -> None:
     ],
 )
 def test_concurrent_refresh_errors_are_recognised(message: str) -> None:
-    assert delta.is_concurrent_refresh(Exception(message))
+    assert is_concurrent_refresh(Exception(message))
 
 
 @pytest.mark.parametrize(
@@ -228,23 +239,23 @@ def test_concurrent_refresh_errors_are_recognised(message: str) -> None:
     ],
 )
 def test_other_errors_are_not_concurrent_refreshes(message: str) -> None:
-    assert not delta.is_concurrent_refresh(Exception(message))
+    assert not is_concurrent_refresh(Exception(message))
 
 
 @pytest.mark.parametrize(
     ("statement", "expected"),
     [
-        (delta.describe_detail(SOURCE), "DESCRIBE DETAIL `shop`.`orders`"),
+        (describe_detail(SOURCE), "DESCRIBE DETAIL `shop`.`orders`"),
         (
-            delta.describe_history(STATE),
+            describe_history(STATE),
             "DESCRIBE HISTORY `analytics`.`orders_by_customer__ivm_state`",
         ),
-        (delta.describe_history(SOURCE, limit=1), "DESCRIBE HISTORY `shop`.`orders` LIMIT 1"),
+        (describe_history(SOURCE, limit=1), "DESCRIBE HISTORY `shop`.`orders` LIMIT 1"),
         (
-            delta.describe_detail(TableName(db="we`ird", name="t", catalog="spark_catalog")),
+            describe_detail(TableName(db="we`ird", name="t", catalog="spark_catalog")),
             "DESCRIBE DETAIL `spark_catalog`.`we``ird`.`t`",
         ),
-        (delta.reset_commit_metadata(), "RESET spark.databricks.delta.commitInfo.userMetadata"),
+        (reset_commit_metadata(), "RESET spark.databricks.delta.commitInfo.userMetadata"),
     ],
 )
 def test_statements(statement: str, expected: str) -> None:
@@ -330,30 +341,30 @@ NOT_HISTORY = [
 
 @pytest.mark.parametrize("text", HISTORY_GONE)
 def test_change_history_unavailable(text: str) -> None:
-    assert delta.is_change_history_unavailable(RuntimeError(text))
+    assert is_change_history_unavailable(RuntimeError(text))
 
 
 @pytest.mark.parametrize("text", NOT_HISTORY)
 def test_other_errors_are_not_change_history(text: str) -> None:
-    assert not delta.is_change_history_unavailable(RuntimeError(text))
+    assert not is_change_history_unavailable(RuntimeError(text))
 
 
 def test_classification_ignores_case() -> None:
-    assert delta.is_change_history_unavailable(Exception("CANNOT TIME TRAVEL delta table"))
+    assert is_change_history_unavailable(Exception("CANNOT TIME TRAVEL delta table"))
 
 
-def _history(*operations: str, metrics: dict | None = None) -> tuple[delta.CommitRows, ...]:
+def _history(*operations: str, metrics: dict | None = None) -> tuple[CommitRows, ...]:
     """Commits 1..n with these operations, a second apart, as DESCRIBE HISTORY gives them."""
     columns = ["version", "timestamp", "operation", "operationMetrics"]
     rows = [
         [v, f"2026-11-29 10:00:{v:02d}.5", op, metrics or {"numOutputRows": "3"}]
         for v, op in enumerate(operations, start=1)
     ]
-    return delta.commit_rows(columns, rows)
+    return commit_rows(columns, rows)
 
 
 def test_a_window_of_compactions_only_preserves_data() -> None:
-    pin = delta.SourceSnapshot(
+    pin = SourceSnapshot(
         TableName("db", "src"),
         "id",
         4,
@@ -364,13 +375,13 @@ def test_a_window_of_compactions_only_preserves_data() -> None:
 
 
 def test_a_window_not_covered_by_the_history_read_is_not_assumed_empty() -> None:
-    pin = delta.SourceSnapshot(TableName("db", "src"), "id", 9, recent_commits=_history("OPTIMIZE"))
+    pin = SourceSnapshot(TableName("db", "src"), "id", 9, recent_commits=_history("OPTIMIZE"))
     assert not pin.only_preserving_data_after(0)
 
 
 def test_commit_metadata_records_the_columns_read() -> None:
-    source = delta.SourceSnapshot(TableName("db", "Src"), "id", 3)
-    metadata = delta.commit_metadata(
+    source = SourceSnapshot(TableName("db", "Src"), "id", 3)
+    metadata = commit_metadata(
         "r",
         TableName("db", "m__ivm_state"),
         "f",
@@ -389,9 +400,9 @@ def test_commit_metadata_records_the_columns_read() -> None:
 # -- same_table and size_after: a pin read without DESCRIBE DETAIL ----------------
 
 
-def _pin(*operations: str, version: int | None = None, **metrics: str) -> delta.SourceSnapshot:
+def _pin(*operations: str, version: int | None = None, **metrics: str) -> SourceSnapshot:
     commits = _history(*operations, metrics=metrics or None)
-    return delta.SourceSnapshot(
+    return SourceSnapshot(
         TableName("db", "src"),
         None,
         len(operations) if version is None else version,
@@ -475,8 +486,8 @@ def test_a_short_history_sizes_the_table_from_its_creation() -> None:
         [1, "2026-11-29 10:00:01", "WRITE", {"numOutputBytes": "64"}],
         [2, "2026-11-29 10:00:02", "DELETE", {"numAddedBytes": "8", "numRemovedBytes": "32"}],
     ]
-    commits = delta.commit_rows(columns, rows)
-    whole = delta.SourceSnapshot(TableName("db", "src"), None, 2, recent_commits=commits)
+    commits = commit_rows(columns, rows)
+    whole = SourceSnapshot(TableName("db", "src"), None, 2, recent_commits=commits)
     assert whole.size_from_creation() == 64 - 24
     # Without version 0 among the commits read, the bytes before them are unknown.
     later = dataclasses.replace(whole, recent_commits=commits[:2], history_from=1)
@@ -485,7 +496,7 @@ def test_a_short_history_sizes_the_table_from_its_creation() -> None:
 
 def test_commit_metadata_records_what_tells_the_table_and_its_size() -> None:
     pin = dataclasses.replace(_pin("WRITE", "WRITE"), size_bytes=77)
-    entry = delta.commit_metadata("r", STATE, "f", [pin])["sources"]["db.src"]
+    entry = commit_metadata("r", STATE, "f", [pin])["sources"]["db.src"]
     assert entry == {"version": 2, "committed_at": "2026-11-29 10:00:02.500", "size_bytes": 77}
     assert pin.same_table(entry)
 
@@ -493,17 +504,15 @@ def test_commit_metadata_records_what_tells_the_table_and_its_size() -> None:
 # -- an overwrite in a window: its change read net (reads.net_rows) ---------------
 
 
-def _overwrites(parameters: list[object]) -> delta.SourceSnapshot:
+def _overwrites(parameters: list[object]) -> SourceSnapshot:
     """Commits 1..n, each a WRITE with these operation parameters."""
     columns = ["version", "timestamp", "operation", "operationParameters", "operationMetrics"]
     rows = [
         [v, f"2026-12-01 10:00:{v:02d}.5", "WRITE", p, {"numOutputRows": "40"}]
         for v, p in enumerate(parameters, start=1)
     ]
-    commits = delta.commit_rows(columns, rows)
-    return delta.SourceSnapshot(
-        TableName("db", "m__ivm_state"), None, len(rows), recent_commits=commits
-    )
+    commits = commit_rows(columns, rows)
+    return SourceSnapshot(TableName("db", "m__ivm_state"), None, len(rows), recent_commits=commits)
 
 
 def test_an_overwrite_is_told_from_its_mode_as_a_map_or_as_thrifts_text() -> None:
@@ -528,15 +537,15 @@ def test_a_window_the_history_does_not_reach_is_not_taken_as_overwritten() -> No
 
 def test_version_ranges_mark_an_overwritten_upstream() -> None:
     pin = _overwrites([{"mode": "Append"}, {"mode": "Overwrite"}])
-    recorded = delta.RecordedState(7, "f", {"db.m__ivm_state": {"version": 1}})
+    recorded = RecordedState(7, "f", {"db.m__ivm_state": {"version": 1}})
     (found,) = decision.version_ranges({pin.table: pin}, recorded).values()
     assert (found.recorded, found.pinned, found.overwritten) == (1, 2, True)
-    recorded = delta.RecordedState(7, "f", {"db.m__ivm_state": {"version": 2}})
+    recorded = RecordedState(7, "f", {"db.m__ivm_state": {"version": 2}})
     (found,) = decision.version_ranges({pin.table: pin}, recorded).values()
     assert not found.overwritten
 
 
-def _recompute_overwrites(metadata: list[object]) -> delta.SourceSnapshot:
+def _recompute_overwrites(metadata: list[object]) -> SourceSnapshot:
     """Commits 1..n: an append, then overwrites whose userMetadata is each of `metadata`."""
     columns = [
         "version",
@@ -561,17 +570,15 @@ def _recompute_overwrites(metadata: list[object]) -> delta.SourceSnapshot:
                 text,
             ]
         )
-    commits = delta.commit_rows(columns, rows)
-    return delta.SourceSnapshot(
-        TableName("db", "m__ivm_state"), None, len(rows), recent_commits=commits
-    )
+    commits = commit_rows(columns, rows)
+    return SourceSnapshot(TableName("db", "m__ivm_state"), None, len(rows), recent_commits=commits)
 
 
-RECOMPUTE_METADATA = {delta.METADATA_MARKER: 1, delta.RECOMPUTED_MARKER: True}
+RECOMPUTE_METADATA = {METADATA_MARKER: 1, RECOMPUTED_MARKER: True}
 
 
 def test_a_recomputes_overwrite_is_sized_by_the_change_it_recorded() -> None:
-    pin = _recompute_overwrites([{**RECOMPUTE_METADATA, delta.ESTIMATED_ROWS_KEY: 82_414}])
+    pin = _recompute_overwrites([{**RECOMPUTE_METADATA, ESTIMATED_ROWS_KEY: 82_414}])
     # Never taken for an exact count: a refresh that would apply it sums it first.
     assert pin.changed_rows(0) is None
     assert pin.estimated_rows(0) == 40 + 82_414
@@ -583,8 +590,8 @@ def test_a_recomputes_overwrite_is_sized_by_the_change_it_recorded() -> None:
     "metadata",
     [
         RECOMPUTE_METADATA,  # no estimate (the change's size was unknown)
-        {**RECOMPUTE_METADATA, delta.RECOMPUTED_MARKER: False, delta.ESTIMATED_ROWS_KEY: 5},
-        {delta.ESTIMATED_ROWS_KEY: 5},  # not a refresh's commit
+        {**RECOMPUTE_METADATA, RECOMPUTED_MARKER: False, ESTIMATED_ROWS_KEY: 5},
+        {ESTIMATED_ROWS_KEY: 5},  # not a refresh's commit
         "not json",
         None,
     ],
@@ -594,7 +601,7 @@ def test_an_overwrite_without_a_recorded_estimate_stays_unknown(metadata: object
 
 
 def test_a_change_sized_by_an_estimate_says_so() -> None:
-    pin = _recompute_overwrites([{**RECOMPUTE_METADATA, delta.ESTIMATED_ROWS_KEY: 30_000}])
+    pin = _recompute_overwrites([{**RECOMPUTE_METADATA, ESTIMATED_ROWS_KEY: 30_000}])
     size = decision.change_size({pin.table: pin}, {pin.table: VersionRange(1, 2, overwritten=True)})
     assert size is not None and (size.rows, size.estimated) == (30_000, True)
     # The sum, once counted, replaces it.

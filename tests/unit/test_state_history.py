@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.records import RecordedState, commit_metadata
 from dbt.adapters.spark_ivm.refresh.state_history import (
     LOG_CHECK_EVERY,
     MIN_LOG_ROWS,
@@ -122,13 +122,13 @@ REPLACE = "CREATE OR REPLACE TABLE AS SELECT"
 def refresh_commit(
     version: int, operation: str = "WRITE", on_record: int | None = None
 ) -> list[object]:
-    metadata = delta.commit_metadata(f"r{version}", STATE, "fp", [], guard="g", on_record=on_record)
+    metadata = commit_metadata(f"r{version}", STATE, "fp", [], guard="g", on_record=on_record)
     metadata["sources"] = SOURCES
     return [version, operation, json.dumps(metadata)]
 
 
 def shown(version: int, unchecked: int = 0, sources=SOURCES) -> dict[str, str]:
-    recorded = delta.RecordedState(version, "fp", sources, guard="g")
+    recorded = RecordedState(version, "fp", sources, guard="g")
     return {RECORD_PROPERTY: record_property(recorded, unchecked)}
 
 
@@ -136,7 +136,7 @@ def test_a_log_state_starts_from_the_record_of_the_version_its_view_shows():
     runner = History([refresh_commit(3)])
     history = StateHistory(runner, STATE)
     recorded = history.from_view(shown(3), shown_version=3)
-    assert recorded == delta.RecordedState(3, "fp", SOURCES, guard="g")
+    assert recorded == RecordedState(3, "fp", SOURCES, guard="g")
     # The write's transaction version, and no rewrite, come from the record alone.
     assert history.newest_version() == 3
     assert not history.log_compaction_due()
@@ -163,24 +163,24 @@ def test_a_record_that_did_not_hold_is_not_taken_again():
     history.forget_assumed()
     assert history.assumed is None
     assert history.from_view(shown(3), shown_version=3) is None
-    assert history.recorded() == delta.RecordedState(3, "fp", SOURCES, guard="g")
+    assert history.recorded() == RecordedState(3, "fp", SOURCES, guard="g")
 
 
 def test_a_write_on_the_record_counts_toward_the_next_history_read():
     history = StateHistory(History([]), STATE)
     history.from_view(shown(3, unchecked=1), shown_version=3)
     later = {"raw.t": {"version": 9}}
-    metadata = delta.commit_metadata("r4", STATE, "fp", [], guard="g")
+    metadata = commit_metadata("r4", STATE, "fp", [], guard="g")
     history.committed(4, {**metadata, "sources": later})
     written = read_record_property(history.published_record(None))
-    assert written == (delta.RecordedState(4, "fp", later, guard="g"), 2)
+    assert written == (RecordedState(4, "fp", later, guard="g"), 2)
 
 
 def test_a_refresh_that_read_the_history_starts_the_count_again():
     history = StateHistory(History([refresh_commit(3)]), STATE)
     recorded = history.recorded()
     assert read_record_property(history.published_record(recorded)) == (recorded, 0)
-    history.committed(4, delta.commit_metadata("r4", STATE, "fp", [], guard="g"))
+    history.committed(4, commit_metadata("r4", STATE, "fp", [], guard="g"))
     found = read_record_property(history.published_record(None))
     assert found is not None and found[0].state_version == 4 and found[1] == 0
 

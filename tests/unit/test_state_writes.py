@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta import confs, tables
 from dbt.adapters.spark_ivm.refresh.state_history import StateHistory
 from dbt.adapters.spark_ivm.refresh.writes import (
     CancellingRemoval,
@@ -47,8 +47,8 @@ class SessionRunner:
 
     def query(self, sql: str):
         self.statements.append(sql)
-        if sql == delta.read_conf(delta.LAST_COMMIT_CONF):
-            return ["key", "value"], [[delta.LAST_COMMIT_CONF, self.last]]
+        if sql == confs.read_conf(confs.LAST_COMMIT_CONF):
+            return ["key", "value"], [[confs.LAST_COMMIT_CONF, self.last]]
         if sql.startswith("DESCRIBE HISTORY"):
             return ["version"], [[self.history_version]]
         return ["num_affected_rows"], [[1]]
@@ -73,9 +73,9 @@ def test_own_session_reads_the_commit_version_set_after_the_commit():
     columns, rows = writes.commit(MERGE, {"refresh": "r"})
     assert (columns, rows) == (["num_affected_rows"], [[1]])
     # Unset before the statement, read after it: no earlier commit's version passes.
-    forget = runner.statements.index(delta.forget_last_commit())
+    forget = runner.statements.index(confs.forget_last_commit())
     assert forget < runner.statements.index(MERGE)
-    assert runner.statements[-1] == delta.read_conf(delta.LAST_COMMIT_CONF)
+    assert runner.statements[-1] == confs.read_conf(confs.LAST_COMMIT_CONF)
     assert history.latest_version() == 12
     assert not any(s.startswith("DESCRIBE HISTORY") for s in runner.statements)
 
@@ -93,8 +93,8 @@ def test_a_shared_session_never_reads_the_conf():
     writes, history = _writes(runner, own_session=False)
     writes.commit(MERGE, {"refresh": "r"})
     assert history.latest_version() == 7
-    assert delta.forget_last_commit() not in runner.statements
-    assert delta.read_conf(delta.LAST_COMMIT_CONF) not in runner.statements
+    assert confs.forget_last_commit() not in runner.statements
+    assert confs.read_conf(confs.LAST_COMMIT_CONF) not in runner.statements
 
 
 class FailingRunner(SessionRunner):
@@ -114,8 +114,8 @@ def test_settings_hold_for_the_statement_only():
     writes.commit(MERGE, {"refresh": "r"}, SETTINGS)
     merge = runner.statements.index(MERGE)
     key, value = next(iter(SETTINGS.items()))
-    assert runner.statements.index(delta.set_conf(key, value)) < merge
-    assert runner.statements.index(delta.reset_conf(key)) > merge
+    assert runner.statements.index(confs.set_conf(key, value)) < merge
+    assert runner.statements.index(confs.reset_conf(key)) > merge
 
 
 def test_settings_are_reset_when_the_statement_fails():
@@ -124,7 +124,7 @@ def test_settings_are_reset_when_the_statement_fails():
     with pytest.raises(RuntimeError, match="the MERGE failed"):
         writes.commit(MERGE, {"refresh": "r"}, SETTINGS)
     key = next(iter(SETTINGS))
-    assert runner.statements[-1] == delta.reset_conf(key)
+    assert runner.statements[-1] == confs.reset_conf(key)
 
 
 class CancellingRunner(SessionRunner):
@@ -195,11 +195,11 @@ def test_a_join_stages_both_feeds_reads_them_and_drops_them_after_the_write():
 def test_stages_are_made_keeping_their_analyzed_plan_and_the_write_runs_without_it():
     runner = StagingRunner()
     _log_join_append(runner)
-    ((key, value),) = delta.STAGE_SETTINGS.items()
+    ((key, value),) = confs.STAGE_SETTINGS.items()
     stages = [i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE")]
     write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
-    assert runner.statements.index(delta.set_conf(key, value)) < min(stages)
-    assert max(stages) < runner.statements.index(delta.reset_conf(key)) < write
+    assert runner.statements.index(confs.set_conf(key, value)) < min(stages)
+    assert max(stages) < runner.statements.index(confs.reset_conf(key)) < write
 
 
 def test_a_failed_write_drops_the_stages_and_raises_its_own_error():
@@ -217,25 +217,25 @@ def test_a_failed_drop_after_a_good_write_is_raised():
 def test_a_change_over_small_sources_runs_under_its_settings_from_its_stages_to_its_write():
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
-    writes.staging = delta.Staging(settings={delta.DATA_SKIPPING_CONF: "false"})
+    writes.staging = confs.Staging(settings={confs.DATA_SKIPPING_CONF: "false"})
     writes.append_change(
         log_state.with_log(_join_plan()), dict(BOTH_CHANGED), "r-read", 3, compacting=False
     )
-    set_at = runner.statements.index(delta.set_conf(delta.DATA_SKIPPING_CONF, "false"))
-    reset_at = runner.statements.index(delta.reset_conf(delta.DATA_SKIPPING_CONF))
+    set_at = runner.statements.index(confs.set_conf(confs.DATA_SKIPPING_CONF, "false"))
+    reset_at = runner.statements.index(confs.reset_conf(confs.DATA_SKIPPING_CONF))
     write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
     first_stage = next(i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE"))
     last_drop = max(i for i, s in enumerate(runner.statements) if s.startswith("DROP VIEW"))
     # Set once, before the stages (their scans and the probe's run as the
     # write's do), reset once, after the stages are freed.
     assert set_at < first_stage < write < last_drop < reset_at
-    assert runner.statements.count(delta.set_conf(delta.DATA_SKIPPING_CONF, "false")) == 1
+    assert runner.statements.count(confs.set_conf(confs.DATA_SKIPPING_CONF, "false")) == 1
 
 
 def test_small_sources_snapshots_are_staged_for_the_write_and_dropped_after_it():
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
-    writes.staging = delta.Staging(frozenset(NOT_IN_CHANGED))
+    writes.staging = confs.Staging(frozenset(NOT_IN_CHANGED))
     writes.append_change(
         log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
     )
@@ -251,8 +251,8 @@ def test_small_sources_snapshots_are_staged_for_the_write_and_dropped_after_it()
 def test_over_small_sources_every_stage_is_coalesced_and_without_them_none():
     coalesced, plain = StagingRunner(), StagingRunner()
     for runner, staging in (
-        (coalesced, delta.staging(_sized(NOT_IN_CHANGED, 5_000))),
-        (plain, delta.staging(_sized(NOT_IN_CHANGED, delta.SMALL_SOURCE_BYTES + 1))),
+        (coalesced, confs.staging(_sized(NOT_IN_CHANGED, 5_000))),
+        (plain, confs.staging(_sized(NOT_IN_CHANGED, confs.SMALL_SOURCE_BYTES + 1))),
     ):
         writes, _ = _writes(runner, own_session=True)
         writes.staging = staging
@@ -271,23 +271,23 @@ def test_over_small_sources_every_stage_is_coalesced_and_without_them_none():
 def test_over_a_large_source_a_change_runs_without_adaptive_execution_and_keeps_data_skipping():
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
-    writes.staging = delta.staging(_sized(NOT_IN_CHANGED, delta.SMALL_SOURCE_BYTES + 1))
+    writes.staging = confs.staging(_sized(NOT_IN_CHANGED, confs.SMALL_SOURCE_BYTES + 1))
     writes.append_change(
         log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
     )
-    set_at = runner.statements.index(delta.set_conf(delta.ADAPTIVE_CONF, "false"))
-    reset_at = runner.statements.index(delta.reset_conf(delta.ADAPTIVE_CONF))
+    set_at = runner.statements.index(confs.set_conf(confs.ADAPTIVE_CONF, "false"))
+    reset_at = runner.statements.index(confs.reset_conf(confs.ADAPTIVE_CONF))
     first_stage = next(i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE"))
     write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
     assert set_at < first_stage < write < reset_at
     # Its partners' key-bounded reads need Delta's data skipping.
-    assert not any(delta.DATA_SKIPPING_CONF in s for s in runner.statements)
+    assert not any(confs.DATA_SKIPPING_CONF in s for s in runner.statements)
 
 
-def _sized(ranges, size_bytes: int) -> dict[TableName, delta.SourceSnapshot]:
+def _sized(ranges, size_bytes: int) -> dict[TableName, tables.SourceSnapshot]:
     """Pins of `ranges`' sources at their pinned versions, each of `size_bytes`."""
     return {
-        table: delta.SourceSnapshot(table, None, versions.pinned, size_bytes=size_bytes)
+        table: tables.SourceSnapshot(table, None, versions.pinned, size_bytes=size_bytes)
         for table, versions in ranges.items()
     }
 
@@ -321,12 +321,12 @@ class MergeRunner(SessionRunner):
         return super().query(sql)
 
 
-def _merge_extremes(runner: MergeRunner, staging: delta.Staging) -> Written:
+def _merge_extremes(runner: MergeRunner, staging: confs.Staging) -> Written:
     plan, _ = compile_with(EXTREMES_SQL, EXTREMES_DESCRIBE, EXTREMES_PROBE)
     writes, _ = _writes(runner, own_session=True)
     writes.staging = staging
     ranges = {ORDERS_TABLE: VersionRange(recorded=4, pinned=6)}
-    pinned = {ORDERS_TABLE: delta.SourceSnapshot(ORDERS_TABLE, None, 6)}
+    pinned = {ORDERS_TABLE: tables.SourceSnapshot(ORDERS_TABLE, None, 6)}
     inputs = _MergeInputs(plan, ranges, emit.Guard(read="r-read", write="r-this"), {}, {})
     return writes._merge_change(inputs, pinned)
 
@@ -337,7 +337,7 @@ def _merges(runner: MergeRunner) -> list[str]:
 
 def test_over_a_large_source_the_change_rows_are_staged_and_the_merge_reads_them():
     runner = MergeRunner()
-    _merge_extremes(runner, delta.Staging(change_rows=True))
+    _merge_extremes(runner, confs.Staging(change_rows=True))
     staged = _staged_names(runner)
     assert len(staged) == 2 and staged[1] == f"{staged[0]}_rows"
     (merge,) = _merges(runner)
@@ -348,7 +348,7 @@ def test_over_a_large_source_the_change_rows_are_staged_and_the_merge_reads_them
 
 def test_over_small_sources_only_the_signed_rows_are_staged():
     runner = MergeRunner()
-    _merge_extremes(runner, delta.Staging())
+    _merge_extremes(runner, confs.Staging())
     (staged,) = _staged_names(runner)
     (merge,) = _merges(runner)
     assert f"FROM `{staged}`" in merge and "__ivm_kept_a0_min" in merge
@@ -356,7 +356,7 @@ def test_over_small_sources_only_the_signed_rows_are_staged():
 
 def test_a_merge_whose_kept_extremes_ran_out_runs_again_refilling_from_the_sources():
     runner = MergeRunner(first_error=f"[USER_RAISED_EXCEPTION] {emit.EXHAUSTED}: a group of ...")
-    written = _merge_extremes(runner, delta.Staging(change_rows=True))
+    written = _merge_extremes(runner, confs.Staging(change_rows=True))
     first, second = _merges(runner)
     assert "__ivm_exhausted` = TRUE" in first and "VERSION AS OF" not in first
     # The refill reads the source at its pinned version, and refuses nothing.

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.history import CommitRows, commit_rows
+from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot
 from dbt.adapters.spark_ivm.refresh.strategy import (
     AUTO,
     DEFAULT_ROW_COST_FACTOR,
@@ -35,7 +36,7 @@ def _history(*commits: tuple[int, str, dict[str, str]]) -> list[list]:
 
 
 def test_commit_rows_count_change_feed_rows_per_operation():
-    rows = delta.commit_rows(
+    rows = commit_rows(
         HISTORY_COLUMNS,
         _history(
             (1, "WRITE", {"numOutputRows": "100", "numOutputBytes": "4000", "numFiles": "1"}),
@@ -67,17 +68,17 @@ def test_commit_rows_count_change_feed_rows_per_operation():
     assert by_version[7].rows is None
 
 
-def _snapshot(version: int, commits: tuple[delta.CommitRows, ...]) -> delta.SourceSnapshot:
-    return delta.SourceSnapshot(
+def _snapshot(version: int, commits: tuple[CommitRows, ...]) -> SourceSnapshot:
+    return SourceSnapshot(
         TableName("raw", "src"), "id", version, size_bytes=10_000, recent_commits=commits
     )
 
 
 def test_a_window_is_sized_only_when_every_commit_in_it_is_known():
     commits = (
-        delta.CommitRows(5, 4),
-        delta.CommitRows(4, 6, bytes_per_row=50.0),
-        delta.CommitRows(3, None),
+        CommitRows(5, 4),
+        CommitRows(4, 6, bytes_per_row=50.0),
+        CommitRows(3, None),
     )
     snapshot = _snapshot(5, commits)
     assert snapshot.changed_rows(after=3) == (10, 50.0)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.history import CommitRows
+from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, show_properties
 from dbt.adapters.spark_ivm.refresh import unchanged, upstreams
 from dbt.adapters.spark_ivm.refresh.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
 from dbt.adapters.spark_ivm.refresh.unchanged import Publication, Unchanged
@@ -28,8 +29,8 @@ STATE = TableName("analytics", "m__ivm_state")
 KEY = unchanged.refresh_key("select 1", RefreshSettings(), {})
 
 
-def commit(version: int, at: str, operation: str = "WRITE") -> delta.CommitRows:
-    return delta.CommitRows(
+def commit(version: int, at: str, operation: str = "WRITE") -> CommitRows:
+    return CommitRows(
         version,
         rows=None if operation == "OPTIMIZE" else 1,
         preserves_data=operation == "OPTIMIZE",
@@ -38,9 +39,9 @@ def commit(version: int, at: str, operation: str = "WRITE") -> delta.CommitRows:
     )
 
 
-def snapshot(table: TableName, *commits: delta.CommitRows) -> delta.SourceSnapshot:
+def snapshot(table: TableName, *commits: CommitRows) -> SourceSnapshot:
     """A pin at the newest of `commits`, its history holding them all."""
-    return delta.SourceSnapshot(
+    return SourceSnapshot(
         table,
         None,
         max(c.version for c in commits),
@@ -55,9 +56,7 @@ ORDERS_AT_4 = snapshot(
 CUSTOMERS_AT_2 = snapshot(CUSTOMERS, commit(2, "2026-11-29 09:00:00.000"))
 
 
-def published(
-    *sources: delta.SourceSnapshot, read: Sequence[TableName] | None = None
-) -> dict[str, str]:
+def published(*sources: SourceSnapshot, read: Sequence[TableName] | None = None) -> dict[str, str]:
     """The view properties a publication of state version 7 over `sources` writes."""
     return {
         unchanged.KEY_PROPERTY: KEY,
@@ -114,7 +113,7 @@ class TestPublication:
         assert "does not record" in Publication.of(properties, KEY)
 
 
-def entries_of(*sources: delta.SourceSnapshot):
+def entries_of(*sources: SourceSnapshot):
     found = Publication.of(published(*sources), KEY)
     assert isinstance(found, Publication)
     return found.sources
@@ -170,14 +169,14 @@ class FakeRunner:
 
     def view_properties(self) -> dict[str, str]:
         """The view's properties, as the refresh reads them before the check."""
-        _, rows = self.query(delta.show_properties(TARGET))
+        _, rows = self.query(show_properties(TARGET))
         return {str(k): str(v) for k, v in rows}
 
     def query(self, sql: str) -> tuple[list[str], Sequence[Sequence[Any]]]:
         self.statements.append(sql)
-        if sql == delta.show_properties(TARGET):
+        if sql == show_properties(TARGET):
             return ["key", "value"], list(self.properties.items())
-        if sql == delta.show_properties(UPSTREAM):
+        if sql == show_properties(UPSTREAM):
             return ["key", "value"], list(self.upstream.items())
         if sql.startswith("DESCRIBE TABLE EXTENDED"):
             return ["col_name", "data_type", "comment"], [("View Text", self.text, "")]
@@ -187,10 +186,10 @@ class FakeRunner:
         raise AssertionError(f"the check writes nothing: {sql}")
 
 
-def check(runner: FakeRunner, pins: dict[TableName, delta.SourceSnapshot], way=unchanged.SOURCE):
+def check(runner: FakeRunner, pins: dict[TableName, SourceSnapshot], way=unchanged.SOURCE):
     pinned: list[TableName] = []
 
-    def pin(table: TableName) -> delta.SourceSnapshot:
+    def pin(table: TableName) -> SourceSnapshot:
         pinned.append(table)
         return pins[table]
 
@@ -223,7 +222,7 @@ class TestCheck:
         later = snapshot(ORDERS, *ORDERS_AT_4.recent_commits, commit(5, "2026-11-29 10:01:00.000"))
         found, _ = check(runner, {ORDERS: later})
         assert isinstance(found, str) and "version 5" in found
-        assert runner.statements == [delta.show_properties(TARGET)]
+        assert runner.statements == [show_properties(TARGET)]
 
     def test_models_among_the_sources_are_left_to_the_whole_path_unpinned(self) -> None:
         found, pinned = check(FakeRunner(published(ORDERS_AT_4)), {}, way="table")
@@ -231,7 +230,7 @@ class TestCheck:
         assert pinned == []
 
     def test_a_source_that_cannot_be_pinned_is_left_to_the_whole_path(self) -> None:
-        def refuse(table: TableName) -> delta.SourceSnapshot:
+        def refuse(table: TableName) -> SourceSnapshot:
             raise InvalidSource("m", str(table), "is a view", "read a table")
 
         runner = FakeRunner(published(ORDERS_AT_4))
@@ -255,7 +254,7 @@ UPSTREAM_VIEW = {
 
 def over_upstream() -> dict[str, str]:
     """The model's view, published over ORDERS and the upstream's state version 3."""
-    upstream = delta.SourceSnapshot(UPSTREAM, None, 3)
+    upstream = SourceSnapshot(UPSTREAM, None, 3)
     record = unchanged.sources_property(
         [ORDERS_AT_4, upstream], [ORDERS, UPSTREAM], {UPSTREAM: UPSTREAM_VIEW}
     )
@@ -304,13 +303,13 @@ class TestUpstreamModels:
 
     def test_an_upstream_read_at_another_state_than_shown_records_no_digest(self) -> None:
         # A member of the same group, read at the state it had just written (4).
-        staged = delta.SourceSnapshot(UPSTREAM, None, 4)
+        staged = SourceSnapshot(UPSTREAM, None, 4)
         record = unchanged.sources_property([staged], [UPSTREAM], {UPSTREAM: UPSTREAM_VIEW})
         assert json.loads(record) == {str(UPSTREAM): {"version": 4}}
 
     def test_an_upstream_recorded_without_a_digest_takes_the_whole_path(self) -> None:
         # Published over an upstream whose view had no record yet.
-        upstream = delta.SourceSnapshot(UPSTREAM, None, 3)
+        upstream = SourceSnapshot(UPSTREAM, None, 3)
         record = unchanged.sources_property([ORDERS_AT_4, upstream], [ORDERS, UPSTREAM], {})
         runner = FakeRunner(
             {**published(ORDERS_AT_4), unchanged.SOURCES_PROPERTY: record}, upstream=UPSTREAM_VIEW
@@ -323,4 +322,4 @@ def test_the_compile_reuses_the_upstream_properties_the_shortcut_read() -> None:
     runner = FakeRunner({}, upstream=shown)
     found = upstreams.upstream_models(runner, [UPSTREAM], lambda table: "view", {UPSTREAM: shown})
     assert found[UPSTREAM].state == STATE and found[UPSTREAM].published_version == 7
-    assert delta.show_properties(UPSTREAM) not in runner.statements
+    assert show_properties(UPSTREAM) not in runner.statements

@@ -36,7 +36,7 @@ from dbt.adapters.spark_ivm.consistency.groups import (
 )
 from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.consistency.strict import StrictReads
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.confs import SINGLE_SESSION_CONF, conf_value, read_conf
 from dbt.adapters.spark_ivm.operations import comparison
 from dbt.adapters.spark_ivm.operations.explain import explain, group_lines, write_statements
 from dbt.adapters.spark_ivm.operations.housekeeping import (
@@ -72,7 +72,7 @@ logger = AdapterLogger("SparkIvm")
 _GROUP_RUNS: dict[str, GroupRun] = {}
 _GROUP_RUNS_LOCK = threading.Lock()
 # Whether the Thrift server at (host, port) serves every connection from one
-# Spark session (delta.SINGLE_SESSION_CONF), read once per process.
+# Spark session (delta.confs.SINGLE_SESSION_CONF), read once per process.
 _SHARED_SESSION: dict[tuple[str, int], bool] = {}
 _SHARED_SESSION_LOCK = threading.Lock()
 # The sources pinned in the running invocation, shared by its models (refresh/pins.py).
@@ -378,8 +378,8 @@ class SparkIvmAdapter(SparkAdapter):
         with _SHARED_SESSION_LOCK:
             shared = _SHARED_SESSION.get(key)
         if shared is None:
-            answer = _AdapterRunner(self).query(delta.read_conf(delta.SINGLE_SESSION_CONF))
-            value = delta.conf_value(*answer)
+            answer = _AdapterRunner(self).query(read_conf(SINGLE_SESSION_CONF))
+            value = conf_value(*answer)
             shared = (value or "false").strip().lower() == "true"
             with _SHARED_SESSION_LOCK:
                 _SHARED_SESSION[key] = shared

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from sqlglot import exp, parse_one
 
 from dbt.adapters.spark_ivm.consistency.groups import GroupProgress, GroupRun, Staged
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.confs import COMMIT_LOCK
 from ivm_compiler import TableName
 from ivm_compiler.sql import DIALECT
 
@@ -329,8 +329,8 @@ class Publisher:
         )
 
     def _append(self, row_insert: str) -> None:
-        """Append to the commit log, never while a refresh's commit confs are set (delta.py)."""
-        with delta.COMMIT_LOCK:
+        """Append to the commit log, never while a refresh's commit confs are set (delta.confs)."""
+        with COMMIT_LOCK:
             self.runner.execute(row_insert)
 
     def repair(self) -> int:

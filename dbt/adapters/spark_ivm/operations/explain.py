@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dbt.adapters.spark_ivm.consistency.groups import Group, why_grouped
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta import confs, records, tables
 from dbt.adapters.spark_ivm.refresh import decision
 from dbt.adapters.spark_ivm.refresh.recipe import Refresh
 from dbt.adapters.spark_ivm.refresh.upstreams import published_version
@@ -62,7 +62,7 @@ def _change_statements(
     current: dict,
     guard: emit.Guard,
     pending: bool,
-    staging: delta.Staging = delta.NOTHING_STAGED,
+    staging: confs.Staging = confs.NOTHING_STAGED,
 ) -> dict[str, str]:
     """How a refresh applies a change: one MERGE, or for WINDOW a probe and a MERGE.
 
@@ -87,7 +87,7 @@ def _change_statements(
 
 
 def _staged_feeds(
-    plan: ViewPlan, windows: dict[TableName, VersionRange], staging: delta.Staging
+    plan: ViewPlan, windows: dict[TableName, VersionRange], staging: confs.Staging
 ) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
     """The CACHE TABLE of each feed (and overwritten relation's summed change) the refresh stages.
 
@@ -113,7 +113,7 @@ def _applying_statements(
     shown: dict[TableName, VersionRange],
     guard: emit.Guard,
     pending: bool,
-    staging: delta.Staging,
+    staging: confs.Staging,
 ) -> dict[str, str]:
     """The probe and the write of a change: an INSERT into a log state, else a MERGE."""
     probe = emit.probe_join_keys(plan, shown)
@@ -148,7 +148,7 @@ def _applying_statements(
 def _staged_snapshots(
     plan: ViewPlan,
     shown: dict[TableName, VersionRange],
-    staging: delta.Staging,
+    staging: confs.Staging,
     bounds: key_bounds.Bounds,
     join_reads: changes.JoinReads | None = None,
 ) -> tuple[dict[str, str], dict[TableName, VersionRange]]:
@@ -206,7 +206,7 @@ def _join_state_lines(plan: ViewPlan, refresh: Refresh) -> list[str]:
             f" where {join_input.condition.sql(dialect=DIALECT)}" if join_input.condition else ""
         )
         if refresh.relations.exists(relation):
-            detail_columns, rows = refresh.runner.query(delta.describe_detail(relation))
+            detail_columns, rows = refresh.runner.query(tables.describe_detail(relation))
             detail = dict(zip(detail_columns, rows[0]))
             kept = (
                 f"kept in {relation} ({detail.get('numFiles')} files, "
@@ -252,7 +252,7 @@ def explain(refresh: Refresh, group: list[str] | None = None) -> Explanation:
     pinned = {t: refresh.pins.pin(t, plan.upstreams.get(t)) for t in plan.tables}
     state_type = refresh.relations.exists(refresh.state)
     recorded = refresh.history.recorded() if state_type else None
-    current = delta.versions_of(pinned)
+    current = tables.versions_of(pinned)
     reflected = {
         table: int(recorded.sources[str(table)]["version"])
         for table in plan.tables
@@ -288,8 +288,8 @@ def explain(refresh: Refresh, group: list[str] | None = None) -> Explanation:
 def _statements(
     refresh: Refresh,
     plan: ViewPlan,
-    pinned: dict[TableName, delta.SourceSnapshot],
-    recorded: delta.RecordedState | None,
+    pinned: dict[TableName, tables.SourceSnapshot],
+    recorded: records.RecordedState | None,
     current: dict[TableName, int],
 ) -> dict[str, str]:
     """The statements of the next refresh, by step: build, change, view, query."""
@@ -339,17 +339,17 @@ def _statements(
 
 def _staging(
     refresh: Refresh,
-    pinned: dict[TableName, delta.SourceSnapshot],
-    recorded: delta.RecordedState | None,
-) -> delta.Staging:
-    """What a refresh now would stage (delta.staging), the sources sized as it sizes them."""
+    pinned: dict[TableName, tables.SourceSnapshot],
+    recorded: records.RecordedState | None,
+) -> confs.Staging:
+    """What a refresh now would stage (delta.confs.staging), the sources sized as it sizes them."""
     sized = {
         table: refresh.pins.complete(
             snapshot, recorded.sources.get(str(table)) if recorded else None, refresh.needs_size
         )
         for table, snapshot in pinned.items()
     }
-    return delta.staging(sized)
+    return confs.staging(sized)
 
 
 def _source_lines(
@@ -421,7 +421,7 @@ def _argument_position(plan: ViewPlan, flat_name: str) -> int:
 
 
 def _state_size(refresh: Refresh, plan: ViewPlan) -> list[str]:
-    columns, rows = refresh.runner.query(delta.describe_detail(refresh.state))
+    columns, rows = refresh.runner.query(tables.describe_detail(refresh.state))
     detail = dict(zip(columns, rows[0]))
     lines = [f"  state table:  {detail.get('numFiles')} files, {detail.get('sizeInBytes')} bytes"]
     counted = _count_rows(refresh, plan)

@@ -6,5 +6,5 @@ what the state recorded (state_history.py, upstreams.py for the views it
 reads), decide (decision.py, pure; strategy.py's estimate, schema_changes.py's
 source columns), write (writes.py, with join_states.py's upkeep) and publish
 (consistency/publish.py). They reach Spark only through the `Runner` they are
-given (SQL on dbt's connection), reading Delta's metadata with delta.py.
+given (SQL on dbt's connection), reading Delta's metadata with delta/.
 """

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.records import RecordedState
+from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, total_size
 from dbt.adapters.spark_ivm.refresh import schema_changes, strategy
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
 from ivm_compiler import TableName, ViewClass, ViewPlan
@@ -41,7 +42,7 @@ class Facts:
     state: TableName
     # Whether the state table exists, and what it last recorded (None: no refresh commit).
     state_exists: bool
-    recorded: delta.RecordedState | None = None
+    recorded: RecordedState | None = None
     # Each source's column-changing commits after its recorded version (schema_changes.py).
     schema_commits: Mapping[TableName, tuple[schema_changes.SchemaCommit, ...]] = field(
         default_factory=dict
@@ -69,12 +70,12 @@ class Decision:
 
 
 def version_ranges(
-    pinned: Mapping[TableName, delta.SourceSnapshot], recorded: delta.RecordedState
+    pinned: Mapping[TableName, SourceSnapshot], recorded: RecordedState
 ) -> dict[TableName, VersionRange]:
     """Per source: the version the state reflects (the pin, for a source it never read) -> the pin.
 
-    >>> snapshot = delta.SourceSnapshot(TableName("raw", "t"), "id", 7)
-    >>> state = delta.RecordedState(3, "f", {"raw.t": {"version": 5, "table_id": "id"}})
+    >>> snapshot = SourceSnapshot(TableName("raw", "t"), "id", 7)
+    >>> state = RecordedState(3, "f", {"raw.t": {"version": 5, "table_id": "id"}})
     >>> list(version_ranges({snapshot.table: snapshot}, state).values())
     [VersionRange(recorded=5, pinned=7)]
     """
@@ -89,7 +90,7 @@ def version_ranges(
 
 def decide(
     plan: ViewPlan,
-    pinned: Mapping[TableName, delta.SourceSnapshot],
+    pinned: Mapping[TableName, SourceSnapshot],
     facts: Facts,
     settings: RefreshSettings,
     net_rows: Mapping[TableName, int] = {},
@@ -120,7 +121,7 @@ def decide(
 
 
 def change_size(
-    pinned: Mapping[TableName, delta.SourceSnapshot],
+    pinned: Mapping[TableName, SourceSnapshot],
     changed: Mapping[TableName, VersionRange],
     net_rows: Mapping[TableName, int] = {},
 ) -> strategy.ChangeSize | None:
@@ -133,7 +134,7 @@ def change_size(
     would apply it sums the overwrite first and decides again, exactly.
 
     >>> table = TableName("m", "up")
-    >>> snapshot = delta.SourceSnapshot(table, "id", 7, size_bytes=800)
+    >>> snapshot = SourceSnapshot(table, "id", 7, size_bytes=800)
     >>> change_size({table: snapshot}, {table: VersionRange(5, 7, overwritten=True)}) is None
     True
     >>> change_size({table: snapshot}, {table: VersionRange(5, 7, overwritten=True)}, {table: 12})
@@ -157,7 +158,7 @@ def change_size(
         per_row.extend([counted[1]] if counted[1] else [])
     return strategy.ChangeSize(
         rows=rows,
-        source_bytes=delta.total_size(pinned.values()),
+        source_bytes=total_size(pinned.values()),
         bytes_per_row=max(per_row) if per_row else None,
         estimated=estimated,
     )
@@ -165,7 +166,7 @@ def change_size(
 
 def rebuild_reason(
     plan: ViewPlan,
-    pinned: Mapping[TableName, delta.SourceSnapshot],
+    pinned: Mapping[TableName, SourceSnapshot],
     facts: Facts,
     settings: RefreshSettings,
 ) -> str | None:
@@ -214,8 +215,8 @@ def rebuild_reason(
 
 def _source_replaced(
     plan: ViewPlan,
-    pinned: Mapping[TableName, delta.SourceSnapshot],
-    recorded: delta.RecordedState,
+    pinned: Mapping[TableName, SourceSnapshot],
+    recorded: RecordedState,
     wholesale: Mapping[TableName, str],
 ) -> str | None:
     """Why a source cannot be read as a change since the recorded version, if it cannot."""

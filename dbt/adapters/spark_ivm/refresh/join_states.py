@@ -37,7 +37,9 @@ from typing import Any, Protocol
 from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.spark_ivm.consistency.publish import Log
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.history import describe_history, load_metadata
+from dbt.adapters.spark_ivm.delta.records import commit_metadata
+from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, show_tables_like
 from dbt.adapters.spark_ivm.settings import JoinStateSetting
 from ivm_compiler import TableName, emit, key_bounds
 from ivm_compiler import join_states as compiler
@@ -165,7 +167,7 @@ class JoinStates:
 
     # -- build -------------------------------------------------------------------
 
-    def build(self, plan: ViewPlan, pinned: dict[TableName, delta.SourceSnapshot]) -> None:
+    def build(self, plan: ViewPlan, pinned: dict[TableName, SourceSnapshot]) -> None:
         """(Re)create the chosen join states at the build's versions; drop the others."""
         kept = self.chosen(plan, building=True)
         for join_input in kept:
@@ -178,7 +180,7 @@ class JoinStates:
             return
         prefix = f"{self.target.name}{compiler.JOIN_STATE_INFIX}".lower()
         current = {str(c.relation(self.target).name).lower() for c in keep}
-        columns, rows = self.runner.query(delta.show_tables_like(self.target.db, f"{prefix}*"))
+        columns, rows = self.runner.query(show_tables_like(self.target.db, f"{prefix}*"))
         for row in rows:
             name = str(row[columns.index("tableName")]).lower()
             if name in current or not name.startswith(prefix):
@@ -202,7 +204,7 @@ class JoinStates:
         self,
         plan: ViewPlan,
         windows: dict[TableName, VersionRange],
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         bounds: key_bounds.Bounds | None = None,
     ) -> tuple[JoinReads, list[compiler.JoinInput]]:
         """Bring each kept join state to its pinned version; its reads at both window ends.
@@ -265,10 +267,10 @@ class JoinStates:
         """The join state's commits, newest first (none if it does not exist)."""
         if self.relation_exists(relation) is None:
             return []
-        columns, rows = self.runner.query(delta.describe_history(relation, HISTORY_LIMIT))
+        columns, rows = self.runner.query(describe_history(relation, HISTORY_LIMIT))
         found = []
         for row in sorted(rows, key=lambda r: -int(r[columns.index("version")])):
-            metadata = delta.load_metadata(row[columns.index("userMetadata")])
+            metadata = load_metadata(row[columns.index("userMetadata")])
             if metadata is None or str(metadata.get("state")).lower() != str(relation):
                 continue
             source = (metadata.get("sources") or {}).get(str(join_input.table).lower())
@@ -287,7 +289,7 @@ class JoinStates:
     def _create(
         self,
         join_input: compiler.JoinInput,
-        source: delta.SourceSnapshot,
+        source: SourceSnapshot,
         version: int | None,
         reason: str,
     ) -> Commit:
@@ -309,7 +311,7 @@ class JoinStates:
     def _upkeep(
         self,
         join_input: compiler.JoinInput,
-        source: delta.SourceSnapshot,
+        source: SourceSnapshot,
         window: VersionRange,
         latest: Commit,
         bounds: key_bounds.Bounds | None = None,
@@ -332,7 +334,7 @@ class JoinStates:
     def _metadata(
         self,
         relation: TableName,
-        source: delta.SourceSnapshot,
+        source: SourceSnapshot,
         version: int,
         fingerprint: str,
         guard: str,
@@ -340,8 +342,8 @@ class JoinStates:
         """A join state commit's metadata: the source version its rows hold, and its guard."""
         # The pin's size is of the pinned version, not this one: not recorded.
         at_version = replace(source, version=version, size_bytes=None)
-        return delta.commit_metadata(guard, relation, fingerprint, [at_version], guard=guard)
+        return commit_metadata(guard, relation, fingerprint, [at_version], guard=guard)
 
     def _latest_version(self, relation: TableName) -> int:
-        columns, rows = self.runner.query(delta.describe_history(relation, limit=1))
+        columns, rows = self.runner.query(describe_history(relation, limit=1))
         return int(rows[0][columns.index("version")])

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta import tables
+from dbt.adapters.spark_ivm.delta.history import commit_rows, describe_history
 from dbt.adapters.spark_ivm.refresh import schema_changes, upstreams
 from dbt.adapters.spark_ivm.refresh.decision import FALLBACK_TABLE, WHOLESALE_MATERIALIZATIONS
 from ivm_compiler import InvalidSource, TableName, nodes
@@ -44,16 +45,16 @@ class InvocationPins:
     """
 
     invocation_id: str
-    _pins: dict[str, delta.SourceSnapshot] = field(default_factory=dict)
+    _pins: dict[str, tables.SourceSnapshot] = field(default_factory=dict)
     # Each source's SHOW TBLPROPERTIES, which both the compile and the pin read.
     _properties: dict[str, dict[str, str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, key: str) -> delta.SourceSnapshot | None:
+    def get(self, key: str) -> tables.SourceSnapshot | None:
         with self._lock:
             return self._pins.get(key)
 
-    def keep(self, key: str, snapshot: delta.SourceSnapshot) -> delta.SourceSnapshot:
+    def keep(self, key: str, snapshot: tables.SourceSnapshot) -> tables.SourceSnapshot:
         """Keep `snapshot` unless another model pinned the source meanwhile; the one kept."""
         with self._lock:
             return self._pins.setdefault(key, snapshot)
@@ -86,7 +87,7 @@ class Pins:
     invocation: InvocationPins | None = None
     # A relation's type ('table', 'view') if it exists.
     relation_type: Callable[[TableName], str | None] = lambda table: None
-    _pins: dict[str, delta.SourceSnapshot] = field(default_factory=dict, init=False)
+    _pins: dict[str, tables.SourceSnapshot] = field(default_factory=dict, init=False)
     _properties: dict[str, dict[str, str]] = field(default_factory=dict, init=False)
 
     def wholesale(self, table: TableName) -> str | None:
@@ -103,7 +104,7 @@ class Pins:
             return FALLBACK_TABLE
         return None
 
-    def pin(self, table: TableName, upstream: UpstreamModel | None = None) -> delta.SourceSnapshot:
+    def pin(self, table: TableName, upstream: UpstreamModel | None = None) -> tables.SourceSnapshot:
         """The version of `table` this refresh reads: one per consistency group and run.
 
         An upstream ivm model of the same group is read at the state its own
@@ -121,8 +122,8 @@ class Pins:
         return self._pins[key]
 
     def recorded(
-        self, pinned: Mapping[TableName, delta.SourceSnapshot]
-    ) -> list[delta.SourceSnapshot]:
+        self, pinned: Mapping[TableName, tables.SourceSnapshot]
+    ) -> list[tables.SourceSnapshot]:
         """What the state records: its own inputs, then the sources only its plan nodes read.
 
         With those, the recorded versions name every table of the query as
@@ -139,7 +140,7 @@ class Pins:
         return [*pinned.values(), *through_nodes]
 
     def schema_commits_after(
-        self, table: TableName, after: int, snapshot: delta.SourceSnapshot | None = None
+        self, table: TableName, after: int, snapshot: tables.SourceSnapshot | None = None
     ) -> tuple[schema_changes.SchemaCommit, ...]:
         """The column-changing commits of `table` after version `after`.
 
@@ -149,7 +150,7 @@ class Pins:
         if snapshot is not None and snapshot.history_from <= after + 1:
             commits = snapshot.schema_commits
         else:
-            columns, rows = self.runner.query(delta.describe_history(table))
+            columns, rows = self.runner.query(describe_history(table))
             commits = schema_changes.schema_commits(columns, rows)
         return tuple(c for c in commits if c.version > after)
 
@@ -162,7 +163,7 @@ class Pins:
 
     def _pin_for_run(
         self, table: TableName, upstream: UpstreamModel | None
-    ) -> delta.SourceSnapshot:
+    ) -> tables.SourceSnapshot:
         progress = self.publisher.progress if self.publisher else None
         key = str(table).lower()
         same_group = self.same_group(table)
@@ -177,7 +178,7 @@ class Pins:
             return progress.pins[key]
 
     def _pin_group_inputs(
-        self, pins: dict[str, delta.SourceSnapshot], inputs: Mapping[str, str]
+        self, pins: dict[str, tables.SourceSnapshot], inputs: Mapping[str, str]
     ) -> None:
         """Pin every plain input of the group at once, when its first member starts.
 
@@ -197,7 +198,7 @@ class Pins:
             except InvalidSource:
                 continue
 
-    def _source(self, table: TableName) -> delta.SourceSnapshot:
+    def _source(self, table: TableName) -> tables.SourceSnapshot:
         """A source's snapshot: the invocation's, or a new one it keeps for its other models."""
         key = str(table).lower()
         kept = self.invocation.get(key) if self.invocation else None
@@ -208,7 +209,7 @@ class Pins:
 
     def _pin_now(
         self, table: TableName, upstream: UpstreamModel | None, use_published: bool
-    ) -> delta.SourceSnapshot:
+    ) -> tables.SourceSnapshot:
         if upstream is None and str(table).lower() not in self.upstream_materializations:
             return self._source(table)
         described = upstream.state if upstream else table
@@ -232,7 +233,7 @@ class Pins:
         needs_change_feed: bool,
         turn_on_change_feed: bool = False,
         share: bool = True,
-    ) -> delta.SourceSnapshot:
+    ) -> tables.SourceSnapshot:
         """A Delta table's snapshot now, refusing what cannot feed changes.
 
         `turn_on_change_feed`: an upstream ivm model's state without a change
@@ -241,13 +242,13 @@ class Pins:
         first reader may turn its change feed on) and kept nowhere (properties).
         """
         properties = self._delta_properties(table, share)
-        feed = properties.get(delta.CHANGE_FEED_PROPERTY, "false").lower() == "true"
+        feed = properties.get(tables.CHANGE_FEED_PROPERTY, "false").lower() == "true"
         if needs_change_feed and not feed and turn_on_change_feed:
             self.log.info(
                 f"{self.model}: turning on the change data feed of {table}, which it reads "
                 "as an upstream ivm model"
             )
-            self.runner.execute(delta.turn_on_change_feed(table))
+            self.runner.execute(tables.turn_on_change_feed(table))
             feed = True
         if needs_change_feed and not feed:
             raise InvalidSource(
@@ -264,13 +265,13 @@ class Pins:
         return replace(history, version=newest)
 
     def complete(
-        self, snapshot: delta.SourceSnapshot, entry: Mapping[str, Any] | None, needs_size: bool
-    ) -> delta.SourceSnapshot:
+        self, snapshot: tables.SourceSnapshot, entry: Mapping[str, Any] | None, needs_size: bool
+    ) -> tables.SourceSnapshot:
         """The pin with what this refresh needs to decide and record that pinning left out.
 
         `entry`: what the state recorded of the source (None: a first build).
         The history pinning read usually says everything: whether the table
-        is the one recorded (delta.SourceSnapshot.same_table), its size (the
+        is the one recorded (delta.tables.SourceSnapshot.same_table), its size (the
         recorded size plus what the commits since added) and the time of the
         pinned commit, which the state records. A first build sizes the table
         from every commit since its creation where the history read holds
@@ -301,11 +302,11 @@ class Pins:
             )
         return snapshot
 
-    def _history(self, table: TableName, limit: int | None) -> delta.SourceSnapshot:
+    def _history(self, table: TableName, limit: int | None) -> tables.SourceSnapshot:
         """A snapshot of `table` holding its newest `limit` commits (None: all), unversioned."""
-        columns, history = self.runner.query(delta.describe_history(table, limit))
-        commits = delta.commit_rows(columns, history)
-        return delta.SourceSnapshot(
+        columns, history = self.runner.query(describe_history(table, limit))
+        commits = commit_rows(columns, history)
+        return tables.SourceSnapshot(
             table=table,
             table_id=None,
             version=-1,  # the caller's to pin
@@ -348,7 +349,7 @@ class Pins:
             properties = self.properties(table, share)
         except Exception as error:
             raise self._not_described(table, error) from error
-        if delta.DELTA_PROTOCOL_PROPERTY in properties:
+        if tables.DELTA_PROTOCOL_PROPERTY in properties:
             return properties
         # A view, or a table of another format: DESCRIBE DETAIL names which.
         detail = self._detail(table)
@@ -364,7 +365,7 @@ class Pins:
     def _detail(self, table: TableName) -> dict[str, Any]:
         """DESCRIBE DETAIL of `table` as a mapping (its id, format, size)."""
         try:
-            columns, rows = self.runner.query(delta.describe_detail(table))
+            columns, rows = self.runner.query(tables.describe_detail(table))
         except Exception as error:
             raise self._not_described(table, error) from error
         return dict(zip(columns, rows[0]))

@@ -27,7 +27,16 @@ from typing import Any
 
 from dbt.adapters.spark_ivm.consistency.groups import Staged
 from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.confs import staging
+from dbt.adapters.spark_ivm.delta.errors import error_summary, is_change_history_unavailable
+from dbt.adapters.spark_ivm.delta.records import RecordedState, commit_metadata
+from dbt.adapters.spark_ivm.delta.tables import (
+    DELTA_PROTOCOL_PROPERTY,
+    SourceSnapshot,
+    show_views_like,
+    total_size,
+    versions_of,
+)
 from dbt.adapters.spark_ivm.refresh import (
     decision,
     join_states,
@@ -339,7 +348,7 @@ class Refresh:
                 shown = self.pins.properties(table)
             except Exception:  # noqa: BLE001 - no such relation: dbt's answer says so
                 return self.relations.exists(table)
-            if delta.DELTA_PROTOCOL_PROPERTY in shown:
+            if DELTA_PROTOCOL_PROPERTY in shown:
                 return "table"
             if emit.STATE_PROPERTY in shown:
                 self._upstream_properties.setdefault(table, shown)
@@ -427,7 +436,7 @@ class Refresh:
     def _bring_forward(
         self,
         plan: ViewPlan,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         target_type: str | None,
         shown_version: int | None,
     ) -> RefreshResult:
@@ -457,7 +466,7 @@ class Refresh:
     def _carry_out(
         self,
         plan: ViewPlan,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         facts: decision.Facts,
         found: Decision,
         target_type: str | None,
@@ -469,7 +478,7 @@ class Refresh:
         result = RefreshResult(
             action=found.action,
             reason=found.reason,
-            source_versions={str(t): v for t, v in delta.versions_of(pinned).items()},
+            source_versions={str(t): v for t, v in versions_of(pinned).items()},
             previous_versions={str(t): r.recorded for t, r in found.ranges.items()},
         )
         if found.builds:
@@ -535,7 +544,7 @@ class Refresh:
     def _facts(
         self,
         plan: ViewPlan,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         shown_version: int | None,
     ) -> decision.Facts:
         """What the decision weighs, read from the state's record, the sources and the view.
@@ -609,9 +618,9 @@ class Refresh:
 
     # -- 5. write ---------------------------------------------------------------
 
-    def writes(self, plan: ViewPlan, pinned: dict[TableName, delta.SourceSnapshot]) -> StateWrites:
+    def writes(self, plan: ViewPlan, pinned: dict[TableName, SourceSnapshot]) -> StateWrites:
         def metadata(refresh_id: str, guard: str | None) -> dict[str, Any]:
-            return delta.commit_metadata(
+            return commit_metadata(
                 refresh_id,
                 self.state,
                 plan.fingerprint,
@@ -629,13 +638,13 @@ class Refresh:
             metadata,
             own_session=self.own_session,
             committed=self.history.committed,
-            staging=delta.staging(pinned),
+            staging=staging(pinned),
         )
 
     def _build(
         self,
         plan: ViewPlan,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         result: RefreshResult,
         shown_version: int | None,
         facts: decision.Facts,
@@ -644,7 +653,7 @@ class Refresh:
         # A view still shows the state's old version (time travel reads it with
         # its old columns) until the new one is published: no drop needed even
         # when the model's columns change.
-        versions = delta.versions_of(pinned)
+        versions = versions_of(pinned)
         writes = self.writes(plan, pinned)
         if result.action is Action.RECOMPUTE:
             guard, estimate = self._recompute_write(plan, facts, found)
@@ -688,7 +697,7 @@ class Refresh:
     def _apply(
         self,
         plan: ViewPlan,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         found: Decision,
         facts: decision.Facts,
         result: RefreshResult,
@@ -708,7 +717,7 @@ class Refresh:
                     result.action, result.reason = Action.RECOMPUTE, reason
                     return self._build(plan, pinned, result, shown_version, facts, found)
                 written = writes.apply_partitions(
-                    plan, delta.versions_of(pinned), touched, facts.recorded.guard
+                    plan, versions_of(pinned), touched, facts.recorded.guard
                 )
             elif plan.log_state:
                 read_version = self.history.newest_version()
@@ -734,7 +743,7 @@ class Refresh:
             result.action, result.reason = Action.RECOMPUTE, reason
             return self._build(plan, pinned, result, shown_version, facts, found)
         except Exception as error:
-            if not delta.is_change_history_unavailable(error):
+            if not is_change_history_unavailable(error):
                 raise
             reason = _unreadable_reason(ranges, error)
             self.log.warning(f"{self.model}: rebuilding fully: {reason}")
@@ -772,14 +781,14 @@ class Refresh:
     def _record_broken(
         self,
         plan: ViewPlan,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         facts: decision.Facts,
     ) -> str | None:
         """After a write on the view's record: why the state must be rebuilt, if it did not hold.
 
         The write made the version after the record's, or something else
         committed between them (state_history.py): then the history says
-        what, as it would to the next refresh (delta.RecordedState.on_record).
+        what, as it would to the next refresh (delta.records.RecordedState.on_record).
         """
         assumed = self.history.assumed
         if assumed is None:
@@ -792,7 +801,7 @@ class Refresh:
         )
         return found.reason if found.builds else None
 
-    def join_states(self, pinned: dict[TableName, delta.SourceSnapshot]) -> join_states.JoinStates:
+    def join_states(self, pinned: dict[TableName, SourceSnapshot]) -> join_states.JoinStates:
         """The model's join states (ivm_join_state), sized by the pinned sources."""
 
         def facts(table: TableName) -> join_states.SourceFacts | None:
@@ -825,7 +834,7 @@ class Refresh:
             return  # SHOW VIEWS ... LIKE takes a pattern, where other characters have meanings
         prefix = f"{self.target.name}{nodes.NODE_INFIX}".lower()
         current = [str(n.relation.name).lower() for n in keep]
-        columns, rows = self.runner.query(delta.show_views_like(self.target.db, f"{prefix}*"))
+        columns, rows = self.runner.query(show_views_like(self.target.db, f"{prefix}*"))
         for row in rows:
             name = str(row[columns.index("viewName")]).lower()
             # A current node's own nodes are named after it, and are current too.
@@ -842,12 +851,12 @@ class Refresh:
         self,
         plan: ViewPlan,
         result: RefreshResult,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         state_version: int,
         shown_version: int | None,
         history: Sequence[strategy.RefreshRecord],
         found: Decision,
-        unwritten: delta.RecordedState | None = None,
+        unwritten: RecordedState | None = None,
     ) -> None:
         """Show the state at `state_version` through the view, now or with the model's group.
 
@@ -901,7 +910,7 @@ class Refresh:
             view_sql=view_sql,
             action=result.action.value,
             seconds=time.monotonic() - self._started,
-            source_versions={str(t): v for t, v in delta.versions_of(pinned).items()},
+            source_versions={str(t): v for t, v in versions_of(pinned).items()},
             published=shown,
             publish_sql=tuple(emit.publish_view(plan, self.state, self.target, published, docs)),
         )
@@ -918,7 +927,7 @@ class Refresh:
     def _history_after(
         self,
         result: RefreshResult,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         history: Sequence[strategy.RefreshRecord],
         found: Decision,
     ) -> str | None:
@@ -932,7 +941,7 @@ class Refresh:
         record = strategy.RefreshRecord(
             way=way,
             changed_rows=found.change.rows if found.change else 0,
-            source_bytes=delta.total_size(pinned.values()),
+            source_bytes=total_size(pinned.values()),
             seconds=round(time.monotonic() - self._started, 3),
         )
         return strategy.history_with(history, record)
@@ -995,7 +1004,7 @@ def _unreadable_reason(ranges: Mapping[TableName, Any], error: BaseException) ->
     )
     return (
         f"the change feed or an old version of {changed} can no longer be read "
-        f"({delta.error_summary(error)})"
+        f"({error_summary(error)})"
     )
 
 

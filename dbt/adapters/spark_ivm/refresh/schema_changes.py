@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from ivm_compiler import InvalidSource, IvmError, TableName, ViewPlan
 
-if TYPE_CHECKING:  # delta.py reads SchemaCommit from here
-    from dbt.adapters.spark_ivm.delta.history import RecordedState, SourceSnapshot
+if TYPE_CHECKING:  # delta/tables.py reads SchemaCommit from here
+    from dbt.adapters.spark_ivm.delta.records import RecordedState
+    from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot
 
 # Delta operations that change a table's columns without replacing the table
 # (CREATE OR REPLACE gives it a new id, which recipe.py treats as recreated).

@@ -1,7 +1,7 @@
 """The state table's history: what its newest refresh commit recorded, and its versions.
 
 Every commit a refresh makes to a state carries, in its commit metadata, the
-source versions the state reflects after it (delta.commit_metadata). This
+source versions the state reflects after it (delta.records.commit_metadata). This
 module reads them back: the refresh's starting point, the version its view
 should show after a commit, and the versions of recent refreshes (which
 ivm_join_state: auto weighs).
@@ -16,7 +16,7 @@ run that stopped before publishing, another invocation), and the version it
 made must follow the record's at once, or something else committed between
 them (an UPDATE by hand): the refresh then reads the history and rebuilds the
 model before its view moves. The write names in its commit the record it was
-made on (delta.RecordedState.on_record), so that a run stopped before that
+made on (delta.records.RecordedState.on_record), so that a run stopped before that
 check leaves it to the next run's reading of the history.
 """
 
@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbt.adapters.spark_ivm.consistency.publish import Runner
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.history import (
+    REPLACING_OPERATIONS,
+    describe_history,
+    history_map,
+    load_metadata,
+)
+from dbt.adapters.spark_ivm.delta.records import RecordedState, parse_recorded
 from ivm_compiler import TableName
 
 # The newest refresh commit is nearly always the newest commit; only
@@ -53,10 +59,10 @@ RECORD_PROPERTY = "spark_ivm.state_record"
 LOG_CHECK_EVERY = 5
 
 
-def record_property(recorded: delta.RecordedState, unchecked: int) -> str:
+def record_property(recorded: RecordedState, unchecked: int) -> str:
     """RECORD_PROPERTY's value: `recorded`, and the refreshes made since the history was read.
 
-    >>> recorded = delta.RecordedState(4, "f", {"raw.t": {"version": 2}}, guard="g")
+    >>> recorded = RecordedState(4, "f", {"raw.t": {"version": 2}}, guard="g")
     >>> read_record_property(record_property(recorded, 1)) == (recorded, 1)
     True
     >>> read_record_property("not json") is None
@@ -74,11 +80,11 @@ def record_property(recorded: delta.RecordedState, unchecked: int) -> str:
     )
 
 
-def read_record_property(text: str | None) -> tuple[delta.RecordedState, int] | None:
+def read_record_property(text: str | None) -> tuple[RecordedState, int] | None:
     """record_property's (record, unchecked), or None for anything else."""
     try:
         found = json.loads(text or "")
-        recorded = delta.RecordedState(
+        recorded = RecordedState(
             state_version=int(found["state_version"]),
             fingerprint=str(found["fingerprint"]),
             sources={str(k).lower(): dict(v) for k, v in found["sources"].items()},
@@ -98,13 +104,11 @@ def compaction_due(columns: list[str], rows: Sequence[Sequence[Any]]) -> bool:
     appended = 0
     for row in sorted(rows, key=lambda r: int(r[columns.index("version")]), reverse=True):
         operation = str(row[columns.index("operation")])
-        parameters = delta.history_map(row[columns.index("operationParameters")])
-        written = int(
-            delta.history_map(row[columns.index("operationMetrics")]).get("numOutputRows") or 0
-        )
+        parameters = history_map(row[columns.index("operationParameters")])
+        written = int(history_map(row[columns.index("operationMetrics")]).get("numOutputRows") or 0)
         if operation == "WRITE" and str(parameters.get("mode")) == "Append":
             appended += written
-        elif operation in delta.REPLACING_OPERATIONS or operation in REWRITING_OPERATIONS:
+        elif operation in REPLACING_OPERATIONS or operation in REWRITING_OPERATIONS:
             return appended > max(written, MIN_LOG_ROWS)
     return True
 
@@ -123,24 +127,24 @@ class StateHistory:
     _rows: tuple[list[str], Sequence[Sequence[Any]]] | None = field(default=None, init=False)
     # The version of this refresh's own commit, when the session told it, and its record.
     _committed: int | None = field(default=None, init=False)
-    _committed_record: delta.RecordedState | None = field(default=None, init=False)
+    _committed_record: RecordedState | None = field(default=None, init=False)
     # The record the model's view carries, taken for the history's (from_view),
     # and the refreshes made on such records since the history was last read.
-    assumed: delta.RecordedState | None = field(default=None, init=False)
+    assumed: RecordedState | None = field(default=None, init=False)
     _unchecked: int = field(default=0, init=False)
     # Set once the view's record did not hold: only the history says.
     _history_only: bool = field(default=False, init=False)
 
-    def recorded(self) -> delta.RecordedState | None:
+    def recorded(self) -> RecordedState | None:
         """The newest refresh commit's record (None: no refresh commit in the history).
 
         A commit made on a view's record (RecordedState.on_record) is read
         with every commit back to that record's, which lie under its change.
         """
         for limit in (RECENT_COMMITS, None):
-            columns, rows = self.runner.query(delta.describe_history(self.state, limit=limit))
+            columns, rows = self.runner.query(describe_history(self.state, limit=limit))
             self._rows = (columns, rows)
-            recorded = delta.parse_recorded(self.state, columns, rows)
+            recorded = parse_recorded(self.state, columns, rows)
             if limit is None or len(rows) < limit:
                 return recorded
             oldest = min(int(row[columns.index("version")]) for row in rows)
@@ -152,7 +156,7 @@ class StateHistory:
 
     def from_view(
         self, view_properties: dict[str, str], shown_version: int | None, periodic: bool = True
-    ) -> delta.RecordedState | None:
+    ) -> RecordedState | None:
         """The record of the state version the view shows, taken for the history's.
 
         None where the history must be read: no record, a view showing
@@ -185,14 +189,14 @@ class StateHistory:
     def committed(self, version: int, metadata: dict[str, Any]) -> None:
         """This refresh's commit to the state made `version` (StateWrites.own_session)."""
         self._committed = version
-        self._committed_record = delta.RecordedState(
+        self._committed_record = RecordedState(
             state_version=version,
             fingerprint=str(metadata.get("fingerprint")),
             sources={str(k).lower(): v for k, v in (metadata.get("sources") or {}).items()},
             guard=str(metadata["guard"]) if metadata.get("guard") else None,
         )
 
-    def published_record(self, unwritten: delta.RecordedState | None) -> str | None:
+    def published_record(self, unwritten: RecordedState | None) -> str | None:
         """RECORD_PROPERTY of the view after this refresh.
 
         `unwritten`: the record the refresh started from, when it wrote
@@ -213,7 +217,7 @@ class StateHistory:
         """The state's version after this refresh's commit: the commit's own, when known."""
         if self._committed is not None:
             return self._committed
-        columns, rows = self.runner.query(delta.describe_history(self.state, limit=1))
+        columns, rows = self.runner.query(describe_history(self.state, limit=1))
         return int(rows[0][columns.index("version")])
 
     def newest_version(self) -> int | None:
@@ -240,11 +244,11 @@ class StateHistory:
         """The source versions of the state's recent refresh commits, oldest first."""
         # recorded() read them at the start of this refresh.
         columns, rows = self._rows or self.runner.query(
-            delta.describe_history(self.state, limit=RECENT_COMMITS)
+            describe_history(self.state, limit=RECENT_COMMITS)
         )
         found = []
         for row in sorted(rows, key=lambda r: int(r[columns.index("version")])):
-            metadata = delta.load_metadata(row[columns.index("userMetadata")])
+            metadata = load_metadata(row[columns.index("userMetadata")])
             if metadata is None or str(metadata.get("state")).lower() != str(self.state):
                 continue
             found.append(

@@ -77,7 +77,7 @@ class ChangeSize:
     # Bytes per source row as the window's own writes show it (None: unknown).
     bytes_per_row: float | None = None
     # Whether `rows` counts an upstream recompute's overwrite by the change it
-    # estimated (delta.ESTIMATED_ROWS_KEY) rather than by its rows.
+    # estimated (delta.history.ESTIMATED_ROWS_KEY) rather than by its rows.
     estimated: bool = False
 
 

@@ -37,7 +37,7 @@ from sqlglot import exp, parse_one
 
 from dbt.adapters.spark_ivm.__version__ import version as plugin_version
 from dbt.adapters.spark_ivm.consistency.publish import Runner
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, source_identity, versions_of
 from dbt.adapters.spark_ivm.refresh.decision import NO_SOURCE_COMMITS, ONLY_PRESERVING_COMMITS
 from dbt.adapters.spark_ivm.refresh.state_history import table_name_of
 from dbt.adapters.spark_ivm.refresh.upstreams import properties, version_read, view_text
@@ -111,7 +111,7 @@ def upstream_digest(view_properties: Mapping[str, str]) -> str | None:
 
 
 def sources_property(
-    recorded: Sequence[delta.SourceSnapshot],
+    recorded: Sequence[SourceSnapshot],
     read: Iterable[TableName],
     upstreams: Mapping[TableName, Mapping[str, str]] | None = None,
 ) -> str:
@@ -126,7 +126,7 @@ def sources_property(
     shown = {str(table).lower(): p for table, p in (upstreams or {}).items()}
     entries: dict[str, dict[str, Any]] = {}
     for source in recorded:
-        entry = delta.source_identity(source)
+        entry = source_identity(source)
         key = str(source.table).lower()
         if key not in own:
             entry[THROUGH_NODES] = True
@@ -179,13 +179,13 @@ class Unchanged:
 
 def compare(
     entries: Mapping[TableName, Mapping[str, Any]],
-    pinned: Mapping[TableName, delta.SourceSnapshot],
+    pinned: Mapping[TableName, SourceSnapshot],
 ) -> str | None:
     """Why the pins differ from the recorded entries (None: no change); pure.
 
     A source is unchanged at its recorded version, or after it with only
     commits that keep its rows (OPTIMIZE, VACUUM, property changes), and only
-    when the history tells it is the same table (delta.SourceSnapshot.same_table).
+    when the history tells it is the same table (delta.tables.SourceSnapshot.same_table).
     """
     preserving = False
     for table, entry in entries.items():
@@ -218,7 +218,7 @@ def check(
     state: TableName,
     view_properties: Mapping[str, str],
     key: str,
-    pin: Callable[[TableName], delta.SourceSnapshot],
+    pin: Callable[[TableName], SourceSnapshot],
     read_as: Callable[[TableName], str],
     upstream_properties: dict[TableName, dict[str, str]] | None = None,
 ) -> Unchanged | str:
@@ -245,7 +245,7 @@ def check(
     differs = compare(sources, pinned)
     if differs is not None and differs != ONLY_PRESERVING_COMMITS:
         return differs
-    versions = delta.versions_of(pinned)
+    versions = versions_of(pinned)
     for table, entry in publication.sources.items():
         if ways[table] == PUBLISHED:
             shown = properties(runner, table)

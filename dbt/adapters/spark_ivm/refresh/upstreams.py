@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from sqlglot import exp, parse_one
 
 from dbt.adapters.spark_ivm.consistency.publish import Runner
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.tables import show_properties
 from dbt.adapters.spark_ivm.refresh.state_history import table_name_of
 from ivm_compiler import TableName, emit
 from ivm_compiler.plan import UpstreamModel
@@ -27,7 +27,7 @@ def view_text(runner: Runner, view: TableName) -> str | None:
 
 
 def properties(runner: Runner, relation: TableName) -> dict[str, str]:
-    _, rows = runner.query(delta.show_properties(relation))
+    _, rows = runner.query(show_properties(relation))
     return {str(row[0]): str(row[1]) for row in rows}
 
 

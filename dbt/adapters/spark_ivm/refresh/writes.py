@@ -21,7 +21,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbt.adapters.spark_ivm.consistency.publish import Log, Runner
-from dbt.adapters.spark_ivm.delta import history as delta
+from dbt.adapters.spark_ivm.delta.confs import (
+    COMMIT_LOCK,
+    LAST_COMMIT_CONF,
+    NOTHING_STAGED,
+    STAGE_SETTINGS,
+    Staging,
+    conf_value,
+    forget_last_commit,
+    read_conf,
+    reset_commit_metadata,
+    reset_conf,
+    set_commit_metadata,
+    set_conf,
+)
+from dbt.adapters.spark_ivm.delta.errors import (
+    is_cancelling_removal,
+    is_concurrent_refresh,
+    is_exhausted,
+)
+from dbt.adapters.spark_ivm.delta.history import ESTIMATED_ROWS_KEY, RECOMPUTED_MARKER
+from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, versions_of
 from dbt.adapters.spark_ivm.refresh import join_states
 from ivm_compiler import (
     TableName,
@@ -131,8 +151,8 @@ class StateWrites:
     committed: Callable[[int, dict[str, Any]], None] = field(default=lambda version, metadata: None)
     # How a change runs: the session confs every statement of it runs under,
     # from its first stage to its write; small sources' snapshots staged, and
-    # into how many partitions (delta.staging, emit.stage_feeds, emit.stage_snapshots).
-    staging: delta.Staging = delta.NOTHING_STAGED
+    # into how many partitions (delta.confs.staging, emit.stage_feeds, emit.stage_snapshots).
+    staging: Staging = NOTHING_STAGED
 
     def commit(
         self,
@@ -148,22 +168,20 @@ class StateWrites:
         Delta skipped as a repeat is another refresh's (ConcurrentRefresh).
         """
         idempotent = log_state.TXN_APP_ID_CONF in settings
-        with delta.COMMIT_LOCK:
-            self.runner.execute(delta.set_commit_metadata(metadata))
+        with COMMIT_LOCK:
+            self.runner.execute(set_commit_metadata(metadata))
             with self._under(settings):
                 if self.own_session:
                     # Unset first: a version left by an earlier commit of this
                     # session (the previous model's, on a reused connection) must
                     # never pass for this statement's.
-                    self.runner.execute(delta.forget_last_commit())
+                    self.runner.execute(forget_last_commit())
                 try:
                     answer = self.runner.query(statement)
                 finally:
-                    self.runner.execute(delta.reset_commit_metadata())
+                    self.runner.execute(reset_commit_metadata())
             if self.own_session:
-                version = delta.conf_value(
-                    *self.runner.query(delta.read_conf(delta.LAST_COMMIT_CONF))
-                )
+                version = conf_value(*self.runner.query(read_conf(LAST_COMMIT_CONF)))
                 if version is not None:
                     self.committed(int(version), metadata)
                 elif idempotent:
@@ -212,10 +230,10 @@ class StateWrites:
         change feed holds just them and the MERGE's metrics count them.
         Otherwise the state is overwritten (emit.overwrite_state), and
         `estimated_rows`, if given, recorded as the size of its change
-        (delta.ESTIMATED_ROWS_KEY). `read_version`: as for build.
+        (delta.history.ESTIMATED_ROWS_KEY). `read_version`: as for build.
         """
         refresh_id = uuid.uuid4().hex
-        metadata = {**self.metadata(refresh_id, None), delta.RECOMPUTED_MARKER: True}
+        metadata = {**self.metadata(refresh_id, None), RECOMPUTED_MARKER: True}
         # Whether to merge is the refresh's choice (Refresh._recompute_write),
         # which never merges a log: it has no key to merge by.
         assert guard_read is None or not plan.log_state
@@ -230,7 +248,7 @@ class StateWrites:
             )
             return
         if estimated_rows is not None:
-            metadata[delta.ESTIMATED_ROWS_KEY] = estimated_rows
+            metadata[ESTIMATED_ROWS_KEY] = estimated_rows
         txn = log_state.txn_settings(read_version) if plan.log_state else {}
         self.commit(emit.overwrite_state(plan, self.state, versions, refresh_id), metadata, txn)
 
@@ -272,7 +290,7 @@ class StateWrites:
                 except ConcurrentRefresh:
                     raise
                 except Exception as error:
-                    if delta.is_concurrent_refresh(error):
+                    if is_concurrent_refresh(error):
                         raise ConcurrentRefresh(self.model, self.state, error) from error
                     raise
         # Delta's INSERT answers with no counts.
@@ -284,7 +302,7 @@ class StateWrites:
         ranges: dict[TableName, VersionRange],
         guard_read: str,
         kept_states: join_states.JoinStates,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
     ) -> Written:
         """The change over `ranges` applied to the state with one guarded MERGE."""
         refresh_id = uuid.uuid4().hex
@@ -297,7 +315,7 @@ class StateWrites:
             try:
                 join_reads, kept = kept_states.prepare(plan, reading, pinned, bounds)
             except Exception as error:
-                if delta.is_concurrent_refresh(error):
+                if is_concurrent_refresh(error):
                     raise ConcurrentRefresh(self.model, self.state, error) from error
                 raise
             with self.staged_snapshots(plan, reading, refresh_id, bounds, join_reads) as reading:
@@ -308,13 +326,13 @@ class StateWrites:
         return written
 
     def _merge_change(
-        self, inputs: _MergeInputs, pinned: dict[TableName, delta.SourceSnapshot]
+        self, inputs: _MergeInputs, pinned: dict[TableName, SourceSnapshot]
     ) -> Written:
         """apply_change's MERGE, over the change staged first where the plan asks (emit.stages_changes)."""
         plan, guard = inputs.plan, inputs.guard
         changes_stage = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(plan) else None
         # The change query's rows too, once the signed rows are staged,
-        # where a source is large (delta.Staging.change_rows).
+        # where a source is large (delta.confs.Staging.change_rows).
         rows_stage = (
             f"{changes_stage}_rows"
             if changes_stage is not None and self.staging.change_rows
@@ -322,7 +340,7 @@ class StateWrites:
         )
         try:
             if changes_stage is not None:
-                with self._under(delta.STAGE_SETTINGS):
+                with self._under(STAGE_SETTINGS):
                     self.runner.execute(
                         emit.stage_changes(
                             plan, inputs.reading, changes_stage, inputs.bounds, inputs.join_reads
@@ -349,7 +367,7 @@ class StateWrites:
     def _merge_or_recompute(
         self,
         inputs: _MergeInputs,
-        pinned: dict[TableName, delta.SourceSnapshot],
+        pinned: dict[TableName, SourceSnapshot],
         changes_stage: str | None,
         rows_stage: str | None = None,
     ) -> Written:
@@ -362,7 +380,7 @@ class StateWrites:
         settings = emit.merge_settings(plan)
         metadata = self.metadata(guard.write, None)
         # The pinned versions, which a refill and a recomputation read the sources at.
-        versions = delta.versions_of(pinned)
+        versions = versions_of(pinned)
         merge_changes = functools.partial(
             emit.merge_changes, plan, self.state, reading, guard, bounds, join_reads, changes_stage
         )
@@ -397,12 +415,12 @@ class StateWrites:
     def _under(self, settings: Mapping[str, str]) -> Iterator[None]:
         """Session confs set for the statements of the block, reset after it."""
         for key, value in settings.items():
-            self.runner.execute(delta.set_conf(key, value))
+            self.runner.execute(set_conf(key, value))
         try:
             yield
         finally:
             for key in settings:
-                self.runner.execute(delta.reset_conf(key))
+                self.runner.execute(reset_conf(key))
 
     @contextlib.contextmanager
     def staged_feeds(
@@ -480,7 +498,7 @@ class StateWrites:
         """
         staged: list[str] = []
         try:
-            with self._under(delta.STAGE_SETTINGS if stages else {}):
+            with self._under(STAGE_SETTINGS if stages else {}):
                 for stage in stages:
                     self.runner.execute(stage.statement)
                     staged.append(stage.name)
@@ -566,11 +584,11 @@ class StateWrites:
         try:
             columns, rows = self.commit(statement, metadata, settings)
         except Exception as error:
-            if delta.is_concurrent_refresh(error):
+            if is_concurrent_refresh(error):
                 raise ConcurrentRefresh(self.model, self.state, error) from error
-            if delta.is_cancelling_removal(error):
+            if is_cancelling_removal(error):
                 raise CancellingRemoval(error) from error
-            if delta.is_exhausted(error):
+            if is_exhausted(error):
                 raise ExhaustedExtremes(first_line(error, limit=300)) from error
             raise
         # Delta's MERGE answers with one row of counts (num_affected_rows, ...);

@@ -5,9 +5,9 @@ the process's one SparkSession (``SparkSession.builder...getOrCreate()``,
 called again for each statement). Session confs are then shared by all of
 them, and two confs matter to a refresh:
 
-- the commit metadata set for one commit (``delta.USER_METADATA_CONF``) is
+- the commit metadata set for one commit (``delta.confs.USER_METADATA_CONF``) is
   written into any commit another thread of the process makes meanwhile;
-- the version of the session's last commit (``delta.LAST_COMMIT_CONF``) may be
+- the version of the session's last commit (``delta.confs.LAST_COMMIT_CONF``) may be
   another thread's, so the state's version after a refresh's commit had to be
   read from its history: a ``DESCRIBE HISTORY``, one Spark job, 0.26-0.28 s on
   a 1,000-row table, where reading the conf takes 0.02 s (measured 2026-11-30).
