@@ -134,7 +134,7 @@ class SourceSchemaChanges(IvmProject):
 
     cells: tuple[str, ...] = ()
     # In the Thrift slice of the README's test command, over Thrift only: Delta's history maps
-    # come as Hive-rendered text over Thrift (schema_changes.parse_map_text), the harder reading;
+    # come as Hive-rendered text over Thrift (delta.schema_history.parse_map_text), the harder reading;
     # the session run (in scripts/test-extended) reads them as maps, as every other session class
     # that refreshes does.
     thrift_slice = THRIFT

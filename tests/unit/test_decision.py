@@ -12,6 +12,7 @@ import pytest
 
 from dbt.adapters.spark_ivm.delta.history import CommitRows
 from dbt.adapters.spark_ivm.delta.records import RecordedState
+from dbt.adapters.spark_ivm.delta.schema_history import SchemaCommit
 from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot
 from dbt.adapters.spark_ivm.refresh import strategy
 from dbt.adapters.spark_ivm.refresh.decision import (
@@ -24,7 +25,6 @@ from dbt.adapters.spark_ivm.refresh.decision import (
     decide,
     version_ranges,
 )
-from dbt.adapters.spark_ivm.refresh.schema_changes import SchemaCommit
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
 from ivm_compiler import TableName, ViewPlan
 from ivm_compiler.plan import UpstreamModel

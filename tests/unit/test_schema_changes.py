@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 
+from dbt.adapters.spark_ivm.delta.schema_history import SchemaCommit, schema_commits
 from dbt.adapters.spark_ivm.refresh.schema_changes import (
-    SchemaCommit,
     columns_differ,
     describe_column_diff,
     read_column_changes,
-    schema_commits,
 )
 from ivm_compiler.compile import qualify_model
 from ivm_compiler.lineage import columns_read

@@ -19,7 +19,7 @@ from typing import Any
 from sqlglot import exp
 
 from dbt.adapters.spark_ivm.delta.history import CommitRows
-from dbt.adapters.spark_ivm.refresh.schema_changes import SchemaCommit
+from dbt.adapters.spark_ivm.delta.schema_history import SchemaCommit
 from ivm_compiler import TableName
 from ivm_compiler.sql import DIALECT
 
@@ -52,7 +52,7 @@ class SourceSnapshot:
     # newest commits, newest first (what ivm_strategy: auto sizes a change with).
     size_bytes: int | None = None
     recent_commits: tuple[CommitRows, ...] = ()
-    # The column-changing commits among those recent ones (refresh/schema_changes.py),
+    # The column-changing commits among those recent ones (schema_history.py),
     # and the oldest version that history read covers.
     schema_commits: tuple[SchemaCommit, ...] = ()
     history_from: int = 0

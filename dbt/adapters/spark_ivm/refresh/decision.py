@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dbt.adapters.spark_ivm.delta.records import RecordedState
+from dbt.adapters.spark_ivm.delta.schema_history import SchemaCommit
 from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, total_size
 from dbt.adapters.spark_ivm.refresh import schema_changes, strategy
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
@@ -43,10 +44,8 @@ class Facts:
     # Whether the state table exists, and what it last recorded (None: no refresh commit).
     state_exists: bool
     recorded: RecordedState | None = None
-    # Each source's column-changing commits after its recorded version (schema_changes.py).
-    schema_commits: Mapping[TableName, tuple[schema_changes.SchemaCommit, ...]] = field(
-        default_factory=dict
-    )
+    # Each source's column-changing commits after its recorded version (delta/schema_history.py).
+    schema_commits: Mapping[TableName, tuple[SchemaCommit, ...]] = field(default_factory=dict)
     # The dbt materialization of each source that is a 'table' or 'seed' model.
     wholesale: Mapping[TableName, str] = field(default_factory=dict)
     # The model's refresh history (ivm_strategy: auto weighs it).

@@ -21,7 +21,8 @@ from typing import Any
 from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
 from dbt.adapters.spark_ivm.delta import tables
 from dbt.adapters.spark_ivm.delta.history import commit_rows, describe_history
-from dbt.adapters.spark_ivm.refresh import schema_changes, upstreams
+from dbt.adapters.spark_ivm.delta.schema_history import SchemaCommit, schema_commits
+from dbt.adapters.spark_ivm.refresh import upstreams
 from dbt.adapters.spark_ivm.refresh.decision import FALLBACK_TABLE, WHOLESALE_MATERIALIZATIONS
 from ivm_compiler import InvalidSource, TableName, nodes
 from ivm_compiler.errors import first_line
@@ -141,7 +142,7 @@ class Pins:
 
     def schema_commits_after(
         self, table: TableName, after: int, snapshot: tables.SourceSnapshot | None = None
-    ) -> tuple[schema_changes.SchemaCommit, ...]:
+    ) -> tuple[SchemaCommit, ...]:
         """The column-changing commits of `table` after version `after`.
 
         A pin's recent history usually covers the window; a longer one (or no
@@ -151,7 +152,7 @@ class Pins:
             commits = snapshot.schema_commits
         else:
             columns, rows = self.runner.query(describe_history(table))
-            commits = schema_changes.schema_commits(columns, rows)
+            commits = schema_commits(columns, rows)
         return tuple(c for c in commits if c.version > after)
 
     def same_group(self, table: TableName) -> bool:
@@ -311,7 +312,7 @@ class Pins:
             table_id=None,
             version=-1,  # the caller's to pin
             recent_commits=commits,
-            schema_commits=schema_changes.schema_commits(columns, history),
+            schema_commits=schema_commits(columns, history),
             history_from=min(commit.version for commit in commits),
             delta_table=table,
         )
