@@ -37,6 +37,7 @@ from dbt.adapters.spark_ivm.consistency.groups import (
 from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.consistency.strict import StrictReads
 from dbt.adapters.spark_ivm.delta.confs import SINGLE_SESSION_CONF, conf_value, read_conf
+from dbt.adapters.spark_ivm.engine import Engine, engine_of
 from dbt.adapters.spark_ivm.operations import comparison
 from dbt.adapters.spark_ivm.operations.explain import explain, group_lines, write_statements
 from dbt.adapters.spark_ivm.operations.housekeeping import (
@@ -360,7 +361,18 @@ class SparkIvmAdapter(SparkAdapter):
             publisher=publisher,
             invocation_pins=invocation_pins,
             own_session=self._own_session(),
+            engine=self._engine,
         )
+
+    def _engine(self) -> Engine:
+        """The Spark and Delta the connection talks to (engine.py), asked once per process.
+
+        The embedded runtime is one Spark per process; a Thrift server is one
+        per host and port.
+        """
+        credentials = self.config.credentials
+        key = (str(credentials.method), str(credentials.host), credentials.port)
+        return engine_of(key, lambda sql: _AdapterRunner(self).query(sql)[1])
 
     def _own_session(self) -> bool:
         """Whether no other client shares the connection's Spark session (StateWrites.own_session).

@@ -176,6 +176,10 @@ class Staging:
     # one more statement (TestRandomJoinChanges: 238 s of worker time with
     # it, 2026-12-01).
     change_rows: bool = False
+    # Whether a source is large (past SMALL_SOURCE_BYTES, or of unknown size):
+    # the state is then written sorted by its key with deletion vectors
+    # (ivm_compiler/layout.py).
+    large: bool = False
 
 
 # No snapshot staged, each stage in as many partitions as it reads, no confs.
@@ -218,7 +222,7 @@ SMALL_SCAN_SETTINGS = {
 }
 
 
-def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
+def staging(pinned: Mapping[TableName, SourceSnapshot], parallelism: int = 1) -> Staging:
     """How a change over `pinned` runs: without adaptive execution, the cheapest plan if small.
 
     Where every source's size is known (SourceSnapshot.size_bytes) and at
@@ -226,7 +230,9 @@ def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
     every source is at most INTERPRETED_SOURCE_BYTES), every snapshot
     stageable, each stage in SMALL_PARTITIONS; elsewhere CHANGE_SETTINGS,
     with a shuffle partition per PARTITION_BYTES of sources where every
-    size is known.
+    size is known, and at least `parallelism` (the engine's cores: a
+    change over a few hundred MB in one partition left a core idle in
+    each of its shuffles).
 
     >>> small = SourceSnapshot(TableName("s", "t"), None, 3, size_bytes=5_000)
     >>> staged = staging({small.table: small})
@@ -242,9 +248,12 @@ def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
     >>> large = SourceSnapshot(TableName("s", "l"), None, 3, size_bytes=2 * PARTITION_BYTES)
     >>> staging({small.table: small, large.table: large}).settings[SHUFFLE_PARTITIONS_CONF]
     '3'
+    >>> staging({small.table: small, large.table: large}, parallelism=8).settings[SHUFFLE_PARTITIONS_CONF]
+    '8'
     >>> unknown = SourceSnapshot(TableName("s", "u"), None, 3)
-    >>> staging({large.table: large, unknown.table: unknown})
-    Staging(snapshots=frozenset(), partitions=None, settings={'spark.sql.adaptive.enabled': 'false'}, change_rows=True)
+    >>> staging({large.table: large, unknown.table: unknown})  # doctest: +NORMALIZE_WHITESPACE
+    Staging(snapshots=frozenset(), partitions=None, settings={'spark.sql.adaptive.enabled': 'false'},
+            change_rows=True, large=True)
     """
     if _all_small(pinned):
         settings = dict(SMALL_SCAN_SETTINGS)
@@ -254,8 +263,8 @@ def staging(pinned: Mapping[TableName, SourceSnapshot]) -> Staging:
     settings = dict(CHANGE_SETTINGS)
     if pinned and all(s.size_bytes is not None for s in pinned.values()):
         partitions = -(-total_size(pinned.values()) // PARTITION_BYTES)
-        settings[SHUFFLE_PARTITIONS_CONF] = str(max(1, partitions))
-    return Staging(settings=settings, change_rows=True)
+        settings[SHUFFLE_PARTITIONS_CONF] = str(max(parallelism, partitions))
+    return Staging(settings=settings, change_rows=True, large=bool(pinned))
 
 
 def snapshot_sources(pinned: Mapping[TableName, SourceSnapshot]) -> frozenset[TableName]:

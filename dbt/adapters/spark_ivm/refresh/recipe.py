@@ -37,6 +37,7 @@ from dbt.adapters.spark_ivm.delta.tables import (
     total_size,
     versions_of,
 )
+from dbt.adapters.spark_ivm.engine import Engine
 from dbt.adapters.spark_ivm.refresh import (
     decision,
     join_states,
@@ -187,6 +188,9 @@ class Refresh:
     invocation_pins: InvocationPins | None = None
     # No other client shares the connection's Spark session (StateWrites.own_session).
     own_session: bool = False
+    # The Spark and Delta the connection talks to, asked when a write needs it
+    # (None: not known, as in unit tests; a change then runs as on one core).
+    engine: Callable[[], Engine] | None = None
     _started: float = field(default_factory=time.monotonic, init=False, repr=False)
     _split: nodes.Split | None = field(default=None, init=False, repr=False)
     # The properties of the model's view, read once (None: not yet), and of
@@ -398,6 +402,7 @@ class Refresh:
                 upstream_materializations=self.upstream_materializations,
                 parent=self,
                 own_session=self.own_session,
+                engine=self.engine,
             )
             result = node_refresh.run()
             self.relations.created(state, "table")
@@ -638,7 +643,7 @@ class Refresh:
             metadata,
             own_session=self.own_session,
             committed=self.history.committed,
-            staging=staging(pinned),
+            staging=staging(pinned, self.engine().parallelism if self.engine else 1),
         )
 
     def _build(
