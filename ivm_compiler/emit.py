@@ -29,6 +29,7 @@ from ivm_compiler import (
     changes,
     join_states,
     key_bounds,
+    layout,
     log_state,
     merge_source,
     names,
@@ -49,9 +50,9 @@ from ivm_compiler.sql import (
 from ivm_compiler.view_classes import top_k, window
 
 STATE_TABLE_PROPERTIES: dict[str, str] = {
-    # Deletion vectors are left off: on small local tables they made each MERGE
-    # about twice as slow (measured 9-15 s against 4.8 s under load); revisit
-    # with the benchmark for large states, where rewriting whole files costs more.
+    # Deletion vectors are left off on small states: on small local tables they
+    # made each MERGE about twice as slow (measured 9-15 s against 4.8 s under
+    # load). A large state's layout turns them on (layout.py).
 }
 
 
@@ -317,22 +318,31 @@ def create_state(
     versions: Mapping[TableName, int],
     guard: str,
     change_feed: bool = True,
+    state_layout: layout.Layout = layout.PLAIN,
 ) -> str:
     """The state at pinned versions, with its guard row holding this build's refresh id.
 
     `change_feed`: whether ivm models read the state's changes (they do for a
-    plan node, and for a model other ivm models ref).
+    plan node, and for a model other ivm models ref). `state_layout`: how
+    its rows lie in its files (layout.py; its write_settings go with the
+    statement).
     """
     properties = {
         **STATE_TABLE_PROPERTIES,
         **({CHANGE_FEED_PROPERTY: "true"} if change_feed else {}),
         **({log_state.STATE_FORM_PROPERTY: log_state.LOG} if plan.log_state else {}),
+        **state_layout.properties,
     }
-    return _sql(create_delta_table(state, properties, _built_rows(plan, versions, guard)))
+    rows = layout.sorted_rows(_built_rows(plan, versions, guard), state_layout.sort_key)
+    return _sql(create_delta_table(state, properties, rows))
 
 
 def overwrite_state(
-    plan: ViewPlan, state: TableName, versions: Mapping[TableName, int], guard: str
+    plan: ViewPlan,
+    state: TableName,
+    versions: Mapping[TableName, int],
+    guard: str,
+    sort_key: str | None = None,
 ) -> str:
     """The state's rows recomputed at pinned versions, written over the state in place.
 
@@ -342,7 +352,7 @@ def overwrite_state(
     consolidated (reads.signed_changes), where a replaced table makes each
     of them rebuild in turn.
     """
-    rows = _built_rows(plan, versions, guard)
+    rows = layout.sorted_rows(_built_rows(plan, versions, guard), sort_key)
     return _sql(exp.Insert(this=state.to_table(), expression=rows, overwrite=True))
 
 
@@ -371,6 +381,7 @@ def merge_changes(
     staged: str | None = None,
     refill: Mapping[TableName, int] | None = None,
     staged_rows: str | None = None,
+    target: layout.TargetBounds | None = None,
 ) -> str:
     """One MERGE that applies a refresh's whole change to the state, in one Delta commit.
 
@@ -385,7 +396,9 @@ def merge_changes(
     ran out; `refill`, the pinned versions, makes the MERGE that reads
     those groups' values from the sources instead (rules/extremes.py).
     `staged_rows`: the relation stage_change_rows cached the change query's
-    rows in, read instead of the query.
+    rows in, read instead of the query. `target`: the change's keys in a
+    sorted state's sort key (layout.py), so Delta searches only the files
+    they fall in.
     """
     if staged_rows is not None:
         source: exp.Query = exp.select(exp.Star()).from_(exp.Table(this=ident(staged_rows)))
@@ -397,7 +410,7 @@ def merge_changes(
     whens = _change_clauses(plan, state, guard, layered)
     if refill is None and any(p.kept is not None for p in plan.preaggregations):
         whens.insert(1, _refuse_exhausted(state))
-    return _merge_into(plan, state, source, guard, whens)
+    return _merge_into(plan, state, source, guard, whens, target)
 
 
 def merge_changes_recomputing_cancelled(
@@ -468,9 +481,17 @@ def _change_source(
 
 
 def _merge_into(
-    plan: ViewPlan, state: TableName, source: exp.Query, guard: Guard, whens: list[exp.When]
+    plan: ViewPlan,
+    state: TableName,
+    source: exp.Query,
+    guard: Guard,
+    whens: list[exp.When],
+    target: layout.TargetBounds | None = None,
 ) -> str:
-    """MERGE INTO the state USING the guarded `source`, matching on the merge keys."""
+    """MERGE INTO the state USING the guarded `source`, matching on the merge keys.
+
+    `target`: the change's key ranges, a condition on the state alone in ON.
+    """
     # The guard row (NULL keys) matches the guard source row only, never a
     # change row of a NULL group.
     on: exp.Expr = exp.and_(
@@ -479,6 +500,7 @@ def _merge_into(
             for k in plan.merge_keys
         ],
         _same_guard(),
+        *([layout.target_bounds(target, names.TARGET_ALIAS)] if target is not None else []),
     )
     merge = exp.Merge(
         this=aliased(state.to_table(), names.TARGET_ALIAS),

@@ -81,7 +81,7 @@ def _gap(data_type: str, low: exp.Expr, high: exp.Expr) -> exp.Expr | None:
     return None
 
 
-def _bounded_type(data_type: str) -> bool:
+def bounded_type(data_type: str) -> bool:
     text = data_type.lower()
     return text in BOUNDED_TYPES or text.startswith("decimal")
 
@@ -147,7 +147,7 @@ def partner_bounds(
             continue
         partner = partners[theirs.table]
         mine_type, theirs_type = typed(changed, mine), typed(partner, theirs)
-        if mine_type is None or mine_type != theirs_type or not _bounded_type(mine_type):
+        if mine_type is None or mine_type != theirs_type or not bounded_type(mine_type):
             continue
         key = KeyColumn(table=changed.table, column=mine.name, data_type=mine_type)
         found.append(PartnerBound(key, partner.alias, theirs.name))

@@ -49,6 +49,7 @@ from ivm_compiler import (
     changes,
     emit,
     key_bounds,
+    layout,
     log_state,
     merge_source,
     names,
@@ -209,8 +210,13 @@ class StateWrites:
         """
         refresh_id = uuid.uuid4().hex
         txn = log_state.txn_settings(read_version) if plan.log_state else {}
-        statement = emit.create_state(plan, self.state, versions, refresh_id, change_feed)
-        self.commit(statement, self.metadata(refresh_id, None), txn)
+        laid_out = self.state_layout(plan)
+        statement = emit.create_state(plan, self.state, versions, refresh_id, change_feed, laid_out)
+        self.commit(statement, self.metadata(refresh_id, None), {**txn, **laid_out.write_settings})
+
+    def state_layout(self, plan: ViewPlan) -> layout.Layout:
+        """How the state's rows lie in its files: sorted by key where a source is large (layout.py)."""
+        return layout.layout(plan, self.staging.large)
 
     def recompute(
         self,
@@ -250,7 +256,12 @@ class StateWrites:
         if estimated_rows is not None:
             metadata[ESTIMATED_ROWS_KEY] = estimated_rows
         txn = log_state.txn_settings(read_version) if plan.log_state else {}
-        self.commit(emit.overwrite_state(plan, self.state, versions, refresh_id), metadata, txn)
+        laid_out = self.state_layout(plan)
+        self.commit(
+            emit.overwrite_state(plan, self.state, versions, refresh_id, laid_out.sort_key),
+            metadata,
+            {**txn, **laid_out.write_settings},
+        )
 
     def append_change(
         self,
@@ -330,34 +341,37 @@ class StateWrites:
     ) -> Written:
         """apply_change's MERGE, over the change staged first where the plan asks (emit.stages_changes)."""
         plan, guard = inputs.plan, inputs.guard
-        changes_stage = f"{names.STAGED_PREFIX}{guard.write}" if emit.stages_changes(plan) else None
-        # The change query's rows too, once the signed rows are staged,
-        # where a source is large (delta.confs.Staging.change_rows).
+        prefix = f"{names.STAGED_PREFIX}{guard.write}"
+        changes_stage = prefix if emit.stages_changes(plan) else None
+        # The change query's rows too, once the signed rows are staged, where
+        # a source is large (delta.confs.Staging.change_rows); and for a sorted
+        # state, whose MERGE is bounded by the staged rows' keys (layout.py).
         rows_stage = (
-            f"{changes_stage}_rows"
-            if changes_stage is not None and self.staging.change_rows
+            f"{prefix}_rows"
+            if (changes_stage is not None and self.staging.change_rows)
+            or self.state_layout(plan).sort_key is not None
             else None
         )
         try:
-            if changes_stage is not None:
-                with self._under(STAGE_SETTINGS):
+            with self._under(STAGE_SETTINGS if changes_stage or rows_stage else {}):
+                if changes_stage is not None:
                     self.runner.execute(
                         emit.stage_changes(
                             plan, inputs.reading, changes_stage, inputs.bounds, inputs.join_reads
                         )
                     )
-                    if rows_stage is not None:
-                        self.runner.execute(
-                            emit.stage_change_rows(
-                                plan,
-                                self.state,
-                                inputs.reading,
-                                rows_stage,
-                                inputs.bounds,
-                                inputs.join_reads,
-                                changes_stage,
-                            )
+                if rows_stage is not None:
+                    self.runner.execute(
+                        emit.stage_change_rows(
+                            plan,
+                            self.state,
+                            inputs.reading,
+                            rows_stage,
+                            inputs.bounds,
+                            inputs.join_reads,
+                            changes_stage,
                         )
+                    )
             return self._merge_or_recompute(inputs, pinned, changes_stage, rows_stage)
         finally:
             for name in (rows_stage, changes_stage):
@@ -384,8 +398,11 @@ class StateWrites:
         merge_changes = functools.partial(
             emit.merge_changes, plan, self.state, reading, guard, bounds, join_reads, changes_stage
         )
+        target = self._target_bounds(plan, rows_stage) if rows_stage is not None else None
         try:
-            return self._merge(merge_changes(staged_rows=rows_stage), metadata, settings)
+            return self._merge(
+                merge_changes(staged_rows=rows_stage, target=target), metadata, settings
+            )
         except ExhaustedExtremes:
             # The MERGE wrote nothing; this one also reads those groups'
             # best values from the sources at the pinned versions.
@@ -410,6 +427,27 @@ class StateWrites:
         )
         written.recomputed_groups = True
         return written
+
+    def _target_bounds(self, plan: ViewPlan, rows_stage: str) -> layout.TargetBounds | None:
+        """The staged change's key ranges in the state's sort key, for the MERGE's ON (layout.py).
+
+        None where the state is not sorted or its sort key has no bounded type.
+        """
+        sort_key = self.state_layout(plan).sort_key
+        if sort_key is None:
+            return None
+        _, described = self.runner.query(layout.describe_sort_key(rows_stage, sort_key))
+        data_type = str(described[0][1]).lower()
+        if not layout.bounded(data_type):
+            return None
+        sql, key = layout.probe_sort_key(rows_stage, sort_key, data_type)
+        _, rows = self.runner.query(sql)
+        ranges = key_bounds.parse_probe([key], rows)[(key.table, key.column.lower())]
+        self.log.debug(
+            f"{self.model}: the MERGE searches the state's rows with {sort_key} in "
+            + (" or ".join(f"[{lo}, {hi}]" for lo, hi in ranges) or "no range")
+        )
+        return layout.TargetBounds(sort_key, data_type, ranges)
 
     @contextlib.contextmanager
     def _under(self, settings: Mapping[str, str]) -> Iterator[None]:

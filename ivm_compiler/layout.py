@@ -1,0 +1,184 @@
+"""How a large state's rows lie in its files: sorted by the key its MERGEs look up.
+
+Delta skips a file only by the min/max statistics of its columns, for a
+predicate whose values are known when the statement is planned. A state
+written in the order its build query's shuffle leaves it spreads every key
+over every file, so a MERGE of a few thousand change rows into a state of
+millions reads and rewrites every file (the warehouse at scale 6000:
+`slv_orders`' window node rewrote 12 million rows for 8,399 changes).
+
+A large state is therefore written
+
+- sorted by its sort key (`sort_key`: a window's partition column, else
+  the first column its MERGE matches on: an aggregate's first group key, a
+  projection's first column), in files of at most `ROWS_PER_FILE` rows, so
+  each file holds one range of keys. A refresh's MERGE carries the change's
+  key ranges in its ON (`target_bounds`), a condition on the state alone,
+  which Delta's MERGE uses to prune the files it searches for matches: a
+  change whose keys lie in a few ranges (new keys above the top, the
+  recent rows a day's batch touches) reads and rewrites only those files;
+- with deletion vectors (`DELETION_VECTORS_PROPERTY`): a MERGE that
+  changes a few rows of a file marks them deleted and writes the changed
+  rows to a new file, instead of copying the file's other rows, which is
+  what a change spread over the whole key range otherwise costs.
+
+Rows a MERGE inserts or rewrites land in new files whatever their keys, so
+the sort decays with every refresh; `ivm_housekeeping` sorts a state again
+when its unsorted share passes a threshold (docs/performance.md).
+
+Small states (sources under the refresh's large-source size) keep the
+plain layout: sorting them costs their build a shuffle for files there is
+nothing to skip in, and deletion vectors made a small state's MERGE slower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from ivm_compiler import key_bounds, names
+from ivm_compiler.plan import ViewClass, ViewPlan
+from ivm_compiler.sql import TableName
+
+# Spark's writers cut a task's output into files of at most this many rows.
+ROWS_PER_FILE_CONF = "spark.sql.files.maxRecordsPerFile"
+ROWS_PER_FILE = 1_000_000
+
+DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
+# Recorded on a sorted state: the column its files are sorted by, which the
+# refresh bounds its MERGEs by and housekeeping sorts again.
+SORT_KEY_PROPERTY = "spark_ivm.sort_key"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a state is written: sorted by a column or not, with deletion vectors or not."""
+
+    sort_key: str | None = None
+    deletion_vectors: bool = False
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The state table's properties that keep this layout.
+
+        >>> Layout("__ivm_g0", True).properties
+        {'delta.enableDeletionVectors': 'true', 'spark_ivm.sort_key': '__ivm_g0'}
+        >>> Layout().properties
+        {}
+        """
+        found = {}
+        if self.deletion_vectors:
+            found[DELETION_VECTORS_PROPERTY] = "true"
+        if self.sort_key is not None:
+            found[SORT_KEY_PROPERTY] = self.sort_key
+        return found
+
+    @property
+    def write_settings(self) -> dict[str, str]:
+        """The session confs a sorted write runs under: files of at most ROWS_PER_FILE rows."""
+        if self.sort_key is None:
+            return {}
+        return {ROWS_PER_FILE_CONF: str(ROWS_PER_FILE)}
+
+
+PLAIN = Layout()
+
+
+def sort_key(plan: ViewPlan) -> str | None:
+    """The state column a large state is sorted by; None where it has no key to sort by.
+
+    A window's state is merged and read partition by partition; every other
+    state by its merge keys, the first of which is the most selective
+    prefix its readers join or group by. A global aggregate has one row.
+    """
+    if plan.view_class is ViewClass.WINDOW:
+        return plan.window_partition[0].state_column if plan.window_partition else None
+    return plan.merge_keys[0] if plan.keys else None
+
+
+def layout(plan: ViewPlan, large: bool) -> Layout:
+    """The layout of a state whose sources are `large` (delta.Staging's size classes)."""
+    if not large or plan.log_state:
+        # A log's rows are appended in change order: sorting its build
+        # would not outlive the first append.
+        return PLAIN
+    return Layout(sort_key=sort_key(plan), deletion_vectors=True)
+
+
+def sorted_rows(rows: exp.Query, by: str | None) -> exp.Query:
+    """The state's built rows in `by` order (the guard row, whose keys are NULL, first).
+
+    >>> print(sorted_rows(exp.select("a").from_("t"), "a").sql("spark"))
+    SELECT * FROM (SELECT a FROM t) AS `__ivm_sorted` ORDER BY `a`
+    """
+    if by is None:
+        return rows
+    return (
+        exp.select(exp.Star())
+        .from_(rows.subquery(exp.to_identifier(f"{names.RESERVED_PREFIX}sorted", quoted=True)))
+        .order_by(exp.column(by, quoted=True))
+    )
+
+
+@dataclass(frozen=True)
+class TargetBounds:
+    """The change's keys in a sorted state's sort key: the ranges its non-NULL keys lie in."""
+
+    column: str
+    data_type: str
+    ranges: key_bounds.KeyRanges
+
+
+def target_bounds(bounds: TargetBounds, target: str) -> exp.Expr:
+    """A MERGE's condition on its target alone: a row whose key a change row may match, or the guard row.
+
+    Every change row's key lies in one of the ranges or is NULL (the probe
+    leaves NULLs out, so a NULL key is always searched: Delta skips the
+    files without one by their null counts), so the condition removes no
+    match; Delta prunes by it the files it searches for matches.
+
+    >>> b = TargetBounds("k", "int", (("1", "4"),))
+    >>> print(target_bounds(b, "t").sql("spark"))
+    (`t`.`k` BETWEEN CAST('1' AS INT) AND CAST('4' AS INT) OR `t`.`k` IS NULL OR NOT `t`.`__ivm_guard` IS NULL)
+    """
+    column = exp.column(bounds.column, table=exp.to_identifier(target, True), quoted=True)
+    within: list[exp.Expr] = []
+    if bounds.ranges:
+        within.append(key_bounds.ranges_predicate(column, bounds.ranges, bounds.data_type))
+    within.append(exp.Is(this=column.copy(), expression=exp.null()))
+    guard = exp.column(names.GUARD, table=exp.to_identifier(target, True), quoted=True)
+    within.append(exp.not_(exp.Is(this=guard, expression=exp.null())))
+    return exp.paren(exp.or_(*within))
+
+
+def describe_sort_key(staged: str, column: str) -> str:
+    """DESCRIBE QUERY of a staged change's sort key: its type, for the bounds' literals.
+
+    >>> describe_sort_key("__ivm_staged_r1_rows", "__ivm_g0")
+    'DESCRIBE QUERY SELECT `__ivm_g0` FROM `__ivm_staged_r1_rows`'
+    """
+    query = exp.select(exp.column(column, quoted=True)).from_(
+        exp.Table(this=exp.to_identifier(staged, quoted=True))
+    )
+    return f"DESCRIBE QUERY {query.sql(dialect='spark')}"
+
+
+def probe_sort_key(staged: str, column: str, data_type: str) -> tuple[str, key_bounds.KeyColumn]:
+    """The key-bounds probe (key_bounds.probe_query) over a staged change's sort key.
+
+    Returns the probe's SQL and the key whose ranges key_bounds.parse_probe reads from its rows.
+    """
+    table = TableName(db=None, name=staged)
+    key = key_bounds.KeyColumn(table=table, column=column, data_type=data_type)
+    rows = (
+        exp.select(exp.column(column, quoted=True))
+        .from_(exp.Table(this=exp.to_identifier(staged, quoted=True)))
+        .subquery(exp.to_identifier(staged, quoted=True))
+    )
+    return key_bounds.probe_query({table: (rows, [key])}).sql(dialect="spark"), key
+
+
+def bounded(data_type: str) -> bool:
+    """Whether a sort key's probed keys cast back to the values `=` compares (key_bounds.py)."""
+    return key_bounds.bounded_type(data_type)

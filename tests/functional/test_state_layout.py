@@ -1,0 +1,119 @@
+"""A large state is written sorted by its key with deletion vectors, and a MERGE reads only the files of the change's keys (ivm_compiler/layout.py).
+
+The sources here are tiny; the fixtures make every source count as large
+(delta.confs.SMALL_SOURCE_BYTES) and every state file hold at most a few
+rows (layout.ROWS_PER_FILE), so the layout a warehouse-sized state gets is
+checked on a few dozen rows: the files' key ranges, a MERGE that touches
+only the files of its keys (Spark's "number of files read", ScanLog) and
+copies no row (deletion vectors), and the oracle after random changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture
+
+from dbt.adapters.spark_ivm.delta import confs
+from ivm_compiler import layout
+from tests.functional import test_random_changes
+from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, state_builds
+from tests.functional.ivm_project import IvmProject, create_source, model_files
+
+QUERY = "select k, count(*) as n, sum(v) as sv from {src} group by k"
+KEYS = range(1, 21)
+ROWS_PER_FILE = 4
+
+
+@pytest.fixture(scope="class")
+def large_sorted_states():
+    """Every source counts as large; a sorted state's files hold ROWS_PER_FILE rows at most."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+        patch.setattr(layout, "ROWS_PER_FILE", ROWS_PER_FILE)
+        yield
+
+
+@pytest.mark.usefixtures("large_sorted_states")
+class TestLargeStateLayout(IvmProject):
+    @pytest.fixture(scope="class")
+    def models(self):
+        files = model_files(queries={"by_key": QUERY})
+        return {
+            **files,
+            "by_key.sql": "{{ config(ivm_state_form='merged') }}\n" + files["by_key.sql"],
+        }
+
+    @pytest.fixture(scope="class")
+    def source(self, project):
+        rows = ", ".join(f"({k}, 'a', {k}, 1.00)" for k in KEYS)
+        table = create_source(project, rows)
+        run_dbt(["run"])
+        return table
+
+    def _state(self, project) -> str:
+        return f"{project.test_schema}.by_key__ivm_state"
+
+    def _file_ranges(self, spark, state: str) -> list[tuple[int, int]]:
+        """(lowest, highest) key of each data file of the state's current version."""
+        return [
+            (row[0], row[1])
+            for row in spark.sql(
+                f"SELECT MIN(__ivm_g0), MAX(__ivm_g0) FROM {state} "
+                "WHERE __ivm_guard IS NULL GROUP BY _metadata.file_path ORDER BY 1"
+            ).collect()
+        ]
+
+    def _check(self, project, spark) -> None:
+        assert_model_matches_sources(spark, project.test_schema, "by_key", QUERY, ["src"])
+        assert state_builds(spark, project.test_schema, "by_key") == 1
+
+    def test_the_build_writes_sorted_files_with_deletion_vectors(self, project, spark, source):
+        properties = {
+            row[0]: row[1]
+            for row in spark.sql(f"SHOW TBLPROPERTIES {self._state(project)}").collect()
+        }
+        assert properties.get(layout.DELETION_VECTORS_PROPERTY) == "true", properties
+        assert properties.get(layout.SORT_KEY_PROPERTY) == "__ivm_g0", properties
+        ranges = self._file_ranges(spark, self._state(project))
+        # 20 keys in files of at most 4 rows.
+        assert len(ranges) >= len(KEYS) // ROWS_PER_FILE, ranges
+        for (_, high), (low, _) in itertools.pairwise(ranges):
+            assert high < low, f"files' key ranges overlap: {ranges}"
+        self._check(project, spark)
+
+    def test_a_change_at_the_top_reads_and_copies_only_its_files(self, project, spark, source):
+        state = self._state(project)
+        total = spark.sql(f"SELECT COUNT(DISTINCT _metadata.file_path) FROM {state}").first()[0]
+        scans = ScanLog(spark)
+        mark = scans.mark()
+        # An update of the highest key and a new key above it.
+        spark.sql(f"UPDATE {source} SET v = v + 1 WHERE k = {max(KEYS)}")
+        spark.sql(f"INSERT INTO {source} VALUES ({max(KEYS) + 1}, 'b', 5, 2.00)")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        assert "the MERGE searches the state's rows with __ivm_g0 in" in log
+        merge_scans = [s for s in scans.scans_since(mark, state) if "MERGE" in s.execution]
+        assert merge_scans, "no scan of the state in the MERGE"
+        # The file of the top key range, and the guard row's and NULL key's file.
+        assert max(s.files_read for s in merge_scans) <= 2 < total, (merge_scans, total)
+        metrics = spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").first()["operationMetrics"]
+        assert metrics["numTargetRowsCopied"] == "0", metrics
+        assert int(metrics["numTargetDeletionVectorsAdded"]) >= 1, metrics
+        self._check(project, spark)
+
+    def test_changes_spread_over_every_key_stay_exact(self, project, spark, source):
+        spark.sql(f"UPDATE {source} SET v = NULL WHERE k % 3 = 0")
+        spark.sql(f"DELETE FROM {source} WHERE k % 5 = 1")
+        spark.sql(f"INSERT INTO {source} VALUES (NULL, 'c', 7, NULL), (0, 'c', 1, 1.00)")
+        run_dbt(["run"])
+        self._check(project, spark)
+
+
+@pytest.mark.usefixtures("large_sorted_states")
+class TestRandomChangesOverSortedStates(test_random_changes.TestRandomChangeSequences):
+    """The single-source models after random sequences, every state sorted, merged, with vectors."""
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"models": {"+materialized": "ivm", "+ivm_state_form": "merged"}}
