@@ -136,3 +136,63 @@ def test_repair_reruns_only_views_whose_latest_commit_is_unfinished() -> None:
     assert "VIEW a AT 4" in runner.statements
     assert "VIEW b AT 9" not in runner.statements
     assert "'published'" in runner.statements[-1]
+
+
+def _layered_run() -> GroupRun:
+    """Group 'silver' (s1, s2 over raw.src) and group 'gold' (g1, g2 reading s1)."""
+
+    def member(name: str, inputs: set[str], group: str) -> Member:
+        return Member(
+            f"model.p.{name}", name, TableName("analytics", name), frozenset(inputs), group
+        )
+
+    return GroupRun(
+        "inv-2",
+        consistency_groups(
+            [
+                member("s1", {"raw.src"}, "silver"),
+                member("s2", {"raw.src"}, "silver"),
+                member("g1", {"analytics.s1"}, "gold"),
+                member("g2", {"analytics.s1"}, "gold"),
+            ]
+        ),
+    )
+
+
+def test_a_reader_of_a_refreshed_unpublished_group_publishes_after_it() -> None:
+    run, runner, log = _layered_run(), FakeRunner(), FakeLog()
+    _publisher(run, "s1", runner, log).publish(_staged("s1", 4))
+    # gold's members read s1 at its refreshed state before silver publishes.
+    progress, staged = run.staged_upstream(TableName("analytics", "s1"))
+    assert (progress.group.name, staged.state_version) == ("silver", 4)
+    gold = run.progress("model.p.g1")
+    gold.after.add("silver")
+    _publisher(run, "g1", runner, log).publish(_staged("g1", 7))
+    why = _publisher(run, "g2", runner, log).publish(_staged("g2", 8))
+    # Every gold member is in, but silver has not published: nothing moves.
+    assert runner.statements == []
+    assert why is not None and "publishes it after 'silver'" in why
+    # silver's last member publishes silver, then gold, in that order.
+    _publisher(run, "s2", runner, log).publish(_staged("s2", 5))
+    moved = [s for s in runner.statements if s.startswith("ALTER VIEW")]
+    assert moved == [
+        "ALTER VIEW analytics.s1 AS SELECT 4",
+        "ALTER VIEW analytics.s2 AS SELECT 5",
+        "ALTER VIEW analytics.g1 AS SELECT 7",
+        "ALTER VIEW analytics.g2 AS SELECT 8",
+    ]
+    assert run.progress("model.p.g1").committed
+    # Once published, the model is read as its view shows it.
+    assert run.staged_upstream(TableName("analytics", "s1")) is None
+
+
+def test_a_reader_group_publishes_nothing_when_the_group_it_read_fails() -> None:
+    run, runner, log = _layered_run(), FakeRunner(), FakeLog()
+    _publisher(run, "s1", runner, log).publish(_staged("s1", 4))
+    run.progress("model.p.g1").after.add("silver")
+    _publisher(run, "g1", runner, log).publish(_staged("g1", 7))
+    _publisher(run, "s2", runner, log).fail(RuntimeError("boom"))
+    why = _publisher(run, "g2", runner, log).publish(_staged("g2", 8))
+    assert not [s for s in runner.statements if s.startswith("ALTER VIEW")]
+    assert why is not None and "withheld" in why and "'silver'" in why, why
+    assert any("gold" in line and "publishes nothing" in line for line in log.lines), log.lines

@@ -202,6 +202,10 @@ class GroupProgress:
     failed: str | None = None
     started: float = field(default_factory=time.monotonic)
     committed: bool = False
+    # Groups whose states refreshed in this run, not yet published when a
+    # member of this one read them (GroupRun.staged_upstream): this group
+    # publishes after them, and not at all if one of them does not.
+    after: set[str] = field(default_factory=set)
 
     @property
     def waiting(self) -> set[str]:
@@ -229,6 +233,37 @@ class GroupRun:
             return None
         with self.lock:
             return self._progress.setdefault(group.name, GroupProgress(group=group))
+
+    def progresses(self) -> list[GroupProgress]:
+        """Every group of the run that has started."""
+        with self.lock:
+            return list(self._progress.values())
+
+    def staged_upstream(self, relation: TableName) -> tuple[GroupProgress, Staged] | None:
+        """An ivm model of the run refreshed but not yet published by its group, with that group.
+
+        A reader in another group reads it at its refreshed state, so that one
+        dbt invocation carries a change through every layer whatever order
+        its threads run the models in (dbt starts a reader once the models it
+        refs have finished, not once their group has published); the reader's
+        group then publishes only after this one (Publisher). None where the
+        model is not a member of this run, has not refreshed, or its group has
+        already published or will publish nothing.
+        """
+        key = str(relation).lower()
+        with self.lock:
+            for group in {g.name: g for g in self._groups.values()}.values():
+                member = next((m for m in group.members if str(m.relation).lower() == key), None)
+                if member is None:
+                    continue
+                progress = self._progress.get(group.name)
+                if progress is None or progress.committed or progress.failed is not None:
+                    return None
+                staged = progress.staged.get(member.model_id)
+                if staged is None or staged.published:
+                    return None
+                return progress, staged
+        return None
 
 
 def members_from_graph(graph: Mapping[str, Any], selected: Iterable[str]) -> list[Member]:

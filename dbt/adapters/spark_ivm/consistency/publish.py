@@ -191,7 +191,10 @@ class Publisher:
 
     @property
     def grouped(self) -> bool:
-        return self.progress is not None and len(self.progress.group.members) > 1
+        """Whether the member publishes through its group: with others, or after other groups."""
+        return self.progress is not None and (
+            len(self.progress.group.members) > 1 or bool(self.progress.after)
+        )
 
     def publish(self, staged: Staged) -> str | None:
         """Show the member's state now, or with its group; None, or why the view did not move.
@@ -220,6 +223,12 @@ class Publisher:
             )
         if progress.committed:
             return None
+        if not progress.waiting:
+            return (
+                f"not yet shown: consistency group {group!r} publishes it after "
+                + ", ".join(repr(g) for g in sorted(progress.after))
+                + ", whose states it read, publish"
+            )
         return (
             f"not yet shown: consistency group {group!r} publishes it when "
             f"{len(progress.waiting)} more member(s) have refreshed"
@@ -235,10 +244,13 @@ class Publisher:
             self._commit_if_complete()
 
     def fail(self, error: BaseException) -> None:
-        """A member failed: nothing of its group is published in this run."""
+        """A member failed: nothing of its group, nor of the groups that read it, is published."""
+        if self.group_run is None or self.progress is None:
+            return
+        with self.group_run.lock:
+            self._withhold_readers(self.progress.group.name)
         if not self.grouped:
             return
-        assert self.group_run is not None and self.progress is not None
         with self.group_run.lock:
             if self.progress.failed is None:
                 self.progress.failed = self.model
@@ -257,18 +269,59 @@ class Publisher:
             "showing the last committed group state, and the next run publishes them all"
         )
 
-    def _commit_if_complete(self) -> None:
+    def _withhold_readers(self, failed_group: str) -> None:
+        """Groups that read `failed_group`'s unpublished states publish nothing in this run either.
+
+        Their members' states reflect states of that group no reader will
+        see; the next run reads on from those states as it would after any
+        withheld publication.
+        """
+        assert self.group_run is not None
+        for reader in self.group_run.progresses():
+            if failed_group in reader.after and not reader.committed and reader.failed is None:
+                reader.failed = f"consistency group {failed_group!r}, whose states it read,"
+                self.log.warning(
+                    f"consistency group {reader.group.name!r} publishes nothing in this run: "
+                    f"its members read states of {failed_group!r}, which does not publish them"
+                )
+                self._withhold_readers(reader.group.name)
+
+    def _commit_if_complete(self, progress: GroupProgress | None = None) -> None:
+        """Commit the group once every member is in and every group it read has published.
+
+        After a commit, the groups that were waiting only for this one commit too.
+        """
         assert self.group_run is not None and self.progress is not None
-        progress = self.progress
+        progress = progress or self.progress
         if not progress.complete or progress.committed:
             waiting = progress.waiting
-            if waiting and progress.failed is None:
+            if waiting and progress.failed is None and progress is self.progress:
                 self.log.info(
                     f"{self.model}: refreshed; consistency group {progress.group.name!r} "
                     f"publishes when {len(waiting)} more member(s) have refreshed"
                 )
             return
+        upstream = {p.group.name: p for p in self.group_run.progresses()}
+        failed = sorted(g for g in progress.after if upstream[g].failed is not None)
+        if failed:
+            self._withhold_readers(failed[0])
+            if progress.failed is None:
+                progress.failed = f"consistency group {failed[0]!r}, whose states it read,"
+            return
+        pending = sorted(g for g in progress.after if not upstream[g].committed)
+        if pending:
+            self.log.info(
+                f"consistency group {progress.group.name!r}: every member refreshed; it "
+                f"publishes after {', '.join(map(repr, pending))}, whose states it read"
+            )
+            return
         progress.committed = True
+        self._commit_members(progress)
+        for reader in self.group_run.progresses():
+            if progress.group.name in reader.after and not reader.committed:
+                self._commit_if_complete(reader)
+
+    def _commit_members(self, progress: GroupProgress) -> None:
         members = [
             progress.staged[m.model_id]
             for m in progress.group.members
@@ -279,6 +332,12 @@ class Publisher:
             self.log.info(
                 f"consistency group {progress.group.name!r}: no member changed, nothing to publish"
             )
+            return
+        if len(progress.group.members) == 1:
+            # A model on its own that waited for the groups it read: one view
+            # moves, so there is nothing for a commit row to make atomic.
+            for statement in moving[0].publish_sql:
+                self.runner.execute(statement)
             return
         self._commit(progress, members, moving)
 

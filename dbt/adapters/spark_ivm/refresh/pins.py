@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dbt.adapters.spark_ivm.consistency.groups import GroupProgress, Staged
 from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
 from dbt.adapters.spark_ivm.delta import tables
 from dbt.adapters.spark_ivm.delta.history import commit_rows, describe_history
@@ -226,7 +227,29 @@ class Pins:
         if upstream is not None and use_published and upstream.published_version is not None:
             # What the upstream's readers see; a newer state of it is not committed yet.
             version = upstream.published_version
+            staged = self.staged_upstream(table)
+            if staged is not None:
+                # Refreshed earlier in this run by a group that has not
+                # published yet: read at that state, and publish after that group.
+                upstream_progress, refreshed = staged
+                version = refreshed.state_version
+                assert self.publisher is not None and self.publisher.progress is not None
+                self.publisher.progress.after.add(upstream_progress.group.name)
+                self.log.debug(
+                    f"{self.model}: reads {table} at its state refreshed in this run "
+                    f"(version {version}); consistency group "
+                    f"{self.publisher.progress.group.name!r} publishes after "
+                    f"{upstream_progress.group.name!r}"
+                )
         return replace(snapshot, table=table, version=version)
+
+    def staged_upstream(self, table: TableName) -> tuple[GroupProgress, Staged] | None:
+        """An upstream ivm model of another group, refreshed in this run but not yet published."""
+        if self.publisher is None or self.publisher.group_run is None:
+            return None
+        if self.publisher.progress is None or self.same_group(table):
+            return None
+        return self.publisher.group_run.staged_upstream(table)
 
     def describe(
         self,

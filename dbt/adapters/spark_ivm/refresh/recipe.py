@@ -289,6 +289,8 @@ class Refresh:
             materialized == "ivm"
             and self.relations.exists(table) == "view"
             and not self.pins.same_group(table)
+            # Refreshed in this run but not yet shown: its view says nothing of it.
+            and self.pins.staged_upstream(table) is None
         ):
             return unchanged.PUBLISHED
         return materialized
