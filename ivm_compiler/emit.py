@@ -841,8 +841,15 @@ def probe_join_keys(
     return _sql(key_bounds.probe_query(bounded)), key_bounds.probe_columns(bounded)
 
 
-def probe_partitions(plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]) -> str:
-    """A WINDOW model's touched partitions: the distinct keys of its source's change rows."""
+def probe_partitions(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, reads.VersionRange],
+    limit: int = window.MAX_TOUCHED_PARTITIONS,
+) -> str:
+    """A WINDOW model's touched partitions: the distinct keys of its source's change rows.
+
+    At most `limit` + 1 of them: one more than the refresh recomputes by partition.
+    """
     assert plan.view_class is ViewClass.WINDOW and plan.window_partition
     (source,) = plan.sources
     changed = reads.signed_changes(
@@ -850,7 +857,7 @@ def probe_partitions(plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRan
     )
     rows = plan.rows
     assert isinstance(rows, exp.Select)
-    return _sql(window.probe_query(rows, changed, plan.window_partition))
+    return _sql(window.probe_query(rows, changed, plan.window_partition, limit))
 
 
 def merge_partitions(
@@ -859,6 +866,7 @@ def merge_partitions(
     versions: Mapping[TableName, int],
     keys: Sequence[window.PartitionKey],
     guard: Guard,
+    staged_rows: str | None = None,
 ) -> str:
     """One MERGE that replaces a WINDOW model's state rows of the touched partitions.
 
@@ -869,15 +877,45 @@ def merge_partitions(
     the rows' WHERE, in ON and in the delete's condition, so Delta can skip
     other partitions' files in the source and in the state. The guard check
     and move are merge_changes's (a NULL partition's delete spares the guard row).
+    `staged_rows`: the relation stage_partition_rows cached those rows in,
+    read instead of recomputing them.
     """
     assert plan.view_class is ViewClass.WINDOW and plan.window_partition
     types = [p.data_type for p in plan.window_partition]
-    in_rows = window.partition_predicate([p.source for p in plan.window_partition], types, keys)
     in_state = window.partition_predicate(
         [_target_column(p.state_column) for p in plan.window_partition], types, keys
     )
-    rows = _build_query(plan, versions, rows_filter=in_rows)
+    if staged_rows is not None:
+        rows: exp.Query = exp.select(exp.Star()).from_(exp.Table(this=ident(staged_rows)))
+    else:
+        rows = _partition_rows(plan, versions, keys)
     return _merge_recomputed_rows(plan, state, rows, guard, within=in_state)
+
+
+def stage_partition_rows(
+    plan: ViewPlan,
+    versions: Mapping[TableName, int],
+    keys: Sequence[window.PartitionKey],
+    name: str,
+) -> str:
+    """CACHE TABLE <name> AS <the state rows of the touched partitions>, computed once.
+
+    Delta's MERGE reads a source of Delta scans twice (to find the files
+    holding matches, then to rewrite them), so the windows of thousands of
+    partitions were computed twice; cached, they are computed once, and the
+    MERGE joins the state with rows whose size Spark knows.
+    """
+    rows = _partition_rows(plan, versions, keys)
+    return _sql(exp.Cache(this=exp.Table(this=ident(name)), expression=rows))
+
+
+def _partition_rows(
+    plan: ViewPlan, versions: Mapping[TableName, int], keys: Sequence[window.PartitionKey]
+) -> exp.Query:
+    """The state rows of the partitions `keys` at pinned versions (view_classes/window.py)."""
+    types = [p.data_type for p in plan.window_partition]
+    in_rows = window.partition_predicate([p.source for p in plan.window_partition], types, keys)
+    return _build_query(plan, versions, rows_filter=in_rows)
 
 
 def merge_recomputed(

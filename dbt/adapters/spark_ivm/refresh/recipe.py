@@ -81,7 +81,6 @@ from ivm_compiler.compile import source_tables
 from ivm_compiler.errors import StateFormRefused, first_line
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import ViewClass
-from ivm_compiler.view_classes import window as windows_rules
 
 __all__ = ["ConcurrentRefresh", "Refresh", "RefreshResult", "state_of", "table_name_of"]
 
@@ -717,8 +716,8 @@ class Refresh:
         try:
             if plan.view_class is ViewClass.WINDOW:
                 touched = writes.touched_partitions(plan, ranges)
-                if len(touched) > windows_rules.MAX_TOUCHED_PARTITIONS:
-                    limit = windows_rules.MAX_TOUCHED_PARTITIONS
+                if len(touched) > writes.touched_partitions_limit:
+                    limit = writes.touched_partitions_limit
                     reason = f"the change touches more than {limit} window partitions"
                     self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
                     result.action, result.reason = Action.RECOMPUTE, reason

@@ -582,8 +582,17 @@ class StateWrites:
         self, plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
     ) -> list[windows_rules.PartitionKey]:
         """The partition keys a WINDOW model's change touches (at most one over the limit)."""
-        _, rows = self.runner.query(emit.probe_partitions(plan, ranges))
+        _, rows = self.runner.query(
+            emit.probe_partitions(plan, ranges, self.touched_partitions_limit)
+        )
         return windows_rules.parse_probe(rows)
+
+    @property
+    def touched_partitions_limit(self) -> int:
+        """The most partitions a WINDOW refresh recomputes by partition, not as a whole model."""
+        if self.staging.large:
+            return windows_rules.MAX_TOUCHED_PARTITIONS_LARGE
+        return windows_rules.MAX_TOUCHED_PARTITIONS
 
     def apply_partitions(
         self,
@@ -604,11 +613,24 @@ class StateWrites:
                 emit.record_refresh(self.state, refresh_id), self.metadata(refresh_id, guard_read)
             )
             return Written(nothing="the changes touch no window partition")
-        statement = emit.merge_partitions(
-            plan, self.state, versions, touched, emit.Guard(read=guard_read, write=refresh_id)
-        )
+        guard = emit.Guard(read=guard_read, write=refresh_id)
         self.log.debug(f"{self.model}: recomputing {len(touched)} window partitions")
-        return self._merge(statement, self.metadata(refresh_id, None))
+        if not self.staging.large:
+            statement = emit.merge_partitions(plan, self.state, versions, touched, guard)
+            return self._merge(statement, self.metadata(refresh_id, None))
+        # Over large sources the partitions' rows are computed once, before
+        # the MERGE (emit.stage_partition_rows).
+        staged = f"{names.STAGED_PREFIX}{refresh_id}_partitions"
+        try:
+            with self._under({**self.staging.settings, **STAGE_SETTINGS}):
+                self.runner.execute(emit.stage_partition_rows(plan, versions, touched, staged))
+                statement = emit.merge_partitions(
+                    plan, self.state, versions, touched, guard, staged
+                )
+                return self._merge(statement, self.metadata(refresh_id, None))
+        finally:
+            for drop in emit.drop_staged(staged):
+                self.runner.execute(drop)
 
     def _merge(
         self, statement: str, metadata: dict[str, Any], settings: Mapping[str, str] = {}
