@@ -65,6 +65,8 @@ class Step:
     wall_seconds: float = 0.0  # the `dbt run` that refreshed the models, start to end
     table_seconds: float | None = None  # every model rebuilt as `table`, same data
     table_wall_seconds: float | None = None  # that rebuild's `dbt run`, start to end
+    # Each model's own `table` rebuild on the same data, by model name.
+    table_models: dict[str, float] = field(default_factory=dict)
 
     @property
     def model_seconds(self) -> float:
@@ -81,6 +83,15 @@ class Step:
     @property
     def incremental_share(self) -> float:
         return len(self.incremental) / len(self.models) if self.models else 0.0
+
+    @property
+    def slower_than_rebuild(self) -> list[str]:
+        """The models whose refresh took longer than their own `table` rebuild."""
+        return [
+            m.model
+            for m in self.models
+            if m.model in self.table_models and m.seconds > self.table_models[m.model]
+        ]
 
     @property
     def failed_tests(self) -> list[TestOutcome]:
@@ -167,17 +178,18 @@ def build(dbt: DbtProject, name: str, *extra: str) -> Step:
     return step_from(name, [*results, *tests], wall_seconds)
 
 
-def rebuild_as_tables(dbt: DbtProject) -> tuple[float, float]:
-    """Every model built as `table` on the same data: (summed model seconds, wall seconds)."""
+def rebuild_as_tables(dbt: DbtProject, step: Step) -> None:
+    """Every model built as `table` on the same data, timed into `step` (sum, wall, per model)."""
     started = time.monotonic()
     results = dbt.invoke(
         "run", "--target", "table", variables={"warehouse_materialization": "table"}
     )
-    wall_seconds = time.monotonic() - started
+    step.table_wall_seconds = time.monotonic() - started
     failed = [r.node.name for r in results if str(r.status) != "success"]
     if failed:
         raise RuntimeError(f"the table rebuild failed for {', '.join(failed)}")
-    return sum(r.execution_time for r in results), wall_seconds
+    step.table_models = {r.node.name: r.execution_time for r in results}
+    step.table_seconds = sum(step.table_models.values())
 
 
 def execute(spark, statement: str | Insert, scratch: Path) -> None:
@@ -227,7 +239,7 @@ def run_warehouse(
             execute(spark, statement, Path(scratch))
         steps = [build(dbt, "first build", "--full-refresh", *selection)]
         if compare_tables:
-            steps[0].table_seconds, steps[0].table_wall_seconds = rebuild_as_tables(dbt)
+            rebuild_as_tables(dbt, steps[0])
         for number in range(1, batches + 1):
             commits = 0
             for statement in raw.batch(number):
@@ -235,7 +247,7 @@ def run_warehouse(
                 commits += 1
             step = build(dbt, f"batch {number} ({commits} source commits)", *selection)
             if compare_tables:
-                step.table_seconds, step.table_wall_seconds = rebuild_as_tables(dbt)
+                rebuild_as_tables(dbt, step)
             steps.append(step)
     return steps
 
@@ -295,19 +307,47 @@ def markdown(
         ),
         "",
     ]
-    lines += ["## Per model", "", "| model | layer | " + " | ".join(s.name for s in steps) + " |"]
+    lines += [
+        "## Per model",
+        "",
+        (
+            "Each cell: what the ivm model's refresh did and its time, then its own `table` "
+            "rebuild's time on the same data (the cell is bold where the refresh took longer)."
+        ),
+        "",
+        "| model | layer | " + " | ".join(s.name for s in steps) + " |",
+    ]
     lines.append("|---|---|" + "---|" * len(steps))
     by_step = [{m.model: m for m in s.models} for s in steps]
     for model in models:
         cells = []
-        for outcomes in by_step:
+        for step, outcomes in zip(steps, by_step):
             outcome = outcomes.get(model)
-            cells.append(f"{outcome.action} {outcome.seconds:.1f}s" if outcome else "-")
+            cells.append(_model_cell(outcome, step.table_models.get(model)))
         lines.append(f"| {model} | {layers[model]} | " + " | ".join(cells) + " |")
+    for step in steps:
+        slower = step.slower_than_rebuild
+        if step.table_models:
+            lines += [
+                "",
+                f"{step.name}: {len(slower)} of {len(step.models)} models refreshed slower than "
+                "their own `table` rebuild" + (f" ({', '.join(slower)})." if slower else "."),
+            ]
     exceptions = [(s.name, m) for s in steps[1:] for m in s.exceptions]
     lines += ["", "## Not maintained incrementally after the first build", ""]
     lines += [f"- {name}, {m.model}: {m.message}" for name, m in exceptions] or ["- none"]
     return "\n".join(lines) + "\n"
+
+
+def _model_cell(outcome: ModelOutcome | None, rebuild: float | None) -> str:
+    """`action refresh s / table rebuild s`, bold where the refresh took longer."""
+    if outcome is None:
+        return "-"
+    text = f"{outcome.action} {outcome.seconds:.1f}s"
+    if rebuild is None:
+        return text
+    text += f" / {rebuild:.1f}s"
+    return f"**{text}**" if outcome.seconds > rebuild else text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
