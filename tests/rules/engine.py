@@ -180,7 +180,20 @@ class Delete:
     where_value: object
 
 
-Change = Insert | Update | Delete
+@dataclass(frozen=True)
+class Supersede:
+    """UPDATE as `update` says, then INSERT `rows`, in one commit.
+
+    What an SCD2 dimension's MERGE does when a row's attributes change: it
+    closes the current row (sets its valid_to) and opens its successor in the
+    same Delta version, so no version shows the key without a current row.
+    """
+
+    update: Update
+    rows: tuple[Row, ...]
+
+
+Change = Insert | Update | Delete | Supersede
 
 
 @dataclass(frozen=True)
@@ -224,6 +237,15 @@ class DeltaTable:
 
     def commit(self, change: Change) -> int:
         """Apply one statement as one commit; returns the new version."""
+        if isinstance(change, Supersede):
+            self.commit(change.update)
+            self.commit(Insert(change.rows))
+            # The two commits as one: the update's rows and change rows, then the insert's.
+            after, inserted = self.versions.pop(), self.changes.pop()
+            self.versions[-1] = after
+            version = len(self.versions) - 1
+            self.changes[-1] += [ChangeRow(c.row, c.change_type, version) for c in inserted]
+            return version
         rows = self.versions[-1]
         version = len(self.versions)
         if isinstance(change, Insert):

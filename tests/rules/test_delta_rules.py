@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from ivm_compiler import reads
-from tests.rules.engine import Change, ChangeRow, Delete, Insert, Update
+from tests.rules.engine import Change, ChangeRow, Delete, Insert, Supersede, Update
 from tests.rules.models import DIM, MODELS, SRC, TAG, Model, Source
 from tests.rules.oracle import Mismatch, Refreshes, Scenario, run
 
@@ -69,7 +69,24 @@ def changes(source: Source) -> st.SearchStrategy[Change]:
     )
     updates = st.tuples(where, assignment).map(lambda p: Update(*p[0], *p[1]))
     deletes = where.map(lambda w: Delete(*w))
-    return st.one_of(inserts, inserts, updates, deletes)
+    if source.scd2 is None:
+        return st.one_of(inserts, inserts, updates, deletes)
+    return st.one_of(inserts, inserts, updates, deletes, superseding(source, source.scd2))
+
+
+def superseding(source: Source, scd2: tuple[str, str, str]) -> st.SearchStrategy[Change]:
+    """A key's versions closed at a time and its next version opened then, in one commit."""
+    key, valid_from, valid_to = scd2
+    by_name = {c.name: c for c in source.columns}
+    times = [t for t in by_name[valid_from].values if t is not None]
+
+    def opened(pair: tuple[object, object], row: tuple[object, ...]) -> Supersede:
+        k, t = pair
+        named = dict(zip(by_name, row)) | {key: k, valid_from: t, valid_to: None}
+        return Supersede(Update(key, k, valid_to, t), (tuple(named.values()),))
+
+    keys = st.sampled_from(by_name[key].values)
+    return st.builds(opened, st.tuples(keys, st.sampled_from(times)), rows(source))
 
 
 def scenarios(model: Model) -> st.SearchStrategy[Scenario]:
