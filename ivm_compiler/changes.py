@@ -199,11 +199,18 @@ def signed_rows(
                 return table_at_version(table, version, relation.alias, upstream)
 
             term = _reading(select, inputs, read)
+            from_aliases = {node.alias_or_name for node in from_tables(select)}
+            # A bound on a filter's input goes into the ON of its semi or anti join.
+            within: dict[str, list[exp.Expr]] = {}
             for bound in key_bounds.partner_bounds(select, inputs, position, plan.source_columns):
                 predicate = key_bounds.bound_predicate(bound, bounds or {})
-                if predicate is not None:
+                if predicate is None:
+                    continue
+                if bound.partner_alias in from_aliases:
                     term = term.where(predicate)
-            for filter_sign, filtered in _filtered(plan, term, inputs, position, ranges):
+                else:
+                    within.setdefault(bound.partner_alias, []).append(predicate)
+            for filter_sign, filtered in _filtered(plan, term, inputs, position, ranges, within):
                 sign = _term_sign(term_sign * filter_sign, signed)
                 terms.append(filtered.select(exp.alias_(sign, names.SIGN, quoted=True)))
     if not terms:
@@ -220,13 +227,21 @@ def _filtered(
     inputs: list[Input],
     position: int,
     ranges: Mapping[TableName, VersionRange],
+    within: Mapping[str, list[exp.Expr]],
 ) -> list[tuple[int, exp.Select]]:
     """The term's rows through its partner filters, as (sign, SELECT): one, or two for a filter's change.
 
     Each filter before the changed input reads its input at the pinned
     version, each after it at the recorded one (the telescoping sum); the
-    changed filter's two terms are in the module's docstring.
+    changed filter's two terms are in the module's docstring. `within`: by
+    the alias a filter's input is read under, the key bounds of its reads.
     """
+
+    def semi_join(
+        rows: exp.Select, partner: PartnerFilter, relation: exp.Expr, alias: str, anti: bool
+    ) -> exp.Select:
+        return _semi_join(rows, partner, relation, alias, anti, within.get(alias, []))
+
     filters = [(i, f) for i, f in enumerate(inputs) if isinstance(f, PartnerFilter)]
     for index, partner in filters:
         if index == position:
@@ -234,14 +249,14 @@ def _filtered(
         versions = ranges[partner.source.table]
         before = index > position and versions.changed
         relation = _partner_rows(plan, partner, versions, before, partner.source.alias)
-        term = _semi_join(term, partner, relation, partner.source.alias, partner.anti)
+        term = semi_join(term, partner, relation, partner.source.alias, partner.anti)
     changed = inputs[position]
     if not isinstance(changed, PartnerFilter):
         return [(1, term)]
     versions = ranges[changed.source.table]
     upstream = plan.upstreams.get(changed.source.table)
     change, now, then = (names.partner_alias(position, role) for role in ("change", "now", "then"))
-    touched = _semi_join(
+    touched = semi_join(
         term,
         changed,
         signed_changes(changed.source.table, versions, change, upstream),
@@ -251,14 +266,14 @@ def _filtered(
     turned = []
     # A row kept now and not before comes in; one kept before and not now goes.
     for sign, kept_now in ((1, True), (-1, False)):
-        filtered = _semi_join(
+        filtered = semi_join(
             touched,
             changed,
             _partner_rows(plan, changed, versions, False, now),
             now,
             anti=changed.anti == kept_now,
         )
-        filtered = _semi_join(
+        filtered = semi_join(
             filtered,
             changed,
             _partner_rows(plan, changed, versions, True, then),
@@ -295,9 +310,18 @@ def _partner_rows(
 
 
 def _semi_join(
-    rows: exp.Select, partner: PartnerFilter, relation: exp.Expr, alias: str, anti: bool
+    rows: exp.Select,
+    partner: PartnerFilter,
+    relation: exp.Expr,
+    alias: str,
+    anti: bool,
+    bounds: list[exp.Expr],
 ) -> exp.Select:
-    """rows LEFT SEMI (or ANTI) JOIN relation ON the filter's condition, its input named `alias`."""
+    """rows LEFT SEMI (or ANTI) JOIN relation ON the filter's condition, its input named `alias`.
+
+    `bounds`: predicates on the input's key columns (key_bounds.py), which
+    Spark pushes into its read.
+    """
     source = partner.source.alias
 
     def rename(node: exp.Expr) -> exp.Expr:
@@ -308,6 +332,7 @@ def _semi_join(
     condition = partner.condition.copy()
     if alias != source:
         condition = condition.transform(rename)
+    condition = exp.and_(condition, *[b.copy() for b in bounds]) if bounds else condition
     return rows.join(relation, on=condition, join_type="LEFT ANTI" if anti else "LEFT SEMI")
 
 
