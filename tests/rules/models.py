@@ -2,17 +2,16 @@
 
 Every query the Spark property tests run (tests/functional/ivm_project.py) is
 here too, with `{src}`, `{dim}`, `{tag}` and `{hist}` as the Delta tables
-raw.src, raw.dim, raw.tag and raw.hist (an SCD2 dimension, whose changes also
-close a key's versions and open its next in one commit), plus cases those suites lack (EXTRA_QUERIES: INTERSECT
-ALL, EXCEPT, a 3-way join without a CTE, self-joins, aggregates inside
-expressions, GROUP BY ALL, a top-k of rows, global aggregates over outer and
-anti joins, ...) and WINDOW models over raw.events.
+raw.src, raw.dim, raw.tag and raw.hist (an SCD2 dimension, whose changes
+also close a key's versions and open its next in one commit), plus cases
+those suites lack (EXTRA_QUERIES: INTERSECT ALL, EXCEPT, a 3-way join without
+a CTE, self-joins, aggregates inside expressions, GROUP BY ALL, a top-k of
+rows, global aggregates over outer and anti joins, ...) and WINDOW models
+over raw.events. Models with plan nodes (NODE_QUERIES)
+refresh each node first, a model of its own whose state the model reads
+through its change feed (oracle.Refreshes, oracle.chain_of).
 
 Left out, each for a reason:
-- NODE_QUERIES (CTEs and FROM-subqueries that aggregate): the compiler makes
-  each such relation an ivm model of its own, read through its state table's
-  change feed; emulating that needs a second level of Delta tables fed by
-  MERGEs, which this layer does not simulate yet.
 - Window functions without a PARTITION BY column common to all of them:
   refresh.py recomputes such a model whole, so it has no delta rule.
 - Constructs the compiler refuses (NOT IN over several columns, a RIGHT
@@ -24,7 +23,7 @@ Left out, each for a reason:
   order by a unique id wherever one row is picked among others.
 
 To add a case: add its query to EXTRA_QUERIES, naming its sources as
-{src}, {dim}, {tag} or {events}; the property test picks it up.
+{src}, {dim}, {tag}, {hist} or {events}; the property test picks it up.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from ivm_compiler import TableName
 from tests.functional.ivm_project import (
     BAND_JOIN_QUERIES,
     JOIN_QUERIES,
+    NODE_QUERIES,
     OUTER_JOIN_QUERIES,
     QUERIES,
     SEMI_JOIN_QUERIES,
@@ -254,6 +254,7 @@ MODELS: tuple[Model, ...] = tuple(
         **OUTER_JOIN_QUERIES,
         **SEMI_JOIN_QUERIES,
         **BAND_JOIN_QUERIES,
+        **NODE_QUERIES,
         **EXTRA_QUERIES,
     }.items()
 )
