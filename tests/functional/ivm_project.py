@@ -282,6 +282,57 @@ BAND_JOIN_QUERIES = {
     ),
 }
 
+# EXISTS, NOT EXISTS, IN and NOT IN over subqueries that are not one table's
+# rows: each subquery is kept as a plan node (its correlation taken out into
+# the outer test), whose distinct keys' change drives the semi or anti join.
+SUBQUERY_NODE_QUERIES = {
+    # NOT EXISTS over a join, correlated by the key.
+    "not_exists_join": (
+        "select s.k, s.g from {src} s where not exists (select 1 from {dim} d "
+        "join {tag} t on d.name = t.name where d.k = s.k and t.label = 'X')"
+    ),
+    # EXISTS over a CTE that joins (merged into the subquery, which becomes the node).
+    "exists_cte_join": (
+        "with labelled as (select d.k, d.w, t.label from {dim} d join {tag} t "
+        "on d.name = t.name) select s.k, s.v from {src} s where exists "
+        "(select 1 from labelled l where l.k = s.k and l.label is not null)"
+    ),
+    # IN over an aggregating CTE (a node of its own), correlated.
+    "in_cte_aggregate": (
+        "with tops as (select k, max(w) as mw from {dim} group by k) "
+        "select s.k, s.v from {src} s where s.v in (select mw from tops where tops.k = s.k)"
+    ),
+    # NOT IN over an aggregate: a group of only NULLs has a NULL maximum, which hides every row.
+    "not_in_aggregate": (
+        "select s.k, s.v from {src} s where s.v not in (select max(w) from {dim} group by name)"
+    ),
+    # IN over an aggregate correlated by an equality (it joins the GROUP BY), grouped outside.
+    "in_correlated_aggregate": (
+        "select s.g, count(*) as n, sum(s.d) as sd from {src} s where s.v in "
+        "(select min(d.w) from {dim} d where d.k = s.k group by d.name) group by s.g"
+    ),
+    # NOT EXISTS over the groups that pass HAVING.
+    "not_exists_having": (
+        "select s.k, s.g from {src} s where not exists "
+        "(select 1 from {dim} d where d.k = s.k group by d.k having count(*) > 1)"
+    ),
+    # EXISTS over a derived table that filters, correlated by a comparison.
+    "exists_derived_band": (
+        "select s.k, s.v from {src} s where exists (select 1 from "
+        "(select k, w from {dim} where name is not null) x where x.k = s.k and x.w > s.v)"
+    ),
+    # IN over a subquery that nests another.
+    "in_nested": (
+        "select s.k, s.v from {src} s where s.k in (select d.k from {dim} d "
+        "where d.name in (select t.name from {tag} t where t.label = 'X'))"
+    ),
+    # An uncorrelated EXISTS over a join: every row or none.
+    "exists_uncorrelated_join": (
+        "select s.k, s.g from {src} s where exists "
+        "(select 1 from {dim} d join {tag} t on d.name = t.name where d.w > 0)"
+    ),
+}
+
 # CTEs and FROM-subqueries that aggregate, remove duplicates or are set
 # operations: each is kept as a plan node (an ivm model of its own beside the
 # model) that the model reads through its change feed.

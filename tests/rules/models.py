@@ -7,7 +7,7 @@ also close a key's versions and open its next in one commit), plus cases
 those suites lack (EXTRA_QUERIES: INTERSECT ALL, EXCEPT, a 3-way join without
 a CTE, self-joins, aggregates inside expressions, GROUP BY ALL, a top-k of
 rows, global aggregates over outer and anti joins, ...) and WINDOW models
-over raw.events. Models with plan nodes (NODE_QUERIES)
+over raw.events. Models with plan nodes (NODE_QUERIES, SUBQUERY_NODE_QUERIES)
 refresh each node first, a model of its own whose state the model reads
 through its change feed (oracle.Refreshes, oracle.chain_of).
 
@@ -39,6 +39,7 @@ from tests.functional.ivm_project import (
     OUTER_JOIN_QUERIES,
     QUERIES,
     SEMI_JOIN_QUERIES,
+    SUBQUERY_NODE_QUERIES,
 )
 
 
@@ -254,6 +255,7 @@ MODELS: tuple[Model, ...] = tuple(
         **OUTER_JOIN_QUERIES,
         **SEMI_JOIN_QUERIES,
         **BAND_JOIN_QUERIES,
+        **SUBQUERY_NODE_QUERIES,
         **NODE_QUERIES,
         **EXTRA_QUERIES,
     }.items()

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from ivm_compiler import reads
+from ivm_compiler import TableName, reads
 from tests.rules.engine import Change, ChangeRow, Delete, Insert, Supersede, Update
 from tests.rules.models import DIM, MODELS, SRC, TAG, Model, Source
 from tests.rules.oracle import Mismatch, Refreshes, Scenario, run
@@ -414,3 +414,33 @@ def test_a_double_sum_beside_a_pre_aggregation_recomputes_the_model() -> None:
         ((0, "a", 1, None), (0, "a", 2, None)),
     )
     assert len(refreshes.recomputed) == 1 and refreshes.replaced_groups == []
+
+
+# -- plan nodes: a subquery over a join (subquery_inputs.py) --------------------------
+
+NODE_SEED = (
+    (SRC.name, Insert(((1, "a", 1, None), (2, "b", 2, None), (None, "c", 0, None)))),
+    (DIM.name, Insert(((1, "x", 1),))),
+    (TAG.name, Insert((("x", "X"),))),
+)
+# Key 2 gains its first partner in the join, key 1 loses its last.
+NODE_STEPS = (((DIM.name, Insert(((2, "x", 0),))), (DIM.name, Delete("k", 1))),)
+
+
+def _flip_in_nodes(table: TableName, feed: list[ChangeRow]) -> list[ChangeRow]:
+    """The inserted rows of a plan node's state feed, read as deleted (its guard row's too)."""
+    if "__ivm_cte_" not in table.name:
+        return feed
+    return [ChangeRow(c.row, "delete", c.version) if c.change_type == "insert" else c for c in feed]
+
+
+def test_a_subquery_over_a_join_is_a_node_whose_change_drives_the_anti_join() -> None:
+    refreshes = run(MODEL_BY_NAME["not_exists_join"], Scenario(NODE_SEED, NODE_STEPS))
+    (node,) = refreshes.nodes
+    assert node.state == TableName("analytics", "model__ivm_cte_subquery__ivm_state")
+    assert node.tables[node.state].version == 2  # built, then refreshed once
+
+
+def test_a_flipped_sign_in_a_nodes_change_feed_is_caught() -> None:
+    with pytest.raises(Mismatch, match=CAUGHT):
+        run(MODEL_BY_NAME["not_exists_join"], Scenario(NODE_SEED, NODE_STEPS), hook=_flip_in_nodes)

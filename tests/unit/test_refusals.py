@@ -190,34 +190,50 @@ REFUSED = [
         r"^select columns of the subquery's own table",
     ),
     (
-        "in_subquery_that_aggregates",
-        "SELECT a FROM shop.t WHERE a IN (SELECT MAX(a) FROM shop.u)",
-        r"^an IN subquery that aggregates$",
-        r"^build the subquery as an ivm model of its own and ref\(\) it inside the IN, or ",
-    ),
-    (
-        "exists_subquery_that_groups",
-        "SELECT a FROM shop.t WHERE EXISTS (SELECT a FROM shop.u WHERE u.a = t.a GROUP BY a)",
-        r"^an EXISTS subquery that aggregates$",
-        r"ref\(\) it inside the EXISTS",
-    ),
-    (
         "not_exists_subquery_with_limit",
         "SELECT a FROM shop.t WHERE NOT EXISTS (SELECT 1 FROM shop.u WHERE u.a = t.a LIMIT 1)",
         r"^LIMIT in a NOT EXISTS subquery \(which rows it keeps depends on their order\)$",
         r"^remove it, or ",
     ),
+    # Subqueries kept as plan nodes (subquery_inputs.py) whose correlation cannot be taken out
     (
-        "nested_subquery",
-        "SELECT a FROM shop.t WHERE a IN (SELECT a FROM shop.u WHERE a IN (SELECT id FROM shop.kv))",
-        r"^a subquery nested inside an IN subquery$",
-        r"^build the inner part as an ivm model of its own",
+        "correlated_aggregate_without_group_by",
+        "SELECT a FROM shop.t WHERE b IN (SELECT MAX(u.a) FROM shop.u WHERE u.a = t.a)",
+        (
+            r"^an IN subquery that aggregates without GROUP BY and reads the outer query "
+            r"\(over an outer row's empty set of rows it still has one row"
+        ),
+        r"^GROUP BY the subquery's correlated column",
     ),
     (
-        "in_subquery_over_a_join",
-        "SELECT a FROM shop.t WHERE a IN (SELECT u.a FROM shop.u JOIN shop.kv ON u.a = kv.id)",
-        r"^an IN subquery that reads a join, a CTE or a derived table$",
-        r"ref\(\) it inside the IN",
+        "aggregate_correlated_by_a_comparison",
+        "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u WHERE u.a < t.a GROUP BY u.a)",
+        (
+            r"^the condition `u`.`a` < `t`.`a` in an EXISTS subquery that aggregates \(it "
+            r"relates the subquery to the outer query other than by an equality"
+        ),
+        r"^correlate an aggregating subquery by equalities of its columns",
+    ),
+    (
+        "correlation_in_a_subquerys_join",
+        (
+            "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u JOIN shop.kv "
+            "ON u.a = kv.id AND kv.n = t.b)"
+        ),
+        (
+            r"^the outer query's column `t`.`b` read by an EXISTS subquery outside the "
+            r"top-level AND conditions of its WHERE"
+        ),
+        r"^move the correlation into the subquery's WHERE",
+    ),
+    (
+        "correlation_in_a_nested_subquerys_condition",
+        (
+            "SELECT a FROM shop.t WHERE a IN (SELECT u.a FROM shop.u "
+            "WHERE u.a IN (SELECT kv.id FROM shop.kv WHERE kv.n = t.b))"
+        ),
+        r"^the condition `u`.`a` IN \(SELECT .* in an IN subquery, which nests a subquery that",
+        r"^correlate the inner subquery with the subquery's own tables",
     ),
     (
         "not_in_over_two_columns",
