@@ -164,7 +164,13 @@ def check(model: str, root: exp.Query, in_set_operation: bool) -> set[int]:
 
 
 def _check_shape(model: str, predicate: SubqueryPredicate) -> None:
-    """One table, filtered: what a semi join against its distinct keys can stand for."""
+    """One table, filtered: what a semi join against its distinct keys can stand for.
+
+    A refresh makes a subquery of another shape a plan node first
+    (subquery_inputs.py, through nodes.split_nodes), so the join, CTE,
+    aggregate and nesting refusals below only meet a query compiled
+    without its nodes split off.
+    """
     select, kind, a_kind = predicate.subquery, predicate.kind, predicate.a_kind
     build_it = (
         "build the subquery as an ivm model of its own and ref() it inside the "
