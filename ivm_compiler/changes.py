@@ -29,6 +29,23 @@ change (reads.key_changes).
 Outer joins are not linear in their null-supplying input; the compiler
 rewrites them as signed inner-join terms over inputs and key relations
 (rules/outer_joins.py), and the same sum runs over each term's inputs.
+
+A term's partner filters (plan.PartnerFilter: a semi or anti join of its rows
+with an input R on a whole condition θ) are its last inputs. A filter keeps
+or drops each row by itself, so a term is linear in its other inputs, which
+change as above with every filter read at its recorded version (R_before,
+the distinct rows of R counted from its pinned version and change,
+reads.rows_before) or, for one R did not change, its pinned one. The filter's
+own change, with every other input at its pinned version, is the rows whose
+answer R's change turns: a row without a partner among R's change rows dR
+has the same partners before and after, so only rows that dR partners can
+turn, and for an anti join
+
+    d(X ▷_θ R) =  X' ⋉_θ dR ▷_θ R' ⋉_θ R_before   (lost their last partner: +1)
+                - X' ⋉_θ dR ⋉_θ R' ▷_θ R_before   (gained their first: -1)
+
+(a semi join's signs are the other way round): two more terms, each
+exact, and no row among them appears in both.
 """
 
 from __future__ import annotations
@@ -38,12 +55,13 @@ from collections.abc import Callable, Collection, Mapping
 from sqlglot import exp
 
 from ivm_compiler import key_bounds, names, reads
-from ivm_compiler.plan import KeyRelation, SourceRef, ViewPlan
+from ivm_compiler.plan import KeyRelation, PartnerFilter, SourceRef, ViewPlan
 from ivm_compiler.reads import (
     VersionRange,
     key_changes,
     keys_at_version,
     keys_before,
+    rows_before,
     signed_changes,
     table_at_version,
     table_before,
@@ -67,8 +85,9 @@ def branch_sources(branch: exp.Select) -> list[SourceRef]:
 JoinReads = Mapping[str, Mapping[int, exp.Expr]]
 
 
-# What one relation of a FROM clause stands for: a source, or an outer join's key relation.
-Input = SourceRef | KeyRelation
+# What one input of a term stands for: a source or an outer join's key relation
+# (the relations of its FROM clause, in order), or a partner filter (after them).
+Input = SourceRef | KeyRelation | PartnerFilter
 
 
 def _input_table(relation: Input) -> TableName:
@@ -78,7 +97,10 @@ def _input_table(relation: Input) -> TableName:
 def _reading(
     select: exp.Select, inputs: list[Input], read: Callable[[int, Input], exp.Expr]
 ) -> exp.Select:
-    """A SELECT with its index-th FROM relation replaced by read(index, inputs[index])."""
+    """A SELECT with its index-th FROM relation replaced by read(index, inputs[index]).
+
+    The partner filters, after the FROM relations in `inputs`, are left to _filtered.
+    """
     rows = select.copy()
     for index, (node, relation) in enumerate(zip(from_tables(rows), inputs)):
         node.replace(read(index, relation))
@@ -89,7 +111,9 @@ def linear_terms(plan: ViewPlan) -> list[tuple[int, exp.Select, list[Input]]]:
     """(sign, SELECT, its inputs) whose signed sum is the rows; each is an inner join.
 
     Without outer joins: each operand once, positively. With them: the
-    plan's signed join terms (rules/outer_joins.py).
+    plan's signed join terms (rules/outer_joins.py), a term's inputs being
+    its FROM relations and then its partner filters, which keep or drop
+    the SELECT's rows.
     """
     if plan.join_terms:
         terms = []
@@ -100,7 +124,7 @@ def linear_terms(plan: ViewPlan) -> list[tuple[int, exp.Select, list[Input]]]:
                 or SourceRef(alias=node.alias_or_name, table=TableName.of(node))
                 for node in from_tables(term.rows)
             ]
-            terms.append((term.sign, term.rows, inputs))
+            terms.append((term.sign, term.rows, [*inputs, *term.filters]))
         return terms
     return [(1, branch, list(branch_sources(branch))) for branch in branches(plan)]
 
@@ -146,8 +170,9 @@ def signed_rows(
             if not ranges[_input_table(changed)].changed:
                 continue
             # The aliases whose rows carry a sign: the changed input, and the
-            # later ones read as a signed bag at their recorded version.
-            signed = [changed.alias]
+            # later ones read as a signed bag at their recorded version. A
+            # filter's change carries its sign in its two terms instead.
+            signed = [] if isinstance(changed, PartnerFilter) else [changed.alias]
 
             def read(
                 index: int, relation: Input, position: int = position, signed: list = signed
@@ -174,13 +199,20 @@ def signed_rows(
                 return table_at_version(table, version, relation.alias, upstream)
 
             term = _reading(select, inputs, read)
+            from_aliases = {node.alias_or_name for node in from_tables(select)}
+            # A bound on a filter's input goes into the ON of its semi or anti join.
+            within: dict[str, list[exp.Expr]] = {}
             for bound in key_bounds.partner_bounds(select, inputs, position, plan.source_columns):
                 predicate = key_bounds.bound_predicate(bound, bounds or {})
-                if predicate is not None:
+                if predicate is None:
+                    continue
+                if bound.partner_alias in from_aliases:
                     term = term.where(predicate)
-            terms.append(
-                term.select(exp.alias_(_term_sign(term_sign, signed), names.SIGN, quoted=True))
-            )
+                else:
+                    within.setdefault(bound.partner_alias, []).append(predicate)
+            for filter_sign, filtered in _filtered(plan, term, inputs, position, ranges, within):
+                sign = _term_sign(term_sign * filter_sign, signed)
+                terms.append(filtered.select(exp.alias_(sign, names.SIGN, quoted=True)))
     if not terms:
         raise ValueError("signed_rows needs at least one source with changes in its window")
     # Built reading sources by time travel; staged snapshots replace those reads.
@@ -189,12 +221,133 @@ def signed_rows(
     return staged
 
 
+def _filtered(
+    plan: ViewPlan,
+    term: exp.Select,
+    inputs: list[Input],
+    position: int,
+    ranges: Mapping[TableName, VersionRange],
+    within: Mapping[str, list[exp.Expr]],
+) -> list[tuple[int, exp.Select]]:
+    """The term's rows through its partner filters, as (sign, SELECT): one, or two for a filter's change.
+
+    Each filter before the changed input reads its input at the pinned
+    version, each after it at the recorded one (the telescoping sum); the
+    changed filter's two terms are in the module's docstring. `within`: by
+    the alias a filter's input is read under, the key bounds of its reads.
+    """
+
+    def semi_join(
+        rows: exp.Select, partner: PartnerFilter, relation: exp.Expr, alias: str, anti: bool
+    ) -> exp.Select:
+        return _semi_join(rows, partner, relation, alias, anti, within.get(alias, []))
+
+    filters = [(i, f) for i, f in enumerate(inputs) if isinstance(f, PartnerFilter)]
+    for index, partner in filters:
+        if index == position:
+            continue
+        versions = ranges[partner.source.table]
+        before = index > position and versions.changed
+        relation = _partner_rows(plan, partner, versions, before, partner.source.alias)
+        term = semi_join(term, partner, relation, partner.source.alias, partner.anti)
+    changed = inputs[position]
+    if not isinstance(changed, PartnerFilter):
+        return [(1, term)]
+    versions = ranges[changed.source.table]
+    upstream = plan.upstreams.get(changed.source.table)
+    change, now, then = (names.partner_alias(position, role) for role in ("change", "now", "then"))
+    touched = semi_join(
+        term,
+        changed,
+        signed_changes(changed.source.table, versions, change, upstream),
+        change,
+        anti=False,
+    )
+    turned = []
+    # A row kept now and not before comes in; one kept before and not now goes.
+    for sign, kept_now in ((1, True), (-1, False)):
+        filtered = semi_join(
+            touched,
+            changed,
+            _partner_rows(plan, changed, versions, False, now),
+            now,
+            anti=changed.anti == kept_now,
+        )
+        filtered = semi_join(
+            filtered,
+            changed,
+            _partner_rows(plan, changed, versions, True, then),
+            then,
+            anti=changed.anti != kept_now,
+        )
+        turned.append((sign, filtered))
+    return turned
+
+
+def _partner_rows(
+    plan: ViewPlan, partner: PartnerFilter, versions: VersionRange, before: bool, alias: str
+) -> exp.Expr:
+    """A filter's input at its pinned version, or (`before`) at its recorded one as distinct rows.
+
+    At the recorded version only whether a row has a partner matters, so the
+    distinct values of the columns the condition reads stand for the input
+    (reads.rows_before), counted from its pinned version and change rows.
+    """
+    table = partner.source.table
+    upstream = plan.upstreams.get(table)
+    if not before:
+        return table_at_version(table, versions.pinned, alias, upstream)
+    columns = list(
+        dict.fromkeys(
+            column.name
+            for column in partner.condition.find_all(exp.Column)
+            if column.table == partner.source.alias
+        )
+    )
+    if upstream is None and table not in plan.source_columns:
+        return table_at_version(table, versions.recorded, alias)
+    return rows_before(table, versions, alias, columns, upstream)
+
+
+def _semi_join(
+    rows: exp.Select,
+    partner: PartnerFilter,
+    relation: exp.Expr,
+    alias: str,
+    anti: bool,
+    bounds: list[exp.Expr],
+) -> exp.Select:
+    """rows LEFT SEMI (or ANTI) JOIN relation ON the filter's condition, its input named `alias`.
+
+    `bounds`: predicates on the input's key columns (key_bounds.py), which
+    Spark pushes into its read.
+    """
+    source = partner.source.alias
+
+    def rename(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table == source:
+            return exp.column(node.name, table=ident(alias), quoted=True)
+        return node
+
+    condition = partner.condition.copy()
+    if alias != source:
+        condition = condition.transform(rename)
+    condition = exp.and_(condition, *[b.copy() for b in bounds]) if bounds else condition
+    return rows.join(relation, on=condition, join_type="LEFT ANTI" if anti else "LEFT SEMI")
+
+
 def _term_sign(term_sign: int, aliases: list[str]) -> exp.Expr:
     """The sign of a term's row: the product of its signed inputs' signs, negated for a negative term.
 
+    A term with no signed input (a partner filter's change) has the term's sign.
+
     >>> _term_sign(-1, ["a", "b"]).sql("spark")
     '-(`a`.`__ivm_sign` * `b`.`__ivm_sign`)'
+    >>> _term_sign(-1, []).sql("spark")
+    '-1'
     """
+    if not aliases:
+        return exp.Literal.number(term_sign)
     sign: exp.Expr = exp.column(names.SIGN, table=ident(aliases[0]), quoted=True)
     for alias in aliases[1:]:
         sign = exp.Mul(

@@ -19,6 +19,23 @@ Only equalities between two plain columns of the same orderable type whose
 text form casts back to the same value (integers, decimals, strings, dates)
 are used, and only in terms whose joins are all inner: a bound on the padded
 side of an outer join, or inside a semi join, would drop rows that matter.
+
+A term's partner filters (plan.PartnerFilter, a semi or anti join on a whole
+condition) are bounded by the equalities among their condition's top-level
+conjuncts, and only those, both ways:
+
+- a changed input's term reads a filter's input within the range of its
+  change keys: every row of the term carries a change key, and a partner
+  of that row equals it, so the partners outside the range decide nothing
+  (the bound goes into the semi or anti join's ON);
+- a filter's own change keeps only the rows that a change row of its input
+  partners, so the term's other inputs equal to that input's columns are
+  read within the range of those change keys, and so is the input itself
+  at both versions (a partner of a kept row equals the row, which equals a
+  change row).
+
+A comparison (`ts BETWEEN valid_from AND valid_to`) bounds nothing: the
+probe would have to know the other side's values.
 """
 
 from __future__ import annotations
@@ -30,7 +47,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.plan import SourceRef
+from ivm_compiler.plan import PartnerFilter, SourceRef
 from ivm_compiler.sql import TableName, conjuncts
 
 # Types whose MIN/MAX cast to text and back is the same value, compared as
@@ -125,24 +142,79 @@ def partner_bounds(
 ) -> list[PartnerBound]:
     """The partners of input `position` of an inner-join term that its change keys can narrow.
 
-    `inputs` are the term's FROM relations in order; only plain sources
-    (SourceRef) are bounded, on either side.
+    `inputs` are the term's FROM relations in order, then its partner
+    filters; only plain sources (SourceRef) and filters' inputs are bounded.
+    A bound's partner alias is a FROM relation's (for the term's WHERE), a
+    filter's input's (for that filter's ON), or, for a filter's own change,
+    its input's at either version (names.partner_alias).
     """
     changed = inputs[position]
-    if not isinstance(changed, SourceRef) or not inner_joins_only(select):
+    if isinstance(changed, PartnerFilter):
+        return _filter_change_bounds(select, inputs, position, source_columns)
+    if not isinstance(changed, SourceRef):
         return []
+    found = []
+    if inner_joins_only(select):
+        partners = {
+            relation.alias: relation
+            for index, relation in enumerate(inputs)
+            if index != position and isinstance(relation, SourceRef)
+        }
+        found += _bounds(
+            changed, partners, column_equalities(join_conditions(select)), source_columns
+        )
+    for index, partner in enumerate(inputs):
+        if isinstance(partner, PartnerFilter) and index != position:
+            # The filter reads its input under its own alias (changes._filtered).
+            found += _bounds(
+                changed,
+                {partner.alias: partner.source},
+                column_equalities(conjuncts(partner.condition, nested=True)),
+                source_columns,
+            )
+    return found
+
+
+def _filter_change_bounds(
+    select: exp.Select,
+    inputs: Sequence[object],
+    position: int,
+    source_columns: Mapping[TableName, Mapping[str, str]],
+) -> list[PartnerBound]:
+    """A partner filter's change: the FROM relations and its input, within its change keys."""
+    changed = inputs[position]
+    assert isinstance(changed, PartnerFilter)
+    source = changed.source
     partners = {
         relation.alias: relation
-        for index, relation in enumerate(inputs)
-        if index != position and isinstance(relation, SourceRef)
+        for relation in inputs
+        if isinstance(relation, SourceRef) and relation.alias != source.alias
     }
+    equalities = column_equalities(conjuncts(changed.condition, nested=True))
+    found = _bounds(source, partners, equalities, source_columns)
+    # The input itself, at the versions its change's two terms read it at,
+    # on the columns that bounded a relation.
+    for bound in list(found):
+        for role in ("now", "then"):
+            alias = names.partner_alias(position, role)
+            found.append(PartnerBound(bound.key, alias, bound.key.column))
+    return found
+
+
+def _bounds(
+    changed: SourceRef,
+    partners: Mapping[str, SourceRef],
+    equalities: list[tuple[exp.Column, exp.Column]],
+    source_columns: Mapping[TableName, Mapping[str, str]],
+) -> list[PartnerBound]:
+    """Each (changed column, partner column) equality of one orderable type, as a bound."""
 
     def typed(ref: SourceRef, column: exp.Column) -> str | None:
         columns = {name.lower(): t for name, t in source_columns.get(ref.table, {}).items()}
         return columns.get(column.name.lower())
 
     found = []
-    for mine, theirs in column_equalities(join_conditions(select)):
+    for mine, theirs in equalities:
         if mine.table != changed.alias or theirs.table not in partners:
             continue
         partner = partners[theirs.table]
@@ -150,7 +222,9 @@ def partner_bounds(
         if mine_type is None or mine_type != theirs_type or not bounded_type(mine_type):
             continue
         key = KeyColumn(table=changed.table, column=mine.name, data_type=mine_type)
-        found.append(PartnerBound(key, partner.alias, theirs.name))
+        bound = PartnerBound(key, theirs.table, theirs.name)
+        if bound not in found:
+            found.append(bound)
     return found
 
 

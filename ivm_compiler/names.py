@@ -158,6 +158,11 @@ NET_SIGN = f"{RESERVED_PREFIX}net_sign"
 CHANGED_ROWS_ALIAS = f"{RESERVED_PREFIX}cr"  # a source's change rows, undone (reads.table_before)
 # The keys a key relation's change rows hold, beside the input's own alias (reads.key_changes).
 TOUCHED_KEYS_ALIAS = f"{RESERVED_PREFIX}touched"
+# A partner filter's input at its recorded version, signed, before its rows are
+# counted (reads.rows_before); the one column of that count when the filter's
+# condition reads none of the input's columns.
+BEFORE_ALIAS = f"{RESERVED_PREFIX}before"
+ANY = f"{RESERVED_PREFIX}any"
 
 
 RANKED_ALIAS = f"{RESERVED_PREFIX}ranked"  # a top-k view's full ranking, before its LIMIT
@@ -243,6 +248,15 @@ def semi_key_relation(predicate_index: int, role: str) -> str:
     has a NULL) or "rows" (NOT IN: the subquery has a row).
     """
     return f"{RESERVED_PREFIX}semi{predicate_index}_{role}"
+
+
+def partner_alias(input_index: int, role: str) -> str:
+    """The alias of a changed partner filter's input in one of the three joins of its change.
+
+    role: "change" (its change rows), "now" (its pinned version) or "then"
+    (its recorded version); changes.signed_rows joins each to the term's rows.
+    """
+    return f"{RESERVED_PREFIX}partner{input_index}_{role}"
 
 
 def subquery_alias(predicate_index: int) -> str:

@@ -1,4 +1,4 @@
-"""Plan nodes: the CTEs and FROM-subqueries that cannot be merged into the model's query.
+"""Plan nodes: the CTEs, FROM-subqueries and EXISTS/IN subqueries that cannot be merged into the model's query.
 
 A relation that only filters, projects and joins is merged into the query that
 reads it (compile.py). One that aggregates, removes duplicates or is a set
@@ -28,7 +28,7 @@ from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
 from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
-from ivm_compiler import names, window_inputs
+from ivm_compiler import names, subquery_inputs, window_inputs
 from ivm_compiler.compile import qualify_model, source_tables
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import parse_model, parse_statement
@@ -80,10 +80,12 @@ def split_nodes(
 
     schemas = {table: columns(table) for table in source_tables(tree)}
     # LEFT SEMI/ANTI JOINs as EXISTS first, as compile_model does before qualifying.
-    qualified = qualify_model(model, semi_joins.joins_as_exists(model, tree), schemas)
-    merged = window_inputs.split_inputs(
-        eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
+    qualified = subquery_inputs.mark(
+        qualify_model(model, semi_joins.joins_as_exists(model, tree), schemas)
     )
+    inlined = eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
+    assert isinstance(inlined, exp.Query)  # the qualified model, its relations merged
+    merged = window_inputs.split_inputs(subquery_inputs.split_subqueries(model, inlined))
     with_ = merged.args.get("with_")
     if with_ is None or not with_.expressions:
         parse_model(model, sql)
@@ -163,8 +165,10 @@ def _operands_as_subqueries(tree: exp.Expr) -> exp.Expr:
 
 
 def _has_relations_to_split(tree: exp.Expr) -> bool:
-    """A CTE, a derived table in FROM/JOIN, or windows over more than one relation (window_inputs.py)."""
-    if any(True for _ in tree.find_all(exp.CTE)):
+    """A CTE, a derived table in FROM/JOIN, windows over more than one relation
+    (window_inputs.py), or an EXISTS/IN subquery that is not one table's rows
+    (subquery_inputs.py)."""
+    if any(True for _ in tree.find_all(exp.CTE)) or subquery_inputs.needs_nodes(tree):
         return True
     if any(window_inputs.needs_split(select) for select in tree.find_all(exp.Select)):
         return True

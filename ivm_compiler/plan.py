@@ -116,12 +116,39 @@ class KeyRelation:
 
 
 @dataclass(frozen=True)
+class PartnerFilter:
+    """A semi or anti join of a term's rows with one input, on a whole condition.
+
+    A row of the term is kept while it has a partner in the input (`anti`:
+    while it has none) under `condition`, which may compare the two sides any
+    way (`fact.ts BETWEEN dim.valid_from AND dim.valid_to`). Whether a row has
+    a partner then depends on the row, not only on an equality key, so no key
+    relation can stand for it; the filter is read as Spark's LEFT SEMI or
+    LEFT ANTI JOIN of the input at a version, and its change is the rows whose
+    answer the input's change turns (changes.signed_rows, rules/outer_joins.py).
+    """
+
+    # The input's table, and the alias `condition` names its columns by.
+    source: SourceRef
+    # The whole condition: equalities, comparisons of the two sides, and
+    # conditions on either side alone.
+    condition: exp.Expr
+    anti: bool
+
+    @property
+    def alias(self) -> str:
+        return self.source.alias
+
+
+@dataclass(frozen=True)
 class JoinTerm:
     """One signed inner-join term of a model whose FROM has outer joins.
 
     The model's rows equal the sum of sign * rows over its terms (as bags with
-    multiplicities), and each term only joins inputs and key relations, so its
-    change follows the telescoping join rule; changes.signed_rows sums them.
+    multiplicities), and each term only joins inputs and key relations, then
+    keeps the rows its partner filters pass, so its change follows the
+    telescoping join rule with the filters as its last inputs;
+    changes.signed_rows sums them.
     """
 
     sign: int
@@ -129,6 +156,9 @@ class JoinTerm:
     # gone, their columns replaced by typed NULLs.
     rows: exp.Select
     key_relations: tuple[KeyRelation, ...]
+    # Semi and anti joins on conditions that compare the sides other than by
+    # equality, applied to the rows in order.
+    filters: tuple[PartnerFilter, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -447,6 +447,39 @@ def table_before(
     return exp.union(now, undone, distinct=False, copy=False).subquery(ident(alias), copy=False)
 
 
+def rows_before(
+    table: TableName,
+    versions: VersionRange,
+    alias: str,
+    columns: list[str],
+    upstream: UpstreamModel | None = None,
+) -> exp.Subquery:
+    """The distinct values of `columns` among a relation's rows at its recorded version.
+
+    Counted as keys_before counts keys: the rows at the pinned version less
+    the range's signed change rows (table_before), grouped by the columns,
+    kept where their count is positive. What a semi or anti join on a
+    condition reading those columns asks of the relation (a partner filter,
+    changes.py); without columns, one row while the relation has any.
+
+    >>> rows = rows_before(TableName("raw", "d"), VersionRange(2, 5), "d", ["k"]).this
+    >>> rows.sql("spark")[: rows.sql("spark").index(" FROM")]
+    'SELECT `k`'
+    >>> rows.args["group"].sql("spark"), rows.args["having"].sql("spark")
+    ('GROUP BY `k`', 'HAVING SUM(`__ivm_sign`) > 0')
+    """
+    signed = table_before(table, versions, names.BEFORE_ALIAS, columns, upstream)
+    projected: list[exp.Expr] = [exp.column(c, quoted=True) for c in columns]
+    rows = exp.select(*(projected or [exp.alias_(exp.Literal.number(1), names.ANY, quoted=True)]))
+    rows = rows.from_(signed, copy=False)
+    if projected:
+        rows = rows.group_by(*[p.copy() for p in projected], copy=False)
+    count = exp.Sum(this=exp.column(names.SIGN, quoted=True))
+    return rows.having(exp.GT(this=count, expression=exp.Literal.number(0)), copy=False).subquery(
+        ident(alias), copy=False
+    )
+
+
 def _output_names(view: exp.Select) -> list[str]:
     return [projection.alias_or_name for projection in view.expressions]
 

@@ -23,22 +23,55 @@ RIGHT JOIN mirrors LEFT; FULL JOIN pads both sides, with one K per side. A
 chain of joins applies the rule join by join to every term so far; a term
 whose join compares a padded (NULL) column can have no rows and is dropped.
 
-Supported: ON conditions that are a conjunction of equalities between the
-two sides (at least one) and conditions on one side alone. RIGHT and FULL
-joins must be the first join of the FROM clause, because the padding of the
-left side needs the distinct keys of everything joined before it.
+Conditions that compare the two sides other than by equality
+----------------------------------------------------------------
+
+With a condition c(l, r) beside the equalities (the SCD2 point-in-time
+lookup `s.k = d.k AND s.ts BETWEEN d.valid_from AND d.valid_to`, or a band
+with no equality at all), whether a row of L is padded depends on the row,
+not on its key, and K cannot stand for it. The padded rows are then L's rows
+that have no partner under the whole condition θ, an anti join:
+
+    L LEFT JOIN R ON θ  =  (L JOIN R ON θ) + pad(L ▷_θ R)
+
+and the padding term is a term with a partner filter (plan.PartnerFilter):
+its rows are kept while they have no partner in R. An anti join is linear in
+L (it filters L row by row), so the term's change is, with the filter as its
+last input (changes.signed_rows),
+
+    d pad(L ▷_θ R) =  pad(dL ▷_θ R_before)
+                    + pad(L' ⋉_θ dR ▷_θ R' ⋉_θ R_before)
+                    - pad(L' ⋉_θ dR ⋉_θ R' ▷_θ R_before)
+
+where L' and R' are the inputs at the pinned versions and R_before R at the
+recorded one. A row of L' without a partner among R's change rows has the
+same partners before and after, so only the rows that some change row of R
+partners (L' ⋉ dR) can gain or lose their padding: the second line pads the
+rows that lost their last partner, the third unpads those that gained their
+first. So the change reads what a change of R partners through θ, found
+through the equalities when θ has some (Delta skips L's files outside the
+change's key range, key_bounds.py), and through the whole condition when it
+has none. R_before is read as R's distinct rows counted from its pinned
+version and change rows (reads.rows_before), no old snapshot; it is read
+only when R changed. An outer join whose ON holds only equalities and
+conditions on one side keeps the key relation above: its terms join K by
+key, which costs less than a semi join on the whole condition.
+
+RIGHT and FULL joins must be the first join of the FROM clause, because the
+padding of the left side needs the distinct keys (or, with a partner filter,
+the rows) of everything joined before it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.plan import JoinTerm, KeyRelation, SourceRef
+from ivm_compiler.errors import NotMaintainable
+from ivm_compiler.plan import JoinTerm, KeyRelation, PartnerFilter, SourceRef
 from ivm_compiler.sql import DIALECT, TableName, conjunction, equality_sides, ident
 
 OUTER_SIDES = ("LEFT", "RIGHT", "FULL")
@@ -56,22 +89,28 @@ def has_outer_join(select: exp.Select) -> bool:
 
 @dataclass(frozen=True)
 class _OnCondition:
-    """An outer join's ON, split: key equalities, and conditions on one side alone."""
+    """An outer join's ON, split: key equalities, conditions on one side alone, and the rest."""
 
     keys: tuple[tuple[exp.Expr, exp.Expr], ...]  # (left side, right side)
     left_only: tuple[exp.Expr, ...]
     right_only: tuple[exp.Expr, ...]
+    # Conditions relating the two sides other than by an equality of the two
+    # sides' expressions (comparisons, BETWEEN, expressions over both).
+    across: tuple[exp.Expr, ...] = ()
+    # The whole ON as written.
+    whole: exp.Expr | None = None
 
 
 @dataclass(frozen=True)
 class _Partial:
-    """A term under construction: its sign, FROM, inner JOINs so far and padded aliases."""
+    """A term under construction: its sign, FROM, inner JOINs so far, padded aliases, filters."""
 
     sign: int
     first: exp.Expr
     joins: tuple[exp.Join, ...] = ()
     padded: frozenset[str] = frozenset()
     key_relations: tuple[KeyRelation, ...] = ()
+    filters: tuple[PartnerFilter, ...] = ()
 
     def joined(self, join: exp.Join, relation: KeyRelation | None = None) -> _Partial:
         extra = (relation,) if relation else ()
@@ -80,23 +119,31 @@ class _Partial:
     def padding(self, alias: str) -> _Partial:
         return replace(self, padded=self.padded | {alias})
 
+    def filtered(self, partner: PartnerFilter) -> _Partial:
+        return replace(self, filters=(*self.filters, partner))
+
     def negated(self) -> _Partial:
         return replace(self, sign=-self.sign)
 
 
 def expand(
-    model: str, rows: exp.Select, column_types: Mapping[str, Mapping[str, str]]
+    model: str,
+    rows: exp.Select,
+    column_types: Mapping[str, Mapping[str, str]],
+    filters: tuple[PartnerFilter, ...] = (),
 ) -> tuple[JoinTerm, ...]:
     """The model's flattened rows as signed inner-join terms; () when FROM has no outer join.
 
     `column_types` gives, per alias of the FROM clause, each column's Spark
     type (lower-case names), for the typed NULLs that stand for padded columns.
+    `filters`: partner filters the rows already have (semi joins on whole
+    conditions, rules/semi_joins.py); each term keeps them, padded as it is.
     """
     joins = rows.args.get("joins") or []
     if not any(outer_side(join) for join in joins):
         return ()
     first = rows.args["from_"].this
-    partials = [_Partial(sign=1, first=first)]
+    partials = [_Partial(sign=1, first=first, filters=filters)]
     left_aliases = {first.alias_or_name}
     for index, join in enumerate(joins):
         alias = join.this.alias_or_name
@@ -120,11 +167,9 @@ def expand(
         left_aliases.add(alias)
     terms = []
     for partial in partials:
-        select = _term_rows(rows, partial, column_types)
-        if select is not None:
-            terms.append(
-                JoinTerm(sign=partial.sign, rows=select, key_relations=partial.key_relations)
-            )
+        term = _term(rows, partial, column_types)
+        if term is not None:
+            terms.append(term)
     return tuple(terms)
 
 
@@ -135,6 +180,9 @@ def _outer_terms(
     right_alias = right.alias_or_name
     inner = exp.Join(this=right.copy(), on=join.args["on"].copy())
     terms = [partial.joined(inner)]
+    if on.across or not on.keys:
+        # No key decides alone whether a row has a partner.
+        return terms + _filtered_padding(partial, join, on, side)
     if side in ("LEFT", "FULL"):
         # The preserved left rows, padded, minus those that have a partner.
         keys = KeyRelation(
@@ -160,6 +208,40 @@ def _outer_terms(
         matched = key_join(keys, [r for _, r in on.keys], on.right_only)
         terms.append(padded_left)
         terms.append(padded_left.joined(matched, keys).negated())
+    return terms
+
+
+def _filtered_padding(
+    partial: _Partial, join: exp.Join, on: _OnCondition, side: str
+) -> list[_Partial]:
+    """The padded rows of an ON that compares the sides other than by equality: anti joins.
+
+    pad(L ▷_θ R) for LEFT, pad(R ▷_θ L) for RIGHT, both for FULL (the
+    module's docstring); the preserved side's rows that have no partner
+    under the whole ON.
+    """
+    assert on.whole is not None
+    right = join.this
+    terms = []
+    if side in ("LEFT", "FULL"):
+        unmatched = PartnerFilter(
+            source=SourceRef(alias=right.alias_or_name, table=TableName.of(right)),
+            condition=on.whole.copy(),
+            anti=True,
+        )
+        terms.append(partial.padding(right.alias_or_name).filtered(unmatched))
+    if side in ("RIGHT", "FULL"):
+        # Only as the first join: the left side is the single input `partial.first`.
+        left = partial.first
+        unmatched = PartnerFilter(
+            source=SourceRef(alias=left.alias_or_name, table=TableName.of(left)),
+            condition=on.whole.copy(),
+            anti=True,
+        )
+        padded_left = replace(
+            partial, first=right.copy(), padded=partial.padded | {left.alias_or_name}
+        )
+        terms.append(padded_left.filtered(unmatched))
     return terms
 
 
@@ -198,7 +280,7 @@ def _split_on(model: str, join: exp.Join, left_aliases: set[str], right_alias: s
             f"a {written} without an ON condition",
             "join on equalities of the two sides' columns, e.g. ON a.id = b.id",
         )
-    keys, left_only, right_only = [], [], []
+    keys, left_only, right_only, across = [], [], [], []
     for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
         used = exp.column_table_names(conjunct)
         if used <= {right_alias} and used:
@@ -208,49 +290,69 @@ def _split_on(model: str, join: exp.Join, left_aliases: set[str], right_alias: s
         elif (pair := equality_sides(conjunct, left_aliases, right_alias)) is not None:
             keys.append(pair)
         else:
-            raise NotMaintainable(
-                model,
-                f"the condition {conjunct.sql(dialect=DIALECT)} in the {written} (it "
-                "compares the two sides other than by equality)",
-                "keep equalities between the two sides and conditions on one side in ON, "
-                "and move the rest to an inner join or a model of its own",
-            )
-    if not keys:
-        raise NotMaintainable(
-            model,
-            f"a {written} with no equality between the two sides' columns",
-            "join on at least one equality, e.g. ON a.id = b.id, or " + FALLBACK_HINT,
-        )
-    return _OnCondition(keys=tuple(keys), left_only=tuple(left_only), right_only=tuple(right_only))
+            across.append(conjunct)
+    return _OnCondition(
+        keys=tuple(keys),
+        left_only=tuple(left_only),
+        right_only=tuple(right_only),
+        across=tuple(across),
+        whole=on,
+    )
 
 
-def _term_rows(
+def _term(
     rows: exp.Select, partial: _Partial, column_types: Mapping[str, Mapping[str, str]]
-) -> exp.Select | None:
-    """The term's SELECT: the rows' columns and WHERE over its inner joins; None when empty."""
+) -> JoinTerm | None:
+    """The term: the rows' columns and WHERE over its inner joins, then its filters; None when empty."""
     select = rows.copy()
     select.set("from_", exp.From(this=partial.first.copy()))
     select.set("joins", [join.copy() for join in partial.joins] or None)
 
-    def pad(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Column) and node.table in partial.padded:
-            data_type = column_types[node.table][node.name.lower()]
-            return exp.Cast(this=exp.Null(), to=exp.DataType.build(data_type, dialect=DIALECT))
-        return node
+    def padding(kept: str | None = None) -> Callable[[exp.Expr], exp.Expr]:
+        padded = partial.padded - {kept} if kept else partial.padded
 
-    padded = select.transform(pad)
+        def pad(node: exp.Expr) -> exp.Expr:
+            if isinstance(node, exp.Column) and node.table in padded:
+                data_type = column_types[node.table][node.name.lower()]
+                return exp.Cast(this=exp.Null(), to=exp.DataType.build(data_type, dialect=DIALECT))
+            return node
+
+        return pad
+
+    padded = select.transform(padding())
     assert isinstance(padded, exp.Select)  # pad replaces columns only, never the root
     select = padded
     for join in select.args.get("joins") or []:
-        on = join.args.get("on")
-        conjuncts = on.flatten() if isinstance(on, exp.And) else [on] if on else []
-        if any(
-            isinstance(c, exp.EQ) and (_is_null(c.this) or _is_null(c.expression))
-            for c in conjuncts
-        ):
+        if _never_true(join.args.get("on")):
             # An equality with a padded column is never true: the term has no rows.
             return None
-    return select
+    filters = []
+    for partner in partial.filters:
+        # A filter's condition reads its own input's columns (the padding of
+        # an outer join's null-supplying side stands beside its filter), and
+        # NULLs for the other padded inputs.
+        condition = partner.condition.transform(padding(kept=partner.source.alias))
+        if _never_true(condition):
+            if not partner.anti:
+                return None  # no row has a partner: a semi join keeps none
+            continue  # and an anti join keeps every row
+        filters.append(replace(partner, condition=condition))
+    return JoinTerm(
+        sign=partial.sign,
+        rows=select,
+        key_relations=partial.key_relations,
+        filters=tuple(filters),
+    )
+
+
+def _never_true(condition: exp.Expr | None) -> bool:
+    """One of the condition's conjuncts is an equality with a padded (NULL) column."""
+    conjuncts = (
+        condition.flatten() if isinstance(condition, exp.And) else [condition] if condition else []
+    )
+    return any(
+        isinstance(c, exp.EQ) and (_is_null(c.this) or _is_null(c.expression)) for c in conjuncts
+    )
 
 
 def _is_null(node: exp.Expr) -> bool:

@@ -33,8 +33,16 @@ which expands to the inner-join terms
 
 Conditions of the subquery on its own table go into the key relation;
 conditions on the outer row alone go into the ON of its join with K (a row
-failing them has an empty subquery); anything else that relates the two
-sides is refused.
+failing them has an empty subquery).
+
+A subquery correlated other than by equalities (`d.valid_from <= s.ts`)
+has no key that decides alone whether a row has a partner: the semi or anti
+join is then a partner filter on its whole condition (plan.PartnerFilter),
+whose change is the rows whose answer the subquery's change turns, found
+through the change rows (rules/outer_joins.py derives it for the padding of
+an outer join, which is the same anti join). NOT IN keeps its NULL rules
+there by its anti join's condition `x = y OR (x = y) IS NULL`, as the build
+writes it.
 
 The build reads the same rows with Spark's own LEFT SEMI and LEFT ANTI joins
 (NOT IN's anti join matches when x = y is true or NULL), appended after the
@@ -51,7 +59,7 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
-from ivm_compiler.plan import JoinTerm, KeyRelation, SourceRef
+from ivm_compiler.plan import JoinTerm, KeyRelation, PartnerFilter, SourceRef
 from ivm_compiler.rules import outer_joins
 from ivm_compiler.sql import (
     DIALECT,
@@ -156,7 +164,13 @@ def check(model: str, root: exp.Query, in_set_operation: bool) -> set[int]:
 
 
 def _check_shape(model: str, predicate: SubqueryPredicate) -> None:
-    """One table, filtered: what a semi join against its distinct keys can stand for."""
+    """One table, filtered: what a semi join against its distinct keys can stand for.
+
+    A refresh makes a subquery of another shape a plan node first
+    (subquery_inputs.py, through nodes.split_nodes), so the join, CTE,
+    aggregate and nesting refusals below only meet a query compiled
+    without its nodes split off.
+    """
     select, kind, a_kind = predicate.subquery, predicate.kind, predicate.a_kind
     build_it = (
         "build the subquery as an ivm model of its own and ref() it inside the "
@@ -227,6 +241,9 @@ class SemiJoin:
     anti: bool
     # NOT IN only: (x, y), compared with NULL-aware rules.
     null_aware: tuple[exp.Expr, exp.Expr] | None = None
+    # Conditions relating the outer row and the subquery's row other than by
+    # an equality (a partner filter, not a key relation, then keeps the rows).
+    across: tuple[exp.Expr, ...] = ()
 
     @property
     def alias(self) -> str:
@@ -362,7 +379,7 @@ def _semi_join(
 ) -> SemiJoin:
     """Split a semi join's conditions into key equalities and conditions on one side."""
     inner_alias = table.alias_or_name
-    keys, outer_only, inner_only = [], [], []
+    keys, outer_only, inner_only, across = [], [], [], []
     for conjunct in conditions:
         used = exp.column_table_names(conjunct)
         if used <= {inner_alias}:
@@ -371,13 +388,14 @@ def _semi_join(
             outer_only.append(conjunct)
         elif (pair := equality_sides(conjunct, outer_aliases, inner_alias)) is not None:
             keys.append(pair)
+        elif used <= outer_aliases | {inner_alias}:
+            across.append(conjunct)
         else:
             raise NotMaintainable(
                 model,
-                f"the condition {conjunct.sql(dialect=DIALECT)} in {written} (it relates the "
-                "subquery to the outer query other than by an equality)",
-                "correlate by equalities between an outer and a subquery column, with "
-                "other conditions on one side alone, or " + FALLBACK_HINT,
+                f"the condition {conjunct.sql(dialect=DIALECT)} in {written} (it reads "
+                "relations that are neither the subquery's table nor the outer query's)",
+                "correlate with the outer query's own inputs, or " + FALLBACK_HINT,
             )
     return SemiJoin(
         written=written,
@@ -386,6 +404,7 @@ def _semi_join(
         outer_only=tuple(outer_only),
         inner_only=tuple(inner_only),
         anti=anti,
+        across=tuple(across),
     )
 
 
@@ -402,7 +421,7 @@ def as_joins(rows: exp.Select, semi_joins: tuple[SemiJoin, ...]) -> exp.Select:
         conditions: list[exp.Expr] = [
             exp.EQ(this=o.copy(), expression=i.copy()) for o, i in semi.keys
         ]
-        conditions += [c.copy() for c in (*semi.outer_only, *semi.inner_only)]
+        conditions += [c.copy() for c in (*semi.outer_only, *semi.inner_only, *semi.across)]
         if semi.null_aware is not None:
             # x NOT IN (... y ...) drops the row when some y compares true or NULL
             # with x. Written as Spark rewrites NOT IN itself, so that its
@@ -433,6 +452,10 @@ class _Term:
     sign: int
     select: exp.Select
     key_relations: tuple[KeyRelation, ...] = ()
+    filters: tuple[PartnerFilter, ...] = ()
+
+    def filtered(self, partner: PartnerFilter) -> _Term:
+        return replace(self, filters=(*self.filters, partner))
 
     def joined(self, relation: KeyRelation, outer_keys: list[exp.Expr], semi: SemiJoin):
         select = self.select.copy()
@@ -440,7 +463,7 @@ class _Term:
         select.set("joins", [*joins, outer_joins.key_join(relation, outer_keys, semi.outer_only)])
         return replace(self, select=select, key_relations=(*self.key_relations, relation))
 
-    def filtered(self, condition: exp.Expr) -> _Term:
+    def where(self, condition: exp.Expr) -> _Term:
         return replace(self, select=self.select.copy().where(condition))
 
     def negated(self) -> _Term:
@@ -465,15 +488,16 @@ def expand(
         return ()
     expanded = []
     for term in terms:
-        outer = outer_joins.expand(model, term.select, column_types)
+        outer = outer_joins.expand(model, term.select, column_types, term.filters)
         if not outer:
-            expanded.append(JoinTerm(term.sign, term.select, term.key_relations))
+            expanded.append(JoinTerm(term.sign, term.select, term.key_relations, term.filters))
         for inner in outer:
             expanded.append(
                 JoinTerm(
                     sign=term.sign * inner.sign,
                     rows=inner.rows,
                     key_relations=(*term.key_relations, *inner.key_relations),
+                    filters=inner.filters,
                 )
             )
     return tuple(expanded)
@@ -497,6 +521,16 @@ def _terms(term: _Term, semi: SemiJoin, index: int) -> list[_Term]:
         )
         return relation, [outer for outer, _ in pairs]
 
+    if semi.across:
+        # No key decides alone: the rows are kept by a semi or anti join on
+        # the whole condition (NOT IN's with its NULL rules, as as_joins writes it).
+        (join,) = as_joins(term.select, (semi,)).args["joins"][-1:]
+        partner = PartnerFilter(
+            source=SourceRef(alias=semi.alias, table=TableName.of(semi.table)),
+            condition=join.args["on"].copy(),
+            anti=semi.anti,
+        )
+        return [term.filtered(partner)]
     if semi.null_aware is None:
         matched = term.joined(*keys("keys", list(semi.keys)), semi)
         return [term, matched.negated()] if semi.anti else [matched]
@@ -508,7 +542,7 @@ def _terms(term: _Term, semi: SemiJoin, index: int) -> list[_Term]:
     without_null_terms = [
         term,
         term.joined(*partners, semi).negated(),
-        term.filtered(x_is_null).joined(*has_rows, semi).negated(),
+        term.where(x_is_null).joined(*has_rows, semi).negated(),
     ]
     if _never_null(y, semi.inner_only):
         # The subquery filters its NULLs out (the common `WHERE y IS NOT NULL`):
@@ -517,7 +551,7 @@ def _terms(term: _Term, semi: SemiJoin, index: int) -> list[_Term]:
     has_null = keys("null", list(semi.keys), exp.Is(this=y.copy(), expression=exp.Null()))
     return [
         *without_null_terms,
-        term.filtered(exp.Not(this=x_is_null.copy())).joined(*has_null, semi).negated(),
+        term.where(exp.Not(this=x_is_null.copy())).joined(*has_null, semi).negated(),
         term.joined(*has_null, semi).joined(*partners, semi),
     ]
 

@@ -16,6 +16,7 @@ sources:
       - name: src
       - name: dim
       - name: tag
+      - name: hist
 """
 
 # Source rows: a nullable key, a small nullable group, nullable values of two
@@ -202,6 +203,136 @@ SEMI_JOIN_QUERIES = {
     ),
 }
 
+# An SCD2 dimension over src's keys: each version of a key valid from
+# valid_from up to valid_to, NULL for the current one; src's v is a fact's time.
+HIST_DDL = (
+    "CREATE TABLE {table} (k INT, name STRING, valid_from INT, valid_to INT) USING DELTA "
+    "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+)
+
+# Joins whose conditions compare the two sides other than by equality: a
+# padded row appears and vanishes as the rows its own values fall between
+# arrive and go (not as its key gains or loses partners), and a semi or anti
+# join keeps a row by its own values likewise.
+BAND_JOIN_QUERIES = {
+    # The SCD2 point-in-time lookup, BETWEEN with the current version open-ended.
+    "scd2_between": (
+        "select s.k, s.v, h.name from {src} s left join {hist} h "
+        "on s.k = h.k and s.v between h.valid_from and coalesce(h.valid_to, 99)"
+    ),
+    # The half-open form with a NULL valid_to for the current version, grouped.
+    "scd2_half_open": (
+        "select h.name, count(*) as n, count(h.k) as matched, sum(s.d) as sd, max(s.v) as mx "
+        "from {src} s left join {hist} h on s.k = h.k and s.v >= h.valid_from "
+        "and (s.v < h.valid_to or h.valid_to is null) group by h.name"
+    ),
+    # The lookup, then a LEFT JOIN through its padded side.
+    "scd2_chain": (
+        "select s.g, h.name, t.label from {src} s left join {hist} h "
+        "on s.k = h.k and s.v between h.valid_from and coalesce(h.valid_to, 99) "
+        "left join {tag} t on h.name = t.name"
+    ),
+    # An inner band join with no equality.
+    "band_inner": (
+        "select s.k, s.g, h.name from {src} s join {hist} h "
+        "on s.v between h.valid_from and h.valid_to"
+    ),
+    # A LEFT JOIN on a band alone, with a condition on the null-supplying side.
+    "band_left_no_key": (
+        "select s.k, s.v, h.k as hk from {src} s left join {hist} h "
+        "on s.v >= h.valid_from and s.v < h.valid_to and h.name is not null"
+    ),
+    # A FULL JOIN comparing the sides beside its key: both sides padded.
+    "band_full": (
+        "select h.name, s.g, s.v from {hist} h full join {src} s "
+        "on h.k = s.k and s.v > h.valid_from"
+    ),
+    # A RIGHT JOIN with a comparison and a condition on the preserved side.
+    "band_right_grouped": (
+        "select d.name, count(s.k) as n, sum(s.v) as sv from {src} s right join {dim} d "
+        "on s.k = d.k and s.v < d.w and d.name is not null group by d.name"
+    ),
+    # One table on both sides: each row with the later rows of its key.
+    "self_band": (
+        "select a.k, a.v, b.v as later from {src} a left join {src} b on a.k = b.k and b.v > a.v"
+    ),
+    # NOT EXISTS by the SCD2 range: the facts no version of their key covers.
+    "scd2_not_exists": (
+        "select s.k, s.v, s.g from {src} s where not exists (select 1 from {hist} h "
+        "where h.k = s.k and s.v >= h.valid_from and (h.valid_to is null or s.v < h.valid_to))"
+    ),
+    # EXISTS by an inequality alone, grouped.
+    "exists_band_grouped": (
+        "select s.g, count(*) as n, sum(s.d) as sd from {src} s where exists "
+        "(select 1 from {hist} h where s.v > h.valid_from and h.name = 'x') group by s.g"
+    ),
+    # LEFT SEMI JOIN on a comparison beside the key.
+    "semi_join_comparison": (
+        "select s.k, s.v from {src} s left semi join {dim} d on s.k = d.k and s.v <> d.w"
+    ),
+    # NOT IN correlated by an inequality: Spark's NULL rules within each row's subquery.
+    "not_in_correlated_band": (
+        "select s.k, s.v from {src} s where s.v not in "
+        "(select h.valid_from from {hist} h where h.k <> s.k)"
+    ),
+    # NOT EXISTS comparing the subquery with an outer join's padded side.
+    "left_then_not_exists_band": (
+        "select s.k, d.name from {src} s left join {dim} d on s.k = d.k "
+        "where not exists (select 1 from {hist} h where h.name = d.name and d.w >= h.valid_from)"
+    ),
+}
+
+# EXISTS, NOT EXISTS, IN and NOT IN over subqueries that are not one table's
+# rows: each subquery is kept as a plan node (its correlation taken out into
+# the outer test), whose distinct keys' change drives the semi or anti join.
+SUBQUERY_NODE_QUERIES = {
+    # NOT EXISTS over a join, correlated by the key.
+    "not_exists_join": (
+        "select s.k, s.g from {src} s where not exists (select 1 from {dim} d "
+        "join {tag} t on d.name = t.name where d.k = s.k and t.label = 'X')"
+    ),
+    # EXISTS over a CTE that joins (merged into the subquery, which becomes the node).
+    "exists_cte_join": (
+        "with labelled as (select d.k, d.w, t.label from {dim} d join {tag} t "
+        "on d.name = t.name) select s.k, s.v from {src} s where exists "
+        "(select 1 from labelled l where l.k = s.k and l.label is not null)"
+    ),
+    # IN over an aggregating CTE (a node of its own), correlated.
+    "in_cte_aggregate": (
+        "with tops as (select k, max(w) as mw from {dim} group by k) "
+        "select s.k, s.v from {src} s where s.v in (select mw from tops where tops.k = s.k)"
+    ),
+    # NOT IN over an aggregate: a group of only NULLs has a NULL maximum, which hides every row.
+    "not_in_aggregate": (
+        "select s.k, s.v from {src} s where s.v not in (select max(w) from {dim} group by name)"
+    ),
+    # IN over an aggregate correlated by an equality (it joins the GROUP BY), grouped outside.
+    "in_correlated_aggregate": (
+        "select s.g, count(*) as n, sum(s.d) as sd from {src} s where s.v in "
+        "(select min(d.w) from {dim} d where d.k = s.k group by d.name) group by s.g"
+    ),
+    # NOT EXISTS over the groups that pass HAVING.
+    "not_exists_having": (
+        "select s.k, s.g from {src} s where not exists "
+        "(select 1 from {dim} d where d.k = s.k group by d.k having count(*) > 1)"
+    ),
+    # EXISTS over a derived table that filters, correlated by a comparison.
+    "exists_derived_band": (
+        "select s.k, s.v from {src} s where exists (select 1 from "
+        "(select k, w from {dim} where name is not null) x where x.k = s.k and x.w > s.v)"
+    ),
+    # IN over a subquery that nests another.
+    "in_nested": (
+        "select s.k, s.v from {src} s where s.k in (select d.k from {dim} d "
+        "where d.name in (select t.name from {tag} t where t.label = 'X'))"
+    ),
+    # An uncorrelated EXISTS over a join: every row or none.
+    "exists_uncorrelated_join": (
+        "select s.k, s.g from {src} s where exists "
+        "(select 1 from {dim} d join {tag} t on d.name = t.name where d.w > 0)"
+    ),
+}
+
 # CTEs and FROM-subqueries that aggregate, remove duplicates or are set
 # operations: each is kept as a plan node (an ivm model of its own beside the
 # model) that the model reads through its change feed.
@@ -233,13 +364,14 @@ NODE_QUERIES = {
 }
 
 SOURCE_NAMES = ("src", "dim", "tag")
+BAND_SOURCE_NAMES = (*SOURCE_NAMES, "hist")
 
 
 def model_files(
     names: list[str] | None = None, queries: dict[str, str] = QUERIES
 ) -> dict[str, str]:
     files = {"sources.yml": SOURCES_YML}
-    sources = {name: f"{{{{ source('raw', '{name}') }}}}" for name in SOURCE_NAMES}
+    sources = {name: f"{{{{ source('raw', '{name}') }}}}" for name in BAND_SOURCE_NAMES}
     for name, query in queries.items():
         if names is None or name in names:
             files[f"{name}.sql"] = query.format(**sources)

@@ -98,6 +98,8 @@ class RandomJoinChanges(IvmProject):
     """Random change sequences over src, dim and tag against the models of `queries`."""
 
     queries: dict[str, str] = JOIN_QUERIES
+    # The sources the oracle reads each model's recorded versions of.
+    source_names: tuple[str, ...] = SOURCE_NAMES
 
     @pytest.fixture(scope="class")
     def models(self):
@@ -117,7 +119,7 @@ class RandomJoinChanges(IvmProject):
         current = {name: latest_version(spark, table) for name, table in sources.items()}
         queries = {m: q for m, q in self.queries.items() if not models or m in models}
         checked = assert_models_match_sources(
-            spark, project.test_schema, queries, list(SOURCE_NAMES)
+            spark, project.test_schema, queries, list(self.source_names)
         )
         # Built once by the `sources` fixture, then maintained incrementally,
         # and so are the plan nodes of its CTEs and subqueries.
@@ -135,6 +137,10 @@ class RandomJoinChanges(IvmProject):
     def test_models_equal_their_query_after_every_refresh(
         self, project, spark, sources, example_budget, steps
     ):
+        self.check_steps(project, spark, sources, example_budget, steps)
+
+    def check_steps(self, project, spark, sources, example_budget, steps) -> None:
+        """Write each step's statements, refresh, check (an example's body, for subclasses too)."""
         if not example_budget.admits_next():
             return
         if example_budget.admitted > 1:

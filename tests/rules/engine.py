@@ -18,6 +18,7 @@ milliseconds instead of a Spark and dbt run:
 
 from __future__ import annotations
 
+import collections
 import datetime
 import decimal
 import functools
@@ -180,7 +181,20 @@ class Delete:
     where_value: object
 
 
-Change = Insert | Update | Delete
+@dataclass(frozen=True)
+class Supersede:
+    """UPDATE as `update` says, then INSERT `rows`, in one commit.
+
+    What an SCD2 dimension's MERGE does when a row's attributes change: it
+    closes the current row (sets its valid_to) and opens its successor in the
+    same Delta version, so no version shows the key without a current row.
+    """
+
+    update: Update
+    rows: tuple[Row, ...]
+
+
+Change = Insert | Update | Delete | Supersede
 
 
 @dataclass(frozen=True)
@@ -224,6 +238,15 @@ class DeltaTable:
 
     def commit(self, change: Change) -> int:
         """Apply one statement as one commit; returns the new version."""
+        if isinstance(change, Supersede):
+            self.commit(change.update)
+            self.commit(Insert(change.rows))
+            # The two commits as one: the update's rows and change rows, then the insert's.
+            after, inserted = self.versions.pop(), self.changes.pop()
+            self.versions[-1] = after
+            version = len(self.versions) - 1
+            self.changes[-1] += [ChangeRow(c.row, c.change_type, version) for c in inserted]
+            return version
         rows = self.versions[-1]
         version = len(self.versions)
         if isinstance(change, Insert):
@@ -259,6 +282,22 @@ class DeltaTable:
                     feed.append(ChangeRow(row, "update_preimage", version))
                     feed.append(ChangeRow(updated, "update_postimage", version))
         self.versions.append(after)
+        self.changes.append(feed)
+        return version
+
+    def commit_rows(self, rows: Sequence[Row]) -> int:
+        """Commit a table's whole new content (a MERGE's result); returns the new version.
+
+        The change rows are the difference of the two bags: a row gone is
+        deleted, a row new inserted. Delta writes an updated row as a pre-
+        and a postimage instead, and an unchanged matched row as both; every
+        reader sums the signs, to which those are the same.
+        """
+        before, after = collections.Counter(self.versions[-1]), collections.Counter(rows)
+        version = len(self.versions)
+        feed = [ChangeRow(row, "delete", version) for row in (before - after).elements()]
+        feed += [ChangeRow(row, "insert", version) for row in (after - before).elements()]
+        self.versions.append(list(rows))
         self.changes.append(feed)
         return version
 
@@ -598,6 +637,26 @@ class Engine:
         self._run(exp.Use(this=exp.Table(this=exp.to_identifier("memory"))))
         self._run(exp.Detach(this=exp.var(self.catalog)))
         self.connection.close()
+
+    def create_empty(self, table: TableName, columns: Sequence[tuple[str, str]]) -> None:
+        """An empty DuckDB table of Spark-typed columns under a relation's own name.
+
+        What a plan node's view is to the compiler's questions about the
+        query reading it (Catalog.describe_query plans, and runs nothing).
+        """
+        self.ensure_schema(table)
+        definitions = [
+            exp.ColumnDef(
+                this=exp.to_identifier(column, quoted=True),
+                kind=exp.DataType.build(data_type, dialect=SPARK),
+            )
+            for column, data_type in columns
+        ]
+        self._run(
+            exp.Create(
+                this=exp.Schema(this=table.to_table(), expressions=definitions), kind="TABLE"
+            )
+        )
 
     def ensure_schema(self, table: TableName) -> None:
         if table.db and table.db not in self._schemas:

@@ -1,29 +1,29 @@
 """The model queries the rules layer checks, and the sources they read.
 
 Every query the Spark property tests run (tests/functional/ivm_project.py) is
-here too, with `{src}`, `{dim}` and `{tag}` as the Delta tables raw.src,
-raw.dim and raw.tag, plus cases those suites lack (EXTRA_QUERIES: INTERSECT
-ALL, EXCEPT, a 3-way join without a CTE, self-joins, aggregates inside
-expressions, GROUP BY ALL, a top-k of rows, global aggregates over outer and
-anti joins, ...) and WINDOW models over raw.events.
+here too, with `{src}`, `{dim}`, `{tag}` and `{hist}` as the Delta tables
+raw.src, raw.dim, raw.tag and raw.hist (an SCD2 dimension, whose changes
+also close a key's versions and open its next in one commit), plus cases
+those suites lack (EXTRA_QUERIES: INTERSECT ALL, EXCEPT, a 3-way join without
+a CTE, self-joins, aggregates inside expressions, GROUP BY ALL, a top-k of
+rows, global aggregates over outer and anti joins, ...) and WINDOW models
+over raw.events. Models with plan nodes (NODE_QUERIES, SUBQUERY_NODE_QUERIES)
+refresh each node first, a model of its own whose state the model reads
+through its change feed (oracle.Refreshes, oracle.chain_of).
 
 Left out, each for a reason:
-- NODE_QUERIES (CTEs and FROM-subqueries that aggregate): the compiler makes
-  each such relation an ivm model of its own, read through its state table's
-  change feed; emulating that needs a second level of Delta tables fed by
-  MERGEs, which this layer does not simulate yet.
 - Window functions without a PARTITION BY column common to all of them:
   refresh/recipe.py recomputes such a model whole, so it has no delta rule.
-- Constructs the compiler refuses (a LEFT JOIN or EXISTS relating the two
-  sides other than by equality, NOT IN over several columns, ...): the
-  refusal tests cover them (tests/unit/test_refusals.py).
+- Constructs the compiler refuses (NOT IN over several columns, a RIGHT
+  JOIN after another join, ...): the refusal tests cover them
+  (tests/unit/test_refusals.py).
 - Window functions whose value depends on how ties are broken (ROW_NUMBER,
   LAG, LEAD over a non-unique order): Spark and DuckDB may break ties
   differently, so the oracle would not be one bag. The window models here
   order by a unique id wherever one row is picked among others.
 
 To add a case: add its query to EXTRA_QUERIES, naming its sources as
-{src}, {dim}, {tag} or {events}; the property test picks it up.
+{src}, {dim}, {tag}, {hist} or {events}; the property test picks it up.
 """
 
 from __future__ import annotations
@@ -33,10 +33,13 @@ from decimal import Decimal
 
 from ivm_compiler import TableName
 from tests.functional.ivm_project import (
+    BAND_JOIN_QUERIES,
     JOIN_QUERIES,
+    NODE_QUERIES,
     OUTER_JOIN_QUERIES,
     QUERIES,
     SEMI_JOIN_QUERIES,
+    SUBQUERY_NODE_QUERIES,
 )
 
 
@@ -59,6 +62,9 @@ class Column:
 class Source:
     name: TableName
     columns: tuple[Column, ...]
+    # An SCD2 dimension's (key, valid_from, valid_to) columns: its changes also
+    # close a key's rows and open its next one in one commit (engine.Supersede).
+    scd2: tuple[str, str, str] | None = None
 
     @property
     def schema(self) -> tuple[tuple[str, str], ...]:
@@ -101,7 +107,21 @@ EVENTS = Source(
         Column("v", "decimal(10,2)", AMOUNTS),
     ),
 )
-SOURCES = {source.name.name: source for source in (SRC, DIM, TAG, EVENTS)}
+# An SCD2 dimension: a key's versions, each valid from valid_from up to
+# valid_to (NULL for the current one). The random changes do not keep a key's
+# ranges apart, so a fact may fall in several versions or in none: the
+# lookups must be exact either way.
+HIST = Source(
+    TableName(db="raw", name="hist"),
+    (
+        Column("k", "int", KEYS),
+        Column("name", "string", NAMES),
+        Column("valid_from", "int", (None, -2, 0, 1)),
+        Column("valid_to", "int", (None, 0, 1, 2)),
+    ),
+    scd2=("k", "valid_from", "valid_to"),
+)
+SOURCES = {source.name.name: source for source in (SRC, DIM, TAG, EVENTS, HIST)}
 
 
 @dataclass(frozen=True)
@@ -234,6 +254,9 @@ MODELS: tuple[Model, ...] = tuple(
         **JOIN_QUERIES,
         **OUTER_JOIN_QUERIES,
         **SEMI_JOIN_QUERIES,
+        **BAND_JOIN_QUERIES,
+        **SUBQUERY_NODE_QUERIES,
+        **NODE_QUERIES,
         **EXTRA_QUERIES,
     }.items()
 )

@@ -33,6 +33,13 @@ change with the compiler's INSERT of the change rows, every other refresh
 with its rewrite (log_state.compact) instead; then its consolidated rows
 (log_state.consolidated, what the view reads) must equal the build at v',
 and after a rewrite the log holds one row per key.
+
+A model with plan nodes (nodes.split_nodes: CTEs and subqueries kept as ivm
+models of their own) refreshes its nodes first, each through this cycle and
+its identities, and reads each node as refresh.py does, as an upstream ivm
+model: the node's state rows are committed after each write to a simulated
+Delta table under the state's name (DeltaTable.commit_rows), whose versions
+and change feed the model's statements read.
 """
 
 from __future__ import annotations
@@ -44,10 +51,11 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import duckdb
+from sqlglot import exp
 
 from ivm_compiler import (
     TableName,
@@ -62,8 +70,9 @@ from ivm_compiler import (
 from ivm_compiler import state_rows as state_queries
 from ivm_compiler.compile import view_class_rule
 from ivm_compiler.key_bounds import parse_probe
-from ivm_compiler.plan import MergeRule, PreAggregation
-from ivm_compiler.reads import VersionRange
+from ivm_compiler.nodes import split_nodes
+from ivm_compiler.plan import MergeRule, PreAggregation, UpstreamModel
+from ivm_compiler.reads import VersionRange, model_query
 from ivm_compiler.view_classes import window as window_rules
 from tests.rules.engine import (
     SPARK,
@@ -78,7 +87,14 @@ from tests.rules.engine import (
 )
 from tests.rules.models import Model, Source
 
+# The model's view and state; a plan node's are named after the view (nodes.node_relation).
+RELATION = TableName(db="analytics", name="model")
 STATE = TableName(db="analytics", name="model__ivm_state")
+
+
+def state_of(relation: TableName) -> TableName:
+    """The state table behind a model's or a plan node's view (refresh.state_of)."""
+    return TableName(db=relation.db, name=f"{relation.name}{names.STATE_SUFFIX}")
 
 
 @dataclass(frozen=True)
@@ -106,14 +122,103 @@ def memo_of(model: Model) -> Memo:
 RULES_EXTREMES_KEPT = 1
 
 
+@dataclass(frozen=True)
+class Chain:
+    """A model's plan and the plan nodes it reads (nodes.split_nodes), each a chain of its own.
+
+    `nodes` are the model's own nodes in refresh order; `sql` is the query as
+    written (the node's query, for a node), which its view must equal.
+    """
+
+    name: str
+    sql: str
+    relation: TableName
+    plan: ViewPlan
+    nodes: tuple[Chain, ...] = ()
+
+    @property
+    def state(self) -> TableName:
+        return state_of(self.relation)
+
+    def all_nodes(self) -> list[Chain]:
+        """Every node below the model, each after the nodes it reads."""
+        return [found for node in self.nodes for found in (*node.all_nodes(), node)]
+
+
+@dataclass
+class _Compiling:
+    """What compiling a model's chain has found so far: the nodes' views and columns, by relation."""
+
+    sources: dict[TableName, tuple[tuple[str, str], ...]]
+    upstreams: dict[TableName, UpstreamModel]
+    outputs: dict[TableName, list[tuple[str, str]]]
+    # The nodes' views made empty tables in the compiling engine (_NodeCatalog).
+    created: set[TableName] = field(default_factory=set)
+
+    def columns(self, table: TableName) -> list[tuple[str, str]]:
+        if table in self.outputs:
+            return list(self.outputs[table])
+        return list(self.sources[table])
+
+
+class _NodeCatalog(Catalog):
+    """The compiler's catalog over the sources and the plan nodes compiled so far.
+
+    A node's view answers with its outputs; a query reading it is planned
+    over an empty table of those columns under the view's name.
+    """
+
+    def __init__(self, engine: Engine, compiling: _Compiling) -> None:
+        super().__init__(engine)
+        self.compiling = compiling
+
+    def columns(self, table: TableName) -> list[tuple[str, str]]:
+        return self.compiling.columns(table)
+
+    def describe_query(self, sql: str) -> list[tuple[str, str]]:
+        for relation, columns in self.compiling.outputs.items():
+            if relation not in self.compiling.created:
+                self.engine.create_empty(relation, columns)
+                self.compiling.created.add(relation)
+        return super().describe_query(sql)
+
+
+def _chain(
+    name: str, sql: str, relation: TableName, compiling: _Compiling, engine: Engine
+) -> Chain:
+    """The chain of a model's (or a node's) query: its own nodes compiled first, then its plan."""
+    split = split_nodes(name, sql, relation, compiling.columns)
+    nodes = []
+    for node in split.nodes:
+        chain = _chain(f"{name} (CTE {node.name})", node.sql, node.relation, compiling, engine)
+        view = emit.view_query(chain.plan, chain.state)
+        assert isinstance(view, exp.Select)
+        compiling.upstreams[node.relation] = UpstreamModel(state=chain.state, view=view)
+        compiling.outputs[node.relation] = [(o.name, o.data_type) for o in chain.plan.outputs]
+        nodes.append(chain)
+    plan = compile_model(
+        name,
+        split.sql,
+        _NodeCatalog(engine, compiling),
+        dict(compiling.upstreams),
+        written=sql if split.nodes else None,
+        extremes_kept=RULES_EXTREMES_KEPT,
+    )
+    return Chain(name=name, sql=sql, relation=relation, plan=plan, nodes=tuple(nodes))
+
+
 @functools.cache
+def chain_of(model: Model) -> Chain:
+    """The model's plan and its plan nodes' plans, compiled once against empty sources."""
+    sources = [DeltaTable(s.name, s.schema) for s in model.sources]
+    compiling = _Compiling({s.name: s.schema for s in model.sources}, {}, {})
+    with contextlib.closing(Engine(sources, memo=memo_of(model))) as engine:
+        return _chain(model.name, model.sql, RELATION, compiling, engine)
+
+
 def compiled(model: Model) -> ViewPlan:
     """The model's plan, compiled once against a catalog of empty sources."""
-    sources = [DeltaTable(s.name, s.schema) for s in model.sources]
-    with contextlib.closing(Engine(sources, memo=memo_of(model))) as engine:
-        return compile_model(
-            model.name, model.sql, Catalog(engine), extremes_kept=RULES_EXTREMES_KEPT
-        )
+    return chain_of(model).plan
 
 
 # -- bags -----------------------------------------------------------------------------
@@ -399,11 +504,30 @@ def replace_partitions(
 
 
 class Refreshes:
-    """A model's state in DuckDB, built once and refreshed through the compiler's statements."""
+    """A model's state in DuckDB, built once and refreshed through the compiler's statements.
 
-    def __init__(self, model: Model, hook: ChangeFeedHook | None = None, log: bool = False) -> None:
+    A model with plan nodes (chain_of) refreshes each node first, as
+    refresh.py does, each a Refreshes of its own whose state the model reads
+    as an upstream ivm model: after every write to a node's state, its rows
+    are committed to a DeltaTable under the state's name (commit_rows), so
+    the model reads the node's state at a version and its change feed as it
+    reads a source's.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        hook: ChangeFeedHook | None = None,
+        log: bool = False,
+        chain: Chain | None = None,
+        tables: dict[TableName, DeltaTable] | None = None,
+        history: list[str] | None = None,
+    ) -> None:
         self.model = model
-        self.plan = log_state.with_log(compiled(model)) if log else compiled(model)
+        self.chain = chain_of(model) if chain is None else chain
+        self.state = self.chain.state
+        plan = self.chain.plan
+        self.plan = log_state.with_log(plan) if log else plan
         # The log's refreshes so far: every second one rewrites it (log_state.compact).
         self.appends = 0
         self.compacted = False
@@ -412,15 +536,27 @@ class Refreshes:
         # Source snapshots staged likewise (writes.StateWrites.staged_snapshots).
         self.staged_snapshots = 0
         self.sources = {s.name: s for s in model.sources}
-        self.tables = {s.name: DeltaTable(s.name, s.schema) for s in model.sources}
-        self.engine = Engine(list(self.tables.values()), hook, memo_of(model))
-        self.engine.ensure_schema(STATE)
+        if tables is None:
+            # The sources, and a table per plan node's state, every chain's alike.
+            tables = {s.name: DeltaTable(s.name, s.schema) for s in model.sources}
+            tables |= {n.state: DeltaTable(n.state, ()) for n in self.chain.all_nodes()}
+        self.tables = tables
+        # The commits so far, shared with the nodes (for their messages).
+        self.history: list[str] = [] if history is None else history
+        # The model's own nodes, each refreshed before it.
+        self.nodes = [
+            Refreshes(model, hook, chain=node, tables=tables, history=self.history)
+            for node in self.chain.nodes
+        ]
+        # Every table but its own state, which its statements write as a table.
+        read = [table for name, table in self.tables.items() if name != self.state]
+        self.engine = Engine(read, hook, memo_of(model))
+        self.engine.ensure_schema(self.state)
         self.ids = itertools.count(1)
         self.refresh_ids = (f"r{i}" for i in itertools.count())
         self.guard = ""
         self.versions: dict[TableName, int] = {}
-        self.history: list[str] = []
-        self.view = emit.view_query(self.plan, STATE).sql(dialect=SPARK)
+        self.view = emit.view_query(self.plan, self.state).sql(dialect=SPARK)
         # The refreshes whose MERGE refused a cancelling removal (emit.CANCELLED)
         # and were recomputed instead, as refresh/recipe.py does: their commit lists.
         self.recomputed: list[str] = []
@@ -431,6 +567,12 @@ class Refreshes:
         self.refilled: list[str] = []
         # After each refresh: per bounded pre-aggregation slot, its most values in one group.
         self.most_kept: list[dict[int, int]] = []
+
+    def close(self) -> None:
+        """Drop the engines of the model and its nodes."""
+        for node in self.nodes:
+            node.close()
+        self.engine.close()
 
     # -- sources --------------------------------------------------------------------
 
@@ -444,16 +586,50 @@ class Refreshes:
         return tuple(next(self.ids) if c.serial else v for c, v in zip(source.columns, row))
 
     def _newest(self) -> dict[TableName, int]:
-        return {name: table.version for name, table in self.tables.items()}
+        """The newest version of every table the plan reads: a node's is its state's."""
+        found = {}
+        for table in self.plan.tables:
+            upstream = self.plan.upstreams.get(table)
+            found[table] = self.tables[upstream.state if upstream else table].version
+        return found
+
+    def _published(self) -> None:
+        """A node's state written: its rows committed as the next version of its DeltaTable."""
+        node = self.tables.get(self.state)
+        if node is None:
+            return  # the model itself: nothing reads its state here
+        columns, rows = self.engine.query(f"SELECT * FROM {self.state.sql()}")
+        if not node.columns:
+            node.columns = tuple(self.engine.describe(f"SELECT * FROM {self.state.sql()}"))
+        assert [c.lower() for c in columns] == [c.lower() for c, _ in node.columns]
+        node.commit_rows(rows)
+
+    def _query(self) -> str:
+        """The model's query as written, every relation at its pinned version (a node's through its state).
+
+        A source only the model's nodes read was pinned by them, at its
+        newest version (nothing commits during a refresh), which the state
+        records too (pins.Pins.recorded).
+        """
+        if not self.plan.upstreams:
+            return self.chain.sql
+        newest = {name: table.version for name, table in self.tables.items()}
+        return model_query(self.plan, {**newest, **self.versions})
 
     # -- statements ---------------------------------------------------------------------
 
     def build(self) -> None:
+        for node in self.nodes:
+            node.build()
+        self._build()
+
+    def _build(self) -> None:
         self.versions = self._newest()
         self.guard = next(self.refresh_ids)
-        self.engine.execute(emit.create_state(self.plan, STATE, self.versions, self.guard))
+        self.engine.execute(emit.create_state(self.plan, self.state, self.versions, self.guard))
+        self._published()
         view = self.engine.describe(self.view)
-        query = self.engine.describe(self.model.sql)
+        query = self.engine.describe(self._query())
         if view != query:
             # Rows are compared by value (2 == Decimal("2.00")): the types are compared here.
             raise Mismatch(
@@ -462,10 +638,18 @@ class Refreshes:
         self.check_view()
 
     def refresh(self) -> None:
+        for node in self.nodes:
+            node.refresh()
         pinned = self._newest()
         windows = {t: VersionRange(recorded=self.versions[t], pinned=pinned[t]) for t in pinned}
         if not any(w.changed for w in windows.values()):
             return
+        self._refresh(pinned, windows)
+        self._published()
+
+    def _refresh(
+        self, pinned: dict[TableName, int], windows: dict[TableName, VersionRange]
+    ) -> None:
         guard = emit.Guard(read=self.guard, write=next(self.refresh_ids))
         if self.plan.log_state:
             with self._staged_feeds(windows, guard) as staged:
@@ -496,7 +680,7 @@ class Refreshes:
                 # recomputed where the plan allows it, else the whole model.
                 self.recomputed.append(self.history[-1])
                 if not merge_source.recomputes_groups(self.plan):
-                    self.build()  # at the newest versions: the pinned ones
+                    self._build()  # at the newest versions: the pinned ones
                     return
                 applied = self._merge_recomputing(windows, pinned, guard, before)
         self.versions = pinned
@@ -508,14 +692,18 @@ class Refreshes:
         rows recomputed at the newest versions, merged by key (emit.merge_recomputed).
 
         The MERGE must leave exactly the build, guard row moved, and the next
-        refresh's MERGE must apply its change over it.
+        refresh's MERGE must apply its change over it. The model's plan nodes
+        are refreshed first, as they are before a recompute.
         """
+        for node in self.nodes:
+            node.refresh()
         pinned = self._newest()
         guard = emit.Guard(read=self.guard, write=next(self.refresh_ids))
         self._apply(
-            emit.merge_recomputed(self.plan, STATE, pinned, guard), guard, self.plan.merge_keys
+            emit.merge_recomputed(self.plan, self.state, pinned, guard), guard, self.plan.merge_keys
         )
         self.versions = pinned
+        self._published()
         columns, rows = self.engine.query(
             view_class_rule(self.plan.view_class).build_query(self.plan, pinned)
         )
@@ -582,11 +770,13 @@ class Refreshes:
                 self.engine.execute(emit.stage_changes(self.plan, reading, staged, bounds))
             if rows is not None:
                 self.engine.execute(
-                    emit.stage_change_rows(self.plan, STATE, reading, rows, bounds, staged=staged)
+                    emit.stage_change_rows(
+                        self.plan, self.state, reading, rows, bounds, staged=staged
+                    )
                 )
             merge = emit.merge_changes(
                 self.plan,
-                STATE,
+                self.state,
                 reading,
                 guard,
                 bounds,
@@ -609,9 +799,11 @@ class Refreshes:
         self.compacted = self.appends % 2 == 0
         with self._staged_snapshots(windows, guard, bounds) as reading:
             if self.compacted:
-                statement = log_state.compact(self.plan, STATE, reading, self.guard, bounds)
+                statement = log_state.compact(self.plan, self.state, reading, self.guard, bounds)
             else:
-                statement = log_state.append_changes(self.plan, STATE, reading, guard.write, bounds)
+                statement = log_state.append_changes(
+                    self.plan, self.state, reading, guard.write, bounds
+                )
             self.engine.execute(statement)
 
     def _join_key_bounds(self, windows: Mapping[TableName, VersionRange]) -> dict:
@@ -633,7 +825,7 @@ class Refreshes:
         """The change merged into all groups but the cancelled ones, which are recomputed."""
         bounds = self._join_key_bounds(windows)
         merge = emit.merge_changes_recomputing_cancelled(
-            self.plan, STATE, windows, pinned, guard, bounds
+            self.plan, self.state, windows, pinned, guard, bounds
         )
         rows = self._apply(merge, guard, self.plan.merge_keys)
         replacing = [row for row in rows if row[names.REPLACING]]
@@ -660,7 +852,7 @@ class Refreshes:
         assert len(touched) <= window_rules.MAX_TOUCHED_PARTITIONS
         if not touched:
             return before  # refresh/recipe.py commits no data then, and keeps the guard
-        merge = emit.merge_partitions(self.plan, STATE, pinned, touched, guard)
+        merge = emit.merge_partitions(self.plan, self.state, pinned, touched, guard)
         rows = self._apply(merge, guard, self.plan.keys)
         return replace_partitions(self.plan, before, touched, rows)
 
@@ -689,7 +881,7 @@ class Refreshes:
 
     def _state(self) -> list[dict]:
         columns, rows = self.engine.query(
-            f"SELECT * FROM {STATE.sql()} WHERE `{names.GUARD}` IS NULL"
+            f"SELECT * FROM {self.state.sql()} WHERE `{names.GUARD}` IS NULL"
         )
         return [dict(zip(columns, row)) for row in rows]
 
@@ -796,7 +988,7 @@ class Refreshes:
 
     def _check_log(self) -> None:
         """The log's consolidated rows equal the build; a rewritten log has one row per key."""
-        columns, rows = self.engine.query(log_state.consolidated(self.plan, STATE.to_table()))
+        columns, rows = self.engine.query(log_state.consolidated(self.plan, self.state.to_table()))
         expected_columns, rebuilt = self.engine.query(
             view_class_rule(self.plan.view_class).build_query(self.plan, self.versions)
         )
@@ -819,7 +1011,7 @@ class Refreshes:
 
     def check_view(self) -> None:
         view_columns, view = self.engine.query(self.view)
-        query_columns, query = self.engine.query(self.model.sql, pinned=self.versions)
+        query_columns, query = self.engine.query(self._query(), pinned=self.versions)
         if [c.lower() for c in view_columns] != [c.lower() for c in query_columns]:
             raise Mismatch(f"the view's columns {view_columns} are not the query's {query_columns}")
         diff = _difference(query, view)
@@ -852,7 +1044,7 @@ def run(
     merged by key instead (Refreshes.recompute).
     """
     refreshes = Refreshes(model, hook, log)
-    with contextlib.closing(refreshes.engine):
+    with contextlib.closing(refreshes):
         for table, change in scenario.seed:
             refreshes.commit(table, change)
         refreshes.build()

@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from ivm_compiler import reads
-from tests.rules.engine import Change, ChangeRow, Delete, Insert, Update
+from ivm_compiler import TableName, reads
+from tests.rules.engine import Change, ChangeRow, Delete, Insert, Supersede, Update
 from tests.rules.models import DIM, MODELS, SRC, TAG, Model, Source
 from tests.rules.oracle import Mismatch, Refreshes, Scenario, run
 
@@ -69,7 +69,24 @@ def changes(source: Source) -> st.SearchStrategy[Change]:
     )
     updates = st.tuples(where, assignment).map(lambda p: Update(*p[0], *p[1]))
     deletes = where.map(lambda w: Delete(*w))
-    return st.one_of(inserts, inserts, updates, deletes)
+    if source.scd2 is None:
+        return st.one_of(inserts, inserts, updates, deletes)
+    return st.one_of(inserts, inserts, updates, deletes, superseding(source, source.scd2))
+
+
+def superseding(source: Source, scd2: tuple[str, str, str]) -> st.SearchStrategy[Change]:
+    """A key's versions closed at a time and its next version opened then, in one commit."""
+    key, valid_from, valid_to = scd2
+    by_name = {c.name: c for c in source.columns}
+    times = [t for t in by_name[valid_from].values if t is not None]
+
+    def opened(pair: tuple[object, object], row: tuple[object, ...]) -> Supersede:
+        k, t = pair
+        named = dict(zip(by_name, row)) | {key: k, valid_from: t, valid_to: None}
+        return Supersede(Update(key, k, valid_to, t), (tuple(named.values()),))
+
+    keys = st.sampled_from(by_name[key].values)
+    return st.builds(opened, st.tuples(keys, st.sampled_from(times)), rows(source))
 
 
 def scenarios(model: Model) -> st.SearchStrategy[Scenario]:
@@ -397,3 +414,33 @@ def test_a_double_sum_beside_a_pre_aggregation_recomputes_the_model() -> None:
         ((0, "a", 1, None), (0, "a", 2, None)),
     )
     assert len(refreshes.recomputed) == 1 and refreshes.replaced_groups == []
+
+
+# -- plan nodes: a subquery over a join (subquery_inputs.py) --------------------------
+
+NODE_SEED = (
+    (SRC.name, Insert(((1, "a", 1, None), (2, "b", 2, None), (None, "c", 0, None)))),
+    (DIM.name, Insert(((1, "x", 1),))),
+    (TAG.name, Insert((("x", "X"),))),
+)
+# Key 2 gains its first partner in the join, key 1 loses its last.
+NODE_STEPS = (((DIM.name, Insert(((2, "x", 0),))), (DIM.name, Delete("k", 1))),)
+
+
+def _flip_in_nodes(table: TableName, feed: list[ChangeRow]) -> list[ChangeRow]:
+    """The inserted rows of a plan node's state feed, read as deleted (its guard row's too)."""
+    if "__ivm_cte_" not in table.name:
+        return feed
+    return [ChangeRow(c.row, "delete", c.version) if c.change_type == "insert" else c for c in feed]
+
+
+def test_a_subquery_over_a_join_is_a_node_whose_change_drives_the_anti_join() -> None:
+    refreshes = run(MODEL_BY_NAME["not_exists_join"], Scenario(NODE_SEED, NODE_STEPS))
+    (node,) = refreshes.nodes
+    assert node.state == TableName("analytics", "model__ivm_cte_subquery__ivm_state")
+    assert node.tables[node.state].version == 2  # built, then refreshed once
+
+
+def test_a_flipped_sign_in_a_nodes_change_feed_is_caught() -> None:
+    with pytest.raises(Mismatch, match=CAUGHT):
+        run(MODEL_BY_NAME["not_exists_join"], Scenario(NODE_SEED, NODE_STEPS), hook=_flip_in_nodes)

@@ -17,10 +17,10 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
+from ivm_compiler import ViewClass, ViewPlan, compile_model, emit, names
 from ivm_compiler import changes as relations
 from ivm_compiler.names import CHANGES_CTE, COUNT, GUARD, SIGN, SLOT, is_reserved
-from ivm_compiler.plan import KeyRelation
+from ivm_compiler.plan import KeyRelation, PartnerFilter
 from ivm_compiler.sql import DIALECT
 from tests.unit import golden
 
@@ -292,7 +292,6 @@ def test_changes_telescope_over_the_joined_sources(case: golden.Case) -> None:
     terms = iter(_union_terms(ctes[CHANGES_CTE]))
     for term_sign, _, inputs in relations.linear_terms(plan):
         for position, changed in enumerate(inputs):
-            term = next(terms)
 
             def read(index: int, ref, position: int = position) -> str:
                 if index == position:
@@ -301,7 +300,25 @@ def test_changes_telescope_over_the_joined_sources(case: golden.Case) -> None:
                     return f"version {golden.LAST_CHANGE}"
                 return f"version {golden.LAST_CHANGE} less changes"
 
-            assert _read_as(term) == {ref.alias: read(i, ref) for i, ref in enumerate(inputs)}
+            expected = {ref.alias: read(i, ref) for i, ref in enumerate(inputs)}
+            if isinstance(changed, PartnerFilter):
+                # A partner filter's change: two terms over the rows its change
+                # rows partner, its input read now and as recorded, each sign fixed.
+                del expected[changed.alias]
+                expected |= {
+                    names.partner_alias(position, "change"): "changes",
+                    names.partner_alias(position, "now"): f"version {golden.LAST_CHANGE}",
+                    names.partner_alias(position, "then"): (
+                        f"version {golden.LAST_CHANGE} less changes"
+                    ),
+                }
+                for turned in (1, -1):
+                    term = next(terms)
+                    assert _read_as(term) == expected
+                    assert term.expressions[-1].this.sql(DIALECT) == str(term_sign * turned)
+                continue
+            term = next(terms)
+            assert _read_as(term) == expected
             # The term's row carries the product of the signs of the change row it
             # was made from and of the undone rows it joins.
             sign = term.expressions[-1]
@@ -309,7 +326,7 @@ def test_changes_telescope_over_the_joined_sources(case: golden.Case) -> None:
             signed = [changed.alias] + [
                 ref.alias
                 for index, ref in enumerate(inputs)
-                if index > position and not isinstance(ref, KeyRelation)
+                if index > position and not isinstance(ref, (KeyRelation, PartnerFilter))
             ]
             product = " * ".join(f"`{alias}`.`{SIGN}`" for alias in signed)
             if term_sign < 0:

@@ -158,3 +158,46 @@ def test_an_equality_in_where_bounds_like_one_in_on():
         [("amount", "decimal(10,2)"), ("country", "string")],
     )
     assert [(b.key.column, b.partner_alias, b.partner_column) for b in found] == [("id", "c", "id")]
+
+
+# A lookup whose padding is a partner filter: the key equality bounds, the band does not.
+LOOKUP_SQL = (
+    "SELECT o.id, c.name FROM shop.orders AS o LEFT JOIN shop.customers AS c "
+    "ON o.id = c.id AND o.qty BETWEEN LENGTH(c.country) AND 9"
+)
+LOOKUP_DESCRIBE = [("id", "int"), ("name", "string")]
+
+
+def _lookup_terms(bounds: key_bounds.Bounds) -> list[exp.Select]:
+    plan, _ = compile_with(LOOKUP_SQL, LOOKUP_DESCRIBE)
+    tree = sqlglot.parse_one(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark"), read="spark")
+    return [s for s in tree.find_all(exp.Select) if s.args.get("joins") and s.parent_select is None]
+
+
+def test_a_partner_filter_is_bounded_by_its_conditions_equalities_only():
+    plan, _ = compile_with(LOOKUP_SQL, LOOKUP_DESCRIBE)
+    _, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
+    # Both inputs' `id`: the band's columns are no key.
+    assert keys == [
+        key_bounds.KeyColumn(ORDERS_TABLE, "id", "int"),
+        key_bounds.KeyColumn(CUSTOMERS_TABLE, "id", "int"),
+    ]
+
+
+def test_an_inputs_change_reads_the_filters_input_within_its_keys():
+    bounds = {(ORDERS_TABLE, "id"): (("3", "4"),), (CUSTOMERS_TABLE, "id"): (("7", "7"),)}
+    terms = [t.sql("spark") for t in _lookup_terms(bounds)]
+    # The padding term of an order's change: customers' rows at the recorded
+    # version, within the changed orders' keys, in the anti join's ON.
+    (padding,) = [t for t in terms if t.count("LEFT ANTI JOIN") == 1 and "__ivm_partner" not in t]
+    on = padding[padding.index("LEFT ANTI JOIN") :]
+    assert "AND `c`.`id` BETWEEN CAST('3' AS INT) AND CAST('4' AS INT)" in on
+    # The filter's own change: the orders a changed customer partners, and the
+    # customers at both versions, within the changed customers' keys.
+    turned = [t for t in terms if "__ivm_partner1_change" in t]
+    assert len(turned) == 2
+    for term in turned:
+        assert term.endswith("WHERE `o`.`id` BETWEEN CAST('7' AS INT) AND CAST('7' AS INT)")
+        for role in ("now", "then"):
+            assert f"`__ivm_partner1_{role}`.`id` BETWEEN CAST('7' AS INT)" in term
+        assert "`__ivm_partner1_change`.`id` BETWEEN" not in term

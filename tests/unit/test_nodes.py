@@ -327,3 +327,97 @@ def test_an_undefined_window_name_is_refused_by_name(sql: str, construct: str) -
     with pytest.raises(NotMaintainable) as raised:
         parse_model(MODEL, sql)
     assert raised.value.construct == construct
+
+
+# EXISTS, IN, NOT EXISTS and NOT IN over subqueries that are not one table's rows:
+# the subquery a node (subquery_inputs.py), its correlation in the outer test.
+@pytest.mark.parametrize(
+    ("sql", "node", "test"),
+    [
+        # Once refused: "an IN subquery that aggregates".
+        (
+            "SELECT a FROM shop.t WHERE a IN (SELECT MAX(a) FROM shop.u)",
+            "SELECT MAX(`u`.`a`) AS `value_1` FROM `shop`.`u` AS `u`",
+            "`t`.`a` IN (SELECT `subquery`.`value_1` FROM `shop`.`m__ivm_cte_subquery` AS `subquery`)",
+        ),
+        # Once refused: "an EXISTS subquery that aggregates"; the correlated
+        # column joins the GROUP BY (once: it is there already).
+        (
+            "SELECT a FROM shop.t WHERE EXISTS (SELECT a FROM shop.u WHERE u.a = t.a GROUP BY a)",
+            "SELECT `u`.`a` AS `a` FROM `shop`.`u` AS `u` GROUP BY `u`.`a`",
+            (
+                "EXISTS(SELECT 1 FROM `shop`.`m__ivm_cte_subquery` AS `subquery` "
+                "WHERE `subquery`.`a` = `t`.`a`)"
+            ),
+        ),
+        # Once refused: "an IN subquery that reads a join"; DISTINCT over the
+        # compared column.
+        (
+            "SELECT a FROM shop.t WHERE a IN (SELECT u.a FROM shop.u JOIN shop.t AS x ON u.a = x.b)",
+            (
+                "SELECT DISTINCT `u`.`a` AS `a` FROM `shop`.`u` AS `u` "
+                "JOIN `shop`.`t` AS `x` ON `u`.`a` = `x`.`b`"
+            ),
+            "`t`.`a` IN (SELECT `subquery`.`a` FROM `shop`.`m__ivm_cte_subquery` AS `subquery`)",
+        ),
+        # Once refused: "a subquery nested inside an IN subquery"; the node
+        # keeps it, a semi join of its own.
+        (
+            "SELECT a FROM shop.t WHERE a IN (SELECT a FROM shop.u WHERE a IN (SELECT b FROM shop.t))",
+            (
+                "SELECT DISTINCT `u`.`a` AS `a` FROM `shop`.`u` AS `u` "
+                "WHERE `u`.`a` IN (SELECT `t`.`b` AS `b` FROM `shop`.`t` AS `t`)"
+            ),
+            "`t`.`a` IN (SELECT `subquery`.`a` FROM `shop`.`m__ivm_cte_subquery` AS `subquery`)",
+        ),
+        # A correlation by a comparison moves to the outer test with the columns it reads;
+        # the subquery's own condition stays in the node.
+        (
+            (
+                "SELECT a FROM shop.t WHERE NOT EXISTS (SELECT 1 FROM shop.u JOIN shop.t AS x "
+                "ON u.a = x.a WHERE u.name = 'n' AND x.b < t.b)"
+            ),
+            (
+                "SELECT DISTINCT `x`.`b` AS `b` FROM `shop`.`u` AS `u` "
+                "JOIN `shop`.`t` AS `x` ON `u`.`a` = `x`.`a` WHERE `u`.`name` = 'n'"
+            ),
+            (
+                "NOT EXISTS(SELECT 1 FROM `shop`.`m__ivm_cte_subquery` AS `subquery` "
+                "WHERE `subquery`.`b` < `t`.`b`)"
+            ),
+        ),
+        # A derived table that only filters merges into the subquery, which is still a node.
+        (
+            "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM (SELECT a FROM shop.u WHERE a > 0) y)",
+            "SELECT DISTINCT 1 AS `present` FROM `shop`.`u` AS `u` WHERE `u`.`a` > 0",
+            "EXISTS(SELECT 1 FROM `shop`.`m__ivm_cte_subquery` AS `subquery`)",
+        ),
+    ],
+)
+def test_a_subquery_that_is_not_one_tables_rows_becomes_a_node(
+    sql: str, node: str, test: str
+) -> None:
+    split = _split(sql)
+    (found,) = split.nodes
+    assert (found.name, found.relation) == ("subquery", TableName("shop", "m__ivm_cte_subquery"))
+    assert found.sql == node
+    where = parse_model(MODEL, split.sql).args["where"].this
+    assert where.sql(dialect="spark") == test
+
+
+def test_a_subquery_reading_one_aggregating_cte_reads_its_node() -> None:
+    """The CTE is a node already: the test reads it, no second node over it."""
+    split = _split(
+        "WITH m AS (SELECT a, MAX(b) AS mb FROM shop.t GROUP BY a) "
+        "SELECT a FROM shop.u WHERE a IN (SELECT mb FROM m WHERE m.a = u.a)"
+    )
+    assert [n.name for n in split.nodes] == ["m"]
+    assert "`shop`.`m__ivm_cte_m` AS `m` WHERE `m`.`a` = `u`.`a`" in split.sql
+
+
+def test_two_subqueries_take_two_nodes() -> None:
+    split = _split(
+        "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u JOIN shop.t AS x ON u.a = x.a) "
+        "AND b NOT IN (SELECT MAX(a) FROM shop.u GROUP BY name)"
+    )
+    assert [n.name for n in split.nodes] == ["subquery", "subquery_2"]

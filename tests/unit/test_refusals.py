@@ -59,21 +59,6 @@ REFUSED = [
         r"build the joins before it as an ivm model of its own",
     ),
     (
-        "outer_join_comparing_sides_by_inequality",
-        "SELECT t.a FROM shop.t LEFT JOIN shop.u ON t.a = u.a AND t.b < u.a",
-        (
-            r"^the condition `t`.`b` < `u`.`a` in the LEFT JOIN of 'u' \(it compares the two "
-            r"sides other than by equality\)$"
-        ),
-        r"keep equalities between the two sides and conditions on one side in ON",
-    ),
-    (
-        "outer_join_without_equality",
-        "SELECT t.a FROM shop.t LEFT JOIN shop.u ON t.b > 0 AND u.a > 0",
-        r"^a LEFT JOIN of 'u' with no equality between the two sides' columns$",
-        r"join on at least one equality",
-    ),
-    (
         "outer_join_in_a_set_operation",
         "SELECT t.a FROM shop.t LEFT JOIN shop.u ON t.a = u.a UNION ALL SELECT a FROM shop.u",
         r"^an outer join inside an operand of UNION ALL$",
@@ -199,37 +184,10 @@ REFUSED = [
         r"joined to the others with AND",
     ),
     (
-        "exists_correlated_by_inequality",
-        "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u WHERE u.a < t.a)",
-        (
-            r"^the condition `u`.`a` < `t`.`a` in EXISTS \(it relates the subquery to the outer "
-            r"query other than by an equality\)$"
-        ),
-        r"^correlate by equalities between an outer and a subquery column",
-    ),
-    (
-        "semi_join_on_an_inequality",
-        "SELECT t.a FROM shop.t LEFT SEMI JOIN shop.u ON t.a = u.a AND t.b <> u.a",
-        r"^the condition `t`.`b` <> `u`.`a` in LEFT SEMI JOIN of 'u' \(it relates",
-        r"^correlate by equalities",
-    ),
-    (
         "not_in_subquery_reading_the_outer_row",
         "SELECT a FROM shop.t WHERE a NOT IN (SELECT u.a + t.b FROM shop.u)",
         r"^the NOT IN subquery's column `u`.`a` \+ `t`.`b`, which reads the outer query$",
         r"^select columns of the subquery's own table",
-    ),
-    (
-        "in_subquery_that_aggregates",
-        "SELECT a FROM shop.t WHERE a IN (SELECT MAX(a) FROM shop.u)",
-        r"^an IN subquery that aggregates$",
-        r"^build the subquery as an ivm model of its own and ref\(\) it inside the IN, or ",
-    ),
-    (
-        "exists_subquery_that_groups",
-        "SELECT a FROM shop.t WHERE EXISTS (SELECT a FROM shop.u WHERE u.a = t.a GROUP BY a)",
-        r"^an EXISTS subquery that aggregates$",
-        r"ref\(\) it inside the EXISTS",
     ),
     (
         "not_exists_subquery_with_limit",
@@ -237,17 +195,45 @@ REFUSED = [
         r"^LIMIT in a NOT EXISTS subquery \(which rows it keeps depends on their order\)$",
         r"^remove it, or ",
     ),
+    # Subqueries kept as plan nodes (subquery_inputs.py) whose correlation cannot be taken out
     (
-        "nested_subquery",
-        "SELECT a FROM shop.t WHERE a IN (SELECT a FROM shop.u WHERE a IN (SELECT id FROM shop.kv))",
-        r"^a subquery nested inside an IN subquery$",
-        r"^build the inner part as an ivm model of its own",
+        "correlated_aggregate_without_group_by",
+        "SELECT a FROM shop.t WHERE b IN (SELECT MAX(u.a) FROM shop.u WHERE u.a = t.a)",
+        (
+            r"^an IN subquery that aggregates without GROUP BY and reads the outer query "
+            r"\(over an outer row's empty set of rows it still has one row"
+        ),
+        r"^GROUP BY the subquery's correlated column",
     ),
     (
-        "in_subquery_over_a_join",
-        "SELECT a FROM shop.t WHERE a IN (SELECT u.a FROM shop.u JOIN shop.kv ON u.a = kv.id)",
-        r"^an IN subquery that reads a join, a CTE or a derived table$",
-        r"ref\(\) it inside the IN",
+        "aggregate_correlated_by_a_comparison",
+        "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u WHERE u.a < t.a GROUP BY u.a)",
+        (
+            r"^the condition `u`.`a` < `t`.`a` in an EXISTS subquery that aggregates \(it "
+            r"relates the subquery to the outer query other than by an equality"
+        ),
+        r"^correlate an aggregating subquery by equalities of its columns",
+    ),
+    (
+        "correlation_in_a_subquerys_join",
+        (
+            "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u JOIN shop.kv "
+            "ON u.a = kv.id AND kv.n = t.b)"
+        ),
+        (
+            r"^the outer query's column `t`.`b` read by an EXISTS subquery outside the "
+            r"top-level AND conditions of its WHERE"
+        ),
+        r"^move the correlation into the subquery's WHERE",
+    ),
+    (
+        "correlation_in_a_nested_subquerys_condition",
+        (
+            "SELECT a FROM shop.t WHERE a IN (SELECT u.a FROM shop.u "
+            "WHERE u.a IN (SELECT kv.id FROM shop.kv WHERE kv.n = t.b))"
+        ),
+        r"^the condition `u`.`a` IN \(SELECT .* in an IN subquery, which nests a subquery that",
+        r"^correlate the inner subquery with the subquery's own tables",
     ),
     (
         "not_in_over_two_columns",
@@ -754,6 +740,26 @@ def test_refused(sql: str, construct: str, hint: str | None) -> None:
         assert re.search(hint, error.hint), error.hint
     else:
         assert error.hint == FALLBACK_HINT
+
+
+# Once refused ("it compares the two sides other than by equality", "no
+# equality between the two sides"), now kept by partner filters
+# (plan.PartnerFilter): an outer join's padding and a semi or anti join
+# decided by the whole condition, row by row.
+COMPARING_THE_SIDES = [
+    "SELECT t.a FROM shop.t LEFT JOIN shop.u ON t.a = u.a AND t.b < u.a",
+    "SELECT t.a FROM shop.t LEFT JOIN shop.u ON t.b > 0 AND u.a > 0",
+    "SELECT a FROM shop.t WHERE EXISTS (SELECT 1 FROM shop.u WHERE u.a < t.a)",
+    "SELECT t.a FROM shop.t LEFT SEMI JOIN shop.u ON t.a = u.a AND t.b <> u.a",
+]
+
+
+@pytest.mark.parametrize("sql", COMPARING_THE_SIDES)
+def test_conditions_comparing_the_sides_are_kept_by_partner_filters(sql: str) -> None:
+    plan = compile_model(MODEL, sql, FakeCatalog(SOURCES, sql, [("a", "int")]))
+    filters = [f for term in plan.join_terms for f in term.filters]
+    assert [f.source.alias for f in filters] == ["u"]
+    assert not any(term.key_relations for term in plan.join_terms)
 
 
 # Once refused ("floating-point sums drift"), now kept by rules/floating.py: the

@@ -395,6 +395,12 @@ def _delta_rule_lines(plan: ViewPlan) -> list[str]:
                 f"    key relation {relation.alias}: distinct ({keys}) of "
                 f"{relation.source.alias}{condition}"
             )
+        # Semi and anti joins on conditions that compare the sides (rules/outer_joins.py).
+        for partner in {f.alias: f for t in plan.join_terms for f in t.filters}.values():
+            lines.append(
+                f"    partner filter {partner.alias}: {'anti' if partner.anti else 'semi'} "
+                f"join on {partner.condition.sql(dialect=DIALECT)}"
+            )
     return lines
 
 
