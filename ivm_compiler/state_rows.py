@@ -130,6 +130,35 @@ def build_query(
     )
 
 
+def ungrouped_build_query(
+    plan: ViewPlan,
+    versions: Mapping[TableName, int],
+    rows_filter: exp.Expr | None = None,
+) -> exp.Query:
+    """Each flattened row as a state row counted once, without grouping equal rows.
+
+    For a projection kept as a log (log_state.py): its readers and its view
+    sum a key's rows, so equal rows need not be one row yet, and the first
+    build is the model's query with a count column, where grouping shuffled
+    the whole table (the warehouse's order lines).
+    """
+    rows = rows_to_build(plan, versions, rows_filter)
+    values = {
+        c.name: exp.cast(exp.Literal.number(1), "BIGINT") if c.name == names.COUNT else c.build
+        for c in plan.state_columns
+    }
+    columns = [
+        exp.alias_(value.copy(), name, quoted=True, copy=False)
+        for name, value in values.items()
+        if value is not None
+    ]
+    return (
+        exp.select(*columns)
+        .from_(exp.to_table(names.ROWS_ALIAS, quoted=True))
+        .with_(names.ROWS_ALIAS, as_=rows, copy=False)
+    )
+
+
 def change_query(
     plan: ViewPlan,
     ranges: Mapping[TableName, VersionRange],

@@ -87,7 +87,9 @@ def build_query(
     versions: Mapping[TableName, int],
     rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
-    """COUNT(*) per distinct row (state_rows.py)."""
+    """COUNT(*) per distinct row (state_rows.py); a projection's log, each row counted once."""
+    if plan.log_state and plan.view_class is ViewClass.PROJECTION:
+        return state_rows.ungrouped_build_query(plan, versions, rows_filter)
     return state_rows.build_query(plan, versions, rows_filter)
 
 

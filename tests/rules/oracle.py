@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import itertools
 import math
@@ -901,9 +902,7 @@ class Refreshes:
             unbounded = [r for r in rows if not bounded or r[names.SLOT] not in bounded]
             return state_rows(self.plan, columns, [[r[c] for c in columns] for r in unbounded])
 
-        expected_columns, rebuilt = self.engine.query(
-            view_class_rule(self.plan.view_class).build_query(self.plan, self.versions)
-        )
+        expected_columns, rebuilt = self._rebuilt()
         rebuilt_rows = as_rows([dict(zip(expected_columns, row)) for row in rebuilt])
         if bounded:
             self._check_kept(merged, bounded)
@@ -986,12 +985,21 @@ class Refreshes:
                         )
                     )
 
+    def _rebuilt(self) -> tuple[list[str], list[tuple]]:
+        """The state rebuilt at the current versions, one row per key.
+
+        Built as the merged state: a log's own build need not group equal rows
+        (state_rows.ungrouped_build_query), its readers sum them.
+        """
+        merged = dataclasses.replace(self.plan, log_state=False)
+        return self.engine.query(
+            view_class_rule(self.plan.view_class).build_query(merged, self.versions)
+        )
+
     def _check_log(self) -> None:
         """The log's consolidated rows equal the build; a rewritten log has one row per key."""
         columns, rows = self.engine.query(log_state.consolidated(self.plan, self.state.to_table()))
-        expected_columns, rebuilt = self.engine.query(
-            view_class_rule(self.plan.view_class).build_query(self.plan, self.versions)
-        )
+        expected_columns, rebuilt = self._rebuilt()
         diff = _difference(
             state_rows(self.plan, expected_columns, rebuilt),
             state_rows(self.plan, columns, rows),
