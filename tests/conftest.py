@@ -313,6 +313,8 @@ def thrift_server(spark):
     Started only when a server-mode class runs. Each pytest-xdist worker is a
     process with its own JVM, so each has its own server and port.
     """
+    from dbt.adapters.spark_ivm.engine import parse_version
+
     port = _free_port()
     # These are spark-submit's --hiveconf, which sets them as JVM system
     # properties; HiveConf applies system properties over everything else.
@@ -338,11 +340,13 @@ def thrift_server(spark):
     # ran first) carries a HiveConf read before the properties above, so
     # the server listened on *:10000.
     started: list = []
-    starter = threading.Thread(
-        target=lambda: started.append(
-            server_class.startWithSparkSession(spark._jsparkSession, False)  # type: ignore[attr-defined]
-        )
-    )
+    if parse_version(spark.version) >= (4, 0):
+        start = lambda: server_class.startWithSparkSession(spark._jsparkSession, False)
+    else:
+        # Spark 3.5 (scripts/test-matrix's oldest end) has only
+        # startWithContext: a server that fails to start exits the process.
+        start = lambda: server_class.startWithContext(spark._jsparkSession.sqlContext())
+    starter = threading.Thread(target=lambda: started.append(start()))
     starter.start()
     starter.join()
     if not started:

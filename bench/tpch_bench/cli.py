@@ -283,7 +283,7 @@ def _measure(
 
 
 def environment() -> dict[str, Any]:
-    from dbt.adapters.spark_ivm.runtime.embedded import DELTA_VERSION
+    from dbt.adapters.spark_ivm.runtime.versions import installed_line
 
     versions = {}
     for package in ("dbt-spark-ivm", "dbt-core", "dbt-spark", "pyspark", "tpchgen-cli"):
@@ -295,7 +295,8 @@ def environment() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "python": sys.version.split()[0],
         "versions": versions,
-        "delta": DELTA_VERSION,
+        # The Delta release the embedded runtime loads for the installed pyspark.
+        "delta": installed_line().delta,
         "git_commit": _git_commit(),
     }
 

@@ -144,15 +144,15 @@ def example_sources(thrift_port, example_schemas):
     return thrift_port
 
 
-def _example_args(run_dir: Path) -> list[str]:
-    """dbt's options for the example over the server, with `run_dir` for its files."""
+def _example_args(run_dir: Path, target: str = "server") -> list[str]:
+    """dbt's options for the example (over the server by default), with `run_dir` for its files."""
     return [
         "--project-dir",
         str(PROJECT_DIR),
         "--profiles-dir",
         str(PROJECT_DIR),
         "--target",
-        "server",
+        target,
         "--target-path",
         str(run_dir / "target"),
         "--log-path",
@@ -160,9 +160,9 @@ def _example_args(run_dir: Path) -> list[str]:
     ]
 
 
-def _build(tmp_path: Path) -> list:
+def _build(tmp_path: Path, target: str = "server") -> list:
     try:
-        result = dbtRunner().invoke(["build", *_example_args(tmp_path)])
+        result = dbtRunner().invoke(["build", *_example_args(tmp_path, target)])
     finally:
         # dbt keeps the adapter an invocation registered (here: the example's
         # `server` target) and registers no other of the same type after it:
@@ -184,6 +184,24 @@ def _codes(results: list) -> dict[str, str]:
 
 def _failed_tests(results: list) -> list[str]:
     return [r.node.name for r in results if r.node.resource_type == "test" and r.status != "pass"]
+
+
+# In scripts/test-extended and scripts/test-matrix (issue 55: the worked
+# example at both ends of the supported Spark range, in both modes): the
+# example's `embedded` target in this worker's process, whose SparkSession
+# dbt's session method shares (its warehouse is the suite's, whatever the
+# target's runtime directory), loaded by the example's own functions.
+@pytest.mark.extended
+def test_worked_example_refreshes_incrementally_in_session_mode(spark, example_schemas, tmp_path):
+    example, rng = _example(), random.Random(7)
+    example.create_sources(spark, rng)
+    first = _build(tmp_path, "embedded")
+    assert set(_codes(first).values()) == {"BUILD"}, _codes(first)
+    assert not _failed_tests(first)
+    example.apply_batch(spark, random.Random(8))
+    second = _build(tmp_path, "embedded")
+    assert set(_codes(second).values()) == {"INCREMENTAL"}, _codes(second)
+    assert not _failed_tests(second)
 
 
 # In scripts/test-extended: the README's command runs the same example over a

@@ -220,6 +220,11 @@ def test_a_commit_that_leaves_the_guard_row_records_the_guard_it_left() -> None:
     "message",
     [
         "[USER_RAISED_EXCEPTION] ivm guard: analytics.m__ivm_state no longer holds refresh r-1",
+        # Spark 3.5's RAISE_ERROR, as its cause chain shows it (no error class).
+        (
+            "[TASK_WRITE_FAILED] Task failed while writing rows to file:/w/m__ivm_state.\n"
+            "Caused by: java.lang.RuntimeException: ivm guard: analytics.m__ivm_state no longer"
+        ),
         "io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] Files were added",
         "[DELTA_CONCURRENT_DELETE_READ] This transaction attempted to read one or more files",
         "io.delta.exceptions.ConcurrentDeleteDeleteException: files were deleted",
@@ -236,6 +241,7 @@ def test_concurrent_refresh_errors_are_recognised(message: str) -> None:
         "[DIVIDE_BY_ZERO] Division by zero",
         "[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [3, 5]",
         "[USER_RAISED_EXCEPTION] a model's own raise_error",
+        "java.lang.RuntimeException: a model's own raise_error on Spark 3.5",
     ],
 )
 def test_other_errors_are_not_concurrent_refreshes(message: str) -> None:

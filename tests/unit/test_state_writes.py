@@ -70,7 +70,7 @@ def _writes(runner: SessionRunner, own_session: bool) -> tuple[StateWrites, Stat
 def test_own_session_reads_the_commit_version_set_after_the_commit():
     runner = SessionRunner(last="12")
     writes, history = _writes(runner, own_session=True)
-    columns, rows = writes.commit(MERGE, {"refresh": "r"})
+    columns, rows = writes.commit(MERGE, {"refresh": "r"}, answer=True)
     assert (columns, rows) == (["num_affected_rows"], [[1]])
     # Unset before the statement, read after it: no earlier commit's version passes.
     forget = runner.statements.index(confs.forget_last_commit())
@@ -122,7 +122,7 @@ def test_settings_are_reset_when_the_statement_fails():
     runner = FailingRunner(last="12")
     writes, _ = _writes(runner, own_session=False)
     with pytest.raises(RuntimeError, match="the MERGE failed"):
-        writes.commit(MERGE, {"refresh": "r"}, SETTINGS)
+        writes.commit(MERGE, {"refresh": "r"}, SETTINGS, answer=True)
     key = next(iter(SETTINGS))
     assert runner.statements[-1] == confs.reset_conf(key)
 
@@ -154,6 +154,10 @@ class StagingRunner(SessionRunner):
         self.fail_write, self.fail_drop = fail_write, fail_drop
 
     def execute(self, sql: str) -> None:
+        # An append is run without fetching (StateWrites.commit's `answer`).
+        if self.fail_write and " INSERT INTO " in sql:
+            self.statements.append(sql)
+            raise RuntimeError("the write failed")
         super().execute(sql)
         if self.fail_drop and sql.startswith("UNCACHE"):
             raise RuntimeError("the session is gone")

@@ -19,8 +19,10 @@ from dbt.adapters.spark.connections import (
     SparkConnectionMethod,
     SparkCredentials,
 )
+from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.spark_ivm.runtime.embedded import RUNTIME_DIR_NAME, session_configs
+from dbt.adapters.spark_ivm.runtime.versions import UnsupportedSpark, installed_line
 
 
 def _dbt_project_dir() -> str:
@@ -55,6 +57,14 @@ class SparkIvmCredentials(SparkCredentials):
     reuse_connections: bool = True
 
     def __post_init__(self) -> None:
+        if self.method == SparkConnectionMethod.SESSION:
+            # Before dbt-spark's own check, whose message names dbt-spark's
+            # extra: this plugin's brings a pyspark it supports, and a pyspark
+            # outside the supported lines has no Delta Lake release to load.
+            try:
+                installed_line()
+            except UnsupportedSpark as error:
+                raise DbtRuntimeError(str(error)) from None
         super().__post_init__()
         if self.method == SparkConnectionMethod.SESSION:
             if not self.runtime_dir:

@@ -56,8 +56,27 @@ def error_summary(error: BaseException, limit: int = 300) -> str:
     return found.group(0).strip()[:limit] if found else first_line(error, limit=limit)
 
 
-# How Spark's RAISE_ERROR starts the error it raises.
+# How Spark's RAISE_ERROR starts the error it raises: with its error class
+# from Spark 4.0; Spark 3.5 raises a plain RuntimeException with the message
+# (measured on 3.5.9: "java.lang.RuntimeException: ivm guard: ...", in the
+# Java cause chain both modes see).
 RAISED = "[USER_RAISED_EXCEPTION]"
+RAISED_BY_SPARK_3 = "java.lang.RuntimeException:"
+RAISED_FORMS = (RAISED, RAISED_BY_SPARK_3)
+
+
+def _raised(error: BaseException, message: str) -> bool:
+    """Whether `error` is RAISE_ERROR's with a message starting `message`, on any supported Spark.
+
+    >>> _raised(Exception("... Caused by: java.lang.RuntimeException: ivm guard: a.b"), "ivm guard:")
+    True
+    >>> _raised(Exception("[USER_RAISED_EXCEPTION] ivm guard: a.b SQLSTATE: P0001"), "ivm guard:")
+    True
+    >>> _raised(Exception("[PARSE_SYNTAX_ERROR] ... RAISE_ERROR('ivm guard: a')"), "ivm guard:")
+    False
+    """
+    text = str(error)
+    return any(f"{form} {message}" in text for form in RAISED_FORMS)
 
 
 def is_cancelling_removal(error: BaseException) -> bool:
@@ -73,7 +92,7 @@ def is_cancelling_removal(error: BaseException) -> bool:
     >>> is_cancelling_removal(Exception("[PARSE_SYNTAX_ERROR] ... RAISE_ERROR('ivm cancelled: ...')"))
     False
     """
-    return f"{RAISED} {CANCELLED}" in str(error)
+    return _raised(error, CANCELLED)
 
 
 def is_exhausted(error: BaseException) -> bool:
@@ -84,7 +103,7 @@ def is_exhausted(error: BaseException) -> bool:
     >>> is_exhausted(Exception("[PARSE_SYNTAX_ERROR] ... RAISE_ERROR('ivm exhausted: ...')"))
     False
     """
-    return f"{RAISED} {EXHAUSTED}" in str(error)
+    return _raised(error, EXHAUSTED)
 
 
 def is_change_history_unavailable(error: BaseException) -> bool:
@@ -97,7 +116,7 @@ def is_change_history_unavailable(error: BaseException) -> bool:
 # a concurrent commit to the files it read (DeltaConcurrentModificationException
 # and its subclasses, by class name and by error class).
 CONCURRENT_REFRESH = (
-    f"{RAISED} {GUARD_FAILED}:",
+    *(f"{form} {GUARD_FAILED}:" for form in RAISED_FORMS),
     "ConcurrentAppendException",
     "ConcurrentDeleteReadException",
     "ConcurrentDeleteDeleteException",

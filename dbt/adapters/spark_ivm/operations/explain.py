@@ -269,6 +269,9 @@ def explain(refresh: Refresh, group: list[str] | None = None) -> Explanation:
         f"  view class:   {plan.view_class.value}",
         f"  consistency:  {CONSISTENCY}",
         f"  relation:     view {refresh.target} over Delta table {refresh.state}",
+        # The versions the SQL below is written for (engine.py: asked once per
+        # Spark the process talks to; a statement form can depend on them).
+        f"  engine:       {refresh.engine().describe() if refresh.engine else 'not asked'}",
         f"  published:    the view shows state version {shown}"
         + (f" (newest refresh commit: {recorded.state_version})" if recorded else ""),
         f"  state rows:   {CLASS_STATE[plan.view_class]}",

@@ -160,8 +160,16 @@ class StateWrites:
         statement: str,
         metadata: dict[str, Any],
         settings: Mapping[str, str] = {},
+        answer: bool = False,
     ) -> tuple[list[str], Sequence[Sequence[Any]]]:
         """Run one committing statement with `metadata` attached to its Delta commit.
+
+        `answer`: return the statement's rows (a MERGE's counts); otherwise it
+        is run without fetching. A Spark 3.5 Thrift server answers a command
+        without output (CREATE TABLE AS, INSERT on Delta 3.3) with a result
+        set whose schema has no column list, which the Thrift client fails to
+        describe ("'NoneType' object is not iterable"); Spark 4 sends an
+        empty one.
 
         `settings` are session confs the statement runs under (emit.merge_settings),
         set just before it and reset just after, inside the lock as the metadata is.
@@ -178,7 +186,11 @@ class StateWrites:
                     # never pass for this statement's.
                     self.runner.execute(forget_last_commit())
                 try:
-                    answer = self.runner.query(statement)
+                    if answer:
+                        rows = self.runner.query(statement)
+                    else:
+                        self.runner.execute(statement)
+                        rows = ([], [])
                 finally:
                     self.runner.execute(reset_commit_metadata())
             if self.own_session:
@@ -194,7 +206,7 @@ class StateWrites:
                             "transaction id and version, or a later one, committed first"
                         ),
                     )
-            return answer
+            return rows
 
     def build(
         self,
@@ -642,7 +654,7 @@ class StateWrites:
         so (the other refresh applied the change, or a newer one).
         """
         try:
-            columns, rows = self.commit(statement, metadata, settings)
+            columns, rows = self.commit(statement, metadata, settings, answer=True)
         except Exception as error:
             if is_concurrent_refresh(error):
                 raise ConcurrentRefresh(self.model, self.state, error) from error

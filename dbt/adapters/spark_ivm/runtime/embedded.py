@@ -13,14 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# Delta 4.0.x is built against Spark 4.0.x; pyproject.toml pins pyspark to the
-# matching release. Changing one of these means changing the other.
-DELTA_VERSION = "4.0.1"
-SCALA_BINARY_VERSION = "2.13"
-DELTA_ARTIFACTS = (
-    ("io.delta", f"delta-spark_{SCALA_BINARY_VERSION}", DELTA_VERSION),
-    ("io.delta", "delta-storage", DELTA_VERSION),
-)
+from dbt.adapters.spark_ivm.runtime.versions import Artifact, SparkLine, installed_line
 
 RUNTIME_DIR_NAME = ".spark_ivm"
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -34,11 +27,15 @@ def local_maven_repository() -> Path:
     return Path.home() / ".m2" / "repository"
 
 
-def delta_jar_paths(repository: Path | None = None) -> list[Path] | None:
-    """Paths of the Delta jars in the local Maven repository, or None if any is missing."""
+def delta_jar_paths(
+    line: SparkLine | None = None, repository: Path | None = None
+) -> list[Path] | None:
+    """Paths of `line`'s Delta jars (the installed pyspark's by default) in the local Maven
+    repository, or None if any is missing."""
+    line = line or installed_line()
     repository = repository or local_maven_repository()
     paths = []
-    for group, artifact, version in DELTA_ARTIFACTS:
+    for group, artifact, version in line.artifacts:
         jar = repository.joinpath(*group.split("."), artifact, version, f"{artifact}-{version}.jar")
         if not jar.is_file():
             return None
@@ -49,11 +46,14 @@ def delta_jar_paths(repository: Path | None = None) -> list[Path] | None:
 def session_configs(runtime_dir: str | os.PathLike[str]) -> dict[str, str]:
     """Spark configs for the embedded runtime, keeping all its files under ``runtime_dir``.
 
-    The Delta jars are taken from the local Maven repository when the project's
+    The Delta jars are those of the installed pyspark's line (versions.py;
+    UnsupportedSpark, naming the fix, when pyspark is missing or outside the
+    supported lines), taken from the local Maven repository when the project's
     setup has fetched them there (no network at run time); otherwise Spark's own
     package resolution downloads them, so a user with internet and no Maven client
     can still run.
     """
+    line = installed_line()
     root = Path(runtime_dir).resolve()
     configs = {
         "spark.master": "local[2]",
@@ -88,7 +88,7 @@ def session_configs(runtime_dir: str | os.PathLike[str]) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "4g",
     }
-    jars = delta_jar_paths()
+    jars = delta_jar_paths(line)
     if jars is not None:
         configs["spark.jars"] = ",".join(str(jar) for jar in jars)
         # Also on the driver's own classpath: a Thrift server in this JVM
@@ -98,21 +98,23 @@ def session_configs(runtime_dir: str | os.PathLike[str]) -> dict[str, str]:
         configs["spark.driver.extraClassPath"] = os.pathsep.join(str(jar) for jar in jars)
     else:
         configs["spark.jars.packages"] = ",".join(
-            f"{group}:{artifact}:{version}" for group, artifact, version in DELTA_ARTIFACTS
+            f"{group}:{artifact}:{version}" for group, artifact, version in line.artifacts
         )
     return configs
 
 
-def fetch_delta_jars() -> int:
-    """Fetch the Delta jars into the local Maven repository with the Maven client.
+def fetch_delta_jars(line: SparkLine | None = None) -> int:
+    """Fetch `line`'s Delta jars (the installed pyspark's) into the local Maven repository
+    with the Maven client.
 
-    Run by scripts/setup; returns the Maven client's exit code, or 0 when the
-    jars are already there.
+    Run by scripts/setup and scripts/test-matrix; returns the Maven client's
+    exit code, or 0 when the jars are already there.
     """
     import shutil
     import subprocess
 
-    if delta_jar_paths() is not None:
+    line = line or installed_line()
+    if delta_jar_paths(line) is not None:
         return 0
     mvn = shutil.which("mvn")
     if mvn is None:
@@ -121,18 +123,22 @@ def fetch_delta_jars() -> int:
             "(spark.jars.packages), which needs internet access."
         )
         return 0
-    for group, artifact, version in DELTA_ARTIFACTS:
-        completed = subprocess.run(
-            [
-                mvn,
-                "-q",
-                "-B",
-                "dependency:get",
-                f"-Dartifact={group}:{artifact}:{version}",
-                "-Dtransitive=false",
-            ],
-            check=False,
-        )
+    for artifact in line.artifacts:
+        completed = subprocess.run(_mvn_get(mvn, artifact), check=False)
         if completed.returncode != 0:
             return completed.returncode
     return 0
+
+
+def _mvn_get(mvn: str, artifact: Artifact) -> list[str]:
+    # One jar without its dependencies: Delta's POMs name Spark's own
+    # artifacts (provided) and, from 4.1, Kernel's Hadoop and Jackson, which
+    # pyspark ships in the versions its Spark needs.
+    return [
+        mvn,
+        "-q",
+        "-B",
+        "dependency:get",
+        f"-Dartifact={':'.join(artifact)}",
+        "-Dtransitive=false",
+    ]
