@@ -23,8 +23,9 @@ A large state is therefore written
   what a change spread over the whole key range otherwise costs.
 
 Rows a MERGE inserts or rewrites land in new files whatever their keys, so
-the sort decays with every refresh; `ivm_housekeeping` sorts a state again
-when its unsorted share passes a threshold (docs/performance.md).
+the sort decays with every refresh; nothing sorts a state again yet but a
+rebuild (`--full-refresh`): a re-sort by `ivm_housekeeping` past a share of
+unsorted files is open (CONTRIBUTING.md, known gaps).
 
 Small states (sources under the refresh's large-source size) keep the
 plain layout: sorting them costs their build a shuffle for files there is
