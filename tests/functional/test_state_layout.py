@@ -110,6 +110,11 @@ class TestLargeStateLayout(IvmProject):
         self._check(project, spark)
 
 
+# In scripts/test-extended only: the random sequences of test_random_changes
+# again, over sorted states (about 45 s of the README command's worker time,
+# over its budget); TestLargeStateLayout keeps the sorted path's oracle
+# there, a change at every key included.
+@pytest.mark.extended
 @pytest.mark.usefixtures("large_sorted_states")
 class TestRandomChangesOverSortedStates(test_random_changes.TestRandomChangeSequences):
     """The single-source models after random sequences, every state sorted, merged, with vectors."""
