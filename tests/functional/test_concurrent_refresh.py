@@ -115,20 +115,29 @@ def racing(models: set[str]):
     """Commit each of `models`' first state write once more just before this run's own.
 
     As the other invocation would, in a session of its own: this session's
-    last commit stays unset. Yields the models raced so far.
+    last commit stays unset. Yields the models raced so far. A write runs
+    as a query where its caller reads its answer (a MERGE's counts) and as
+    a statement otherwise (a log's INSERT; writes.py): both are raced.
     """
-    original = _AdapterRunner.query
+    original_query, original_execute = _AdapterRunner.query, _AdapterRunner.execute
     raced: dict[str, object] = {}
 
-    def query(self, sql):
+    def race(runner: _AdapterRunner, sql: str, run) -> None:
         model = state_written(sql)
         if model in models and model not in raced:
-            raced[model] = original(self, sql)
-            self.execute(forget_last_commit())
-        return original(self, sql)
+            raced[model] = run(runner, sql)
+            original_execute(runner, forget_last_commit())
 
-    _AdapterRunner.query = query
+    def query(self, sql):
+        race(self, sql, original_query)
+        return original_query(self, sql)
+
+    def execute(self, sql):
+        race(self, sql, original_execute)
+        return original_execute(self, sql)
+
+    _AdapterRunner.query, _AdapterRunner.execute = query, execute
     try:
         yield raced
     finally:
-        _AdapterRunner.query = original
+        _AdapterRunner.query, _AdapterRunner.execute = original_query, original_execute
