@@ -134,9 +134,7 @@ class SparkIvmAdapter(SparkAdapter):
         validate_model_config(model_id, config)
         validate_relation_name(model_id, "schema", relation.schema)
         validate_relation_name(model_id, "alias", relation.identifier)
-        settings = RefreshSettings.from_config(
-            config, full_refresh, _view_docs(docs), change_feed=_read_by_ivm_models(graph, model_id)
-        )
+        settings = _read_settings(config, graph, model_id, full_refresh, _view_docs(docs))
         group_run = self._group_run(graph, selected, invocation_id)
         publisher = Publisher(
             runner=_AdapterRunner(self),
@@ -297,9 +295,7 @@ class SparkIvmAdapter(SparkAdapter):
         # The model's settings as its refresh reads them: the state's form
         # and join states change the plan and the statements explain shows.
         config = ((graph or {}).get("nodes", {}).get(model_id) or {}).get("config") or {}
-        settings = RefreshSettings.from_config(
-            config, change_feed=_read_by_ivm_models(graph, model_id)
-        )
+        settings = _read_settings(config, graph, model_id)
         refresh = self._refresh_of(
             relation, self._model_sql(relation), model_id, upstream, settings
         )
@@ -489,17 +485,40 @@ def _invocation_pins(invocation_id: str | None) -> InvocationPins | None:
         return pins
 
 
-def _read_by_ivm_models(graph: dict[str, Any] | None, model_id: str) -> bool:
-    """Whether an ivm model of the project refs this one (its state then keeps a change feed).
+def _ivm_readers(graph: dict[str, Any] | None, model_id: str) -> tuple[str, ...] | None:
+    """The ivm models of the project that ref this one, as "schema.identifier".
 
-    Without dbt's graph, assume one does.
+    Its state keeps a change feed only for them, and their refresh histories
+    weigh how a recompute of it hands its change on (refresh/handoff.py).
+    None without dbt's graph: then one is assumed to read it.
     """
     if graph is None:
-        return True
-    return any(
-        (node.get("config") or {}).get("materialized") == "ivm"
-        and model_id in (node.get("depends_on") or {}).get("nodes", [])
-        for node in (graph.get("nodes") or {}).values()
+        return None
+    return tuple(
+        sorted(
+            f"{node.get('schema')}.{node.get('alias') or node.get('name')}"
+            for node in (graph.get("nodes") or {}).values()
+            if (node.get("config") or {}).get("materialized") == "ivm"
+            and model_id in (node.get("depends_on") or {}).get("nodes", [])
+        )
+    )
+
+
+def _read_settings(
+    config: dict[str, Any],
+    graph: dict[str, Any] | None,
+    model_id: str,
+    full_refresh: bool = False,
+    docs: ViewDocs | None = None,
+) -> RefreshSettings:
+    """A model's refresh settings, with the ivm models reading it from dbt's graph."""
+    readers = _ivm_readers(graph, model_id)
+    return RefreshSettings.from_config(
+        config,
+        full_refresh,
+        docs,
+        change_feed=readers is None or bool(readers),
+        readers=readers or (),
     )
 
 
