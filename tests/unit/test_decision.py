@@ -202,10 +202,29 @@ def test_a_replaced_table_model_rebuilds_and_an_unchanged_one_does_not(plan):
     assert same.action is Action.NO_CHANGE
 
 
-def test_a_rebuilt_fallback_table_rebuilds_its_reader(plan):
-    found = decide(plan, pin(7), facts(plan, wholesale={ORDERS_TABLE: FALLBACK_TABLE}), SETTINGS)
+AT_5 = "2026-11-29 10:00:05.000"
+
+
+def test_a_fallback_table_written_in_place_is_read_as_a_source(plan):
+    sources = {str(ORDERS_TABLE): {"version": 5, "committed_at": AT_5}}
+    commits = (timed(5, 5), timed(6, 6, "MERGE"), timed(7, 7, "SET TBLPROPERTIES"))
+    snapshot = SourceSnapshot(ORDERS_TABLE, None, 7, recent_commits=commits)
+    state = recorded(plan, sources=sources)
+    in_place = facts(recorded=state, wholesale={ORDERS_TABLE: FALLBACK_TABLE})
+    found = decide(plan, {ORDERS_TABLE: snapshot}, in_place, SETTINGS)
+    assert found.action is Action.INCREMENTAL and not found.ranges[ORDERS_TABLE].overwritten
+
+
+def test_a_fallback_table_built_anew_rebuilds_its_reader(plan):
+    sources = {str(ORDERS_TABLE): {"version": 5, "committed_at": AT_5}}
+    commits = (timed(5, 5), timed(6, 6, "CREATE OR REPLACE TABLE AS SELECT"))
+    snapshot = SourceSnapshot(ORDERS_TABLE, None, 6, recent_commits=commits)
+    state = recorded(plan, sources=sources)
+    rebuilt = facts(recorded=state, wholesale={ORDERS_TABLE: FALLBACK_TABLE})
+    found = decide(plan, {ORDERS_TABLE: snapshot}, rebuilt, SETTINGS)
     assert found.action is Action.REBUILD
     assert "is an ivm model built as a table by ivm_fallback" in found.reason
+    assert "built anew since the last refresh" in found.reason
 
 
 def test_no_commit_since_the_record_is_no_change(plan):

@@ -37,6 +37,7 @@ from dbt.adapters.spark_ivm.consistency.groups import (
 from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.consistency.strict import StrictReads
 from dbt.adapters.spark_ivm.delta.confs import SINGLE_SESSION_CONF, conf_value, read_conf
+from dbt.adapters.spark_ivm.delta.tables import CHANGE_FEED_PROPERTY, DELTA_PROTOCOL_PROPERTY
 from dbt.adapters.spark_ivm.engine import Engine, engine_of
 from dbt.adapters.spark_ivm.operations import comparison
 from dbt.adapters.spark_ivm.operations.explain import explain, group_lines, write_statements
@@ -63,6 +64,7 @@ from ivm_compiler.emit import (
     QUERY_PROPERTY,
     STATE_PROPERTY,
     ViewDocs,
+    set_properties,
 )
 from ivm_compiler.errors import StateFormRefused
 
@@ -171,6 +173,23 @@ class SparkIvmAdapter(SparkAdapter):
             self.cache_added(self.ivm_state_relation(relation))
         logger.info(f"{model_id}: {result.message} in {result.seconds:.2f}s")
         return result
+
+    @available
+    def ivm_set_table_properties(self, relation: BaseRelation, properties: dict[str, str]) -> None:
+        """Set a fallback table's properties once the materialization built it.
+
+        Its query (what ivm_matches_query compares it with) and, where ivm
+        models read it, its change feed (refresh/fallback.py); the change feed
+        only on a Delta table.
+        """
+        shown = self._view_properties(relation)
+        wanted = {
+            key: value
+            for key, value in properties.items()
+            if key != CHANGE_FEED_PROPERTY or DELTA_PROTOCOL_PROPERTY in shown
+        }
+        if wanted and any(shown.get(key) != value for key, value in wanted.items()):
+            self.execute(set_properties(_table_name(relation), "TABLE", wanted), fetch=False)
 
     def list_relations_without_caching(self, schema_relation: BaseRelation) -> list[Any]:
         """dbt-spark's SHOW TABLE EXTENDED IN <schema>, after refusing a schema name it

@@ -31,8 +31,9 @@ NO_COMMON_PARTITION = (
 # dependent ivm model rebuilds after each of their runs, as recomputation is
 # what reading their change feed (if any) would cost anyway.
 WHOLESALE_MATERIALIZATIONS = ("table", "seed")
-# An ivm model the compiler refuses, built as a table by ivm_fallback: also
-# replaced as a whole by every run (Facts.wholesale names it so).
+# An ivm model the compiler refuses, built as a table by ivm_fallback: written
+# in place, so read through its change feed like a source, unless it was
+# built anew (refresh/fallback.py says when; Facts.wholesale names it so).
 FALLBACK_TABLE = "ivm_fallback"
 
 
@@ -225,13 +226,14 @@ def _source_replaced(
             return f"the model now reads {table}, which its state does not reflect"
         materialized = wholesale.get(table)
         same_table = snapshot.same_table(previous) is True
-        replaced = not same_table or int(previous["version"]) != int(snapshot.version)
-        if materialized == FALLBACK_TABLE and replaced:
+        if materialized == FALLBACK_TABLE and not same_table:
             return (
                 f"{table} is an ivm model built as a table by ivm_fallback (its query cannot "
-                "be maintained), replaced as a whole by every run, so it is read again in full"
+                "be maintained), and it was built anew since the last refresh (its log says "
+                "why: a first build, other columns, --full-refresh), so it is read again in full"
             )
-        if materialized and replaced:
+        replaced = not same_table or int(previous["version"]) != int(snapshot.version)
+        if materialized in WHOLESALE_MATERIALIZATIONS and replaced:
             return (
                 f"{table} is a dbt '{materialized}' model, replaced as a whole by every run, "
                 "so it is read again in full (materialize it as 'ivm' to propagate only "

@@ -40,6 +40,7 @@ from dbt.adapters.spark_ivm.delta.tables import (
 from dbt.adapters.spark_ivm.engine import Engine
 from dbt.adapters.spark_ivm.refresh import (
     decision,
+    fallback,
     handoff,
     join_states,
     schema_changes,
@@ -109,20 +110,31 @@ class RefreshResult:
     # How a state (or fallback table) computed whole handed its change on to
     # the ivm models reading it, and why (handoff.HandOff.describe).
     handoff: str | None = None
+    # A fallback table the refresh wrote in place (refresh/fallback.py): the
+    # materialization only reports it.
+    table_written: bool = False
+    # What a fallback table carries once the materialization built it
+    # (FallbackTable.properties_after_build; adapter.ivm_set_table_properties).
+    table_properties: dict[str, str] = field(default_factory=dict)
 
     @property
     def rows_affected(self) -> int:
         return self.rows_inserted + self.rows_updated + self.rows_deleted
 
     @property
-    def builds_table(self) -> bool:
-        """The model is not maintained: the materialization builds it as a table."""
+    def is_table(self) -> bool:
+        """The model is not maintained: its relation is a table recomputed on every run."""
         return self.action is Action.FALLBACK
+
+    @property
+    def builds_table(self) -> bool:
+        """The materialization builds the fallback table (CREATE OR REPLACE), as dbt does."""
+        return self.is_table and not self.table_written
 
     @property
     def replaced_relation(self) -> bool:
         """The relation was created anew (dbt's grants are then applied without revoking)."""
-        return self.action in (Action.BUILD, Action.REBUILD, Action.FALLBACK)
+        return self.action in (Action.BUILD, Action.REBUILD) or self.builds_table
 
     @property
     def code(self) -> str:
@@ -289,6 +301,9 @@ class Refresh:
         """How the refresh reads `table`: unchanged.SOURCE, PUBLISHED, or its materialization."""
         materialized = self.upstream_materializations.get(str(table).lower())
         if materialized is None:
+            return unchanged.SOURCE
+        if self.pins.wholesale(table) == decision.FALLBACK_TABLE:
+            # A fallback table, written in place: pinned as a source is.
             return unchanged.SOURCE
         if (
             materialized == "ivm"
@@ -1033,7 +1048,11 @@ class Refresh:
     # -- the fallback path -------------------------------------------------------
 
     def _fall_back(self, refusal: str) -> RefreshResult:
-        """Clear the ivm relations; the materialization then builds the model as a table."""
+        """Clear the ivm relations, then write the table in place or have the materialization build it.
+
+        In place (refresh/fallback.py) where ivm models read it: they then
+        apply its change instead of rebuilding.
+        """
         self.log.warning(
             f"{self.model}: recomputing fully because ivm_fallback='full_refresh': {refusal}"
         )
@@ -1043,7 +1062,33 @@ class Refresh:
             self.relations.drop(self.state, "table")
         self._drop_nodes(keep=())
         self.join_states({}).drop_others(keep=())
-        return RefreshResult(action=Action.FALLBACK, reason=refusal)
+        result = RefreshResult(action=Action.FALLBACK, reason=refusal)
+        table = fallback.FallbackTable(
+            self.runner,
+            self.log,
+            self.model,
+            self.target,
+            self.sql,
+            self.relations.exists,
+            self.relations.columns,
+        )
+        result.table_properties = table.properties_after_build(self.settings.change_feed)
+        if not self.settings.change_feed:
+            return result
+        if self.settings.full_refresh:
+            table.rebuilt_because("--full-refresh")
+            return result
+        if self.relations.exists(self.target) != "table":
+            table.rebuilt_because("its first build as a table")
+            return result
+        written = table.write_in_place(self._reader_names(), self._readers)
+        if isinstance(written, str):
+            table.rebuilt_because(written)
+            return result
+        result.table_written = True
+        result.rows_inserted, result.rows_deleted = written.inserted, written.deleted
+        result.handoff = fallback.describe_write(written)
+        return result
 
     def _raise_if_source_columns_changed(self, refusal: NotMaintainable) -> None:
         """Raise SourceSchemaChanged when a column the state was built on is gone."""
