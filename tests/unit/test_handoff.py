@@ -85,6 +85,15 @@ def test_a_large_write_outweighs_one_reader_and_not_three():
     assert choose([r.name for r in readers], lambda: readers, None, 20.0).merges
 
 
+def test_sources_too_small_to_weigh_are_merged():
+    # On a few thousand rows a history's seconds per byte are floors: no estimate holds.
+    found = choose(["m.r"], never("histories"), 50_000, 20.0, source_bytes=399_999)
+    assert found.merges and "where every way costs about its floor" in found.reason
+    assert not choose(
+        ["m.cheap"], lambda: [CHEAP_TO_APPLY], 50_000, 20.0, source_bytes=10**9
+    ).merges
+
+
 def test_the_readers_histories_are_read_only_where_they_decide():
     with pytest.raises(AssertionError, match="histories should not be asked for"):
         choose(["m.r"], never("histories"), 50_000, 1.0)

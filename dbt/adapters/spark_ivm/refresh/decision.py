@@ -289,12 +289,6 @@ def _difference_unreadable(
     return None
 
 
-# Below this many bytes, a replaced relation's two versions are read for
-# their difference whatever the estimates say: as with MIN_RECOMPUTE_ROWS,
-# both ways cost about their floor on tables of a few thousand rows.
-MIN_WEIGHED_BYTES = strategy.MIN_RECOMPUTE_ROWS * int(strategy.DEFAULT_BYTES_PER_ROW)
-
-
 def weigh_replaced(
     pinned: Mapping[TableName, SourceSnapshot],
     changed: Mapping[TableName, VersionRange],
@@ -307,7 +301,8 @@ def weigh_replaced(
     The difference reads the relation at two versions, every row twice
     (then sums them per row); a recompute reads every source once. Under
     ivm_strategy 'auto', where the replaced relations hold at least
-    MIN_WEIGHED_BYTES and reading them twice is estimated to cost more than
+    strategy.MIN_WEIGHED_BYTES (smaller, both ways cost about their floor)
+    and reading them twice is estimated to cost more than
     recomputing (seconds per byte from the model's history, or bytes alone
     without one), the model recomputes. Once a difference was read
     (`net_rows`), its exact size decides as any change's does.
@@ -325,7 +320,7 @@ def weigh_replaced(
         return None
     twice = 2 * sum(pinned[t].size_bytes or 0 for t in replaced)
     total = total_size(pinned.values())
-    if twice < 2 * MIN_WEIGHED_BYTES or twice <= total:
+    if twice < 2 * strategy.MIN_WEIGHED_BYTES or twice <= total:
         return None
     names = ", ".join(str(t) for t in replaced)
     seconds = handoff.write_seconds(history, 1)

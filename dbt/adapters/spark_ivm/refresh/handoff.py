@@ -118,6 +118,7 @@ def choose(
     *,
     log_state: bool = False,
     guard: str | None = "guard",
+    source_bytes: int | None = None,
 ) -> HandOff:
     """MERGE or OVERWRITE for a state computed whole; see the module docstring.
 
@@ -127,7 +128,8 @@ def choose(
     rebuild or a fallback, whose change is not known before it is
     computed); `write`: the writer's recompute, estimated (write_seconds);
     `guard`: what the state's guard row holds, which a MERGE by key checks
-    (None: the state cannot be merged into).
+    (None: the state cannot be merged into); `source_bytes`: the writer's
+    sources, under strategy.MIN_WEIGHED_BYTES too small to weigh.
 
     >>> choose([], lambda: [], 50, 3.0).way
     'overwrite'
@@ -144,6 +146,12 @@ def choose(
         return HandOff(
             MERGE,
             f"a change under {strategy.MIN_RECOMPUTE_ROWS:,} rows, which every reader applies",
+        )
+    if source_bytes is not None and source_bytes < strategy.MIN_WEIGHED_BYTES:
+        return HandOff(
+            MERGE,
+            f"sources under {strategy.MIN_WEIGHED_BYTES:,} bytes, where every way costs about "
+            "its floor: the difference computed once, for every reader",
         )
     if write is None:
         if change_rows is None:

@@ -761,6 +761,7 @@ class Refresh:
         of the change that made the model recompute, and each reader that
         applies it sums it first. A log state has no key to merge by.
         """
+        sized = all(snapshot.size_bytes is not None for snapshot in pinned.values())
         return handoff.choose(
             self._reader_names(),
             self._readers,
@@ -768,6 +769,7 @@ class Refresh:
             handoff.write_seconds(facts.history, total_size(pinned.values())),
             log_state=plan.log_state,
             guard=self._guard_to_merge_under(facts),
+            source_bytes=total_size(pinned.values()) if sized else None,
         )
 
     def _reader_names(self) -> tuple[str, ...]:
