@@ -54,7 +54,6 @@ def table(runner: ScriptedRunner, columns=COLUMNS, sql: str = SQL) -> FallbackTa
         "model.test.ranked",
         TABLE,
         sql,
-        relation_type=lambda t: "table",
         columns=lambda t: list(columns),
     )
 

@@ -59,8 +59,7 @@ class FallbackTable:
     model: str
     table: TableName
     sql: str
-    # A relation's type ('table', 'view') if it exists, and its columns (dbt's answers).
-    relation_type: Callable[[TableName], str | None]
+    # A relation's columns (dbt's answer).
     columns: Callable[[TableName], list[tuple[str, str]]]
 
     def properties_after_build(self, read_by_ivm_models: bool) -> dict[str, str]:

@@ -1071,7 +1071,6 @@ class Refresh:
             self.model,
             self.target,
             self.sql,
-            self.relations.exists,
             self.relations.columns,
         )
         result.table_properties = table.properties_after_build(self.settings.change_feed)
