@@ -53,6 +53,11 @@ class VersionRange:
     # recompute of an ivm model's state writes it): its change feed holds
     # every row before, deleted, and every row after, inserted.
     overwritten: bool = field(default=False, repr=False)
+    # A commit in the range replaced the table (CREATE OR REPLACE, as dbt
+    # rebuilds a `table` model): there is no change feed across it, and its
+    # change is the difference of its rows at the two versions, which the
+    # log keeps (stage_net_change). Overwritten too: summed and staged first.
+    replaced: bool = field(default=False, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -223,12 +228,17 @@ def stage_net_change(
     "CACHE TABLE `s` AS SELECT `k`, IF(`__ivm_sign` > 0, 'insert', 'delete') AS `_change_type`"
     """
     assert versions.overwritten and versions.staged is None
+    assert not (versions.replaced and upstream is not None), "a replaced ivm state is rebuilt"
     if upstream is not None:
         signed = signed_changes(table, versions, names.OVERWRITTEN_ALIAS, upstream).this
         assert isinstance(signed, exp.Select)
         return _cache(name, signed, None)
     read = [exp.column(c, quoted=True) for c in columns]
-    feed = signed_changes(table, versions, names.OVERWRITTEN_ALIAS)
+    feed = (
+        _versions_signed(table, versions, columns)
+        if versions.replaced
+        else signed_changes(table, versions, names.OVERWRITTEN_ALIAS)
+    )
     summed = net_rows(exp.select(*read, exp.column(names.SIGN, quoted=True)).from_(feed), columns)
     change_type = exp.If(
         this=exp.GT(this=exp.column(names.SIGN, quoted=True), expression=exp.Literal.number(0)),
@@ -239,6 +249,28 @@ def stage_net_change(
         *[r.copy() for r in read], exp.alias_(change_type, CHANGE_TYPE, quoted=True)
     ).from_(summed.subquery(ident(names.NET_ALIAS)))
     return _cache(name, rows, None)
+
+
+def _versions_signed(
+    table: TableName, versions: VersionRange, columns: Sequence[str]
+) -> exp.Subquery:
+    """A replaced table's rows at `pinned` signed +1 and at `recorded` signed -1.
+
+    Summed per row (net_rows), the rows both versions hold cancel: what is
+    left is the replace's change, as its change feed would have said.
+
+    >>> sql = _versions_signed(TableName("m", "t"), VersionRange(2, 5, replaced=True), ["k"]).sql("spark")
+    >>> "FROM `m`.`t` VERSION AS OF 5 UNION ALL SELECT `k`, -1 AS `__ivm_sign` FROM `m`.`t` VERSION AS OF 2" in sql
+    True
+    """
+    sides = [
+        exp.select(
+            *[exp.column(c, quoted=True) for c in columns],
+            exp.alias_(exp.Literal.number(sign), names.SIGN, quoted=True),
+        ).from_(version_as_of(table, version))
+        for version, sign in ((versions.pinned, 1), (versions.recorded, -1))
+    ]
+    return exp.union(*sides, distinct=False).subquery(ident(names.OVERWRITTEN_ALIAS))
 
 
 def net_rows(signed: exp.Query, columns: Sequence[str]) -> exp.Select:

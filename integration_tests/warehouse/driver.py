@@ -7,8 +7,10 @@ versions it read). The run reports, per model and batch, what the refresh did
 (incremental, no change, recompute, rebuild: the action dbt's adapter
 response carries, with its reason), the share maintained incrementally, and
 the time of the refresh against rebuilding every model as `table` on the
-same data in the same session (`--target table`). Results go to
-integration_tests/warehouse/results/ as JSON and markdown.
+same data in the same session (`--target table`). Per batch it says which
+models were not maintained incrementally and why (not_incremental), as the
+batch ends and in the report. Results go to integration_tests/warehouse/results/
+as JSON and markdown.
 
 tests/warehouse/ runs the same batches with the same checks inside the test
 suite, without the table comparison.
@@ -246,6 +248,8 @@ def run_warehouse(
                 execute(spark, statement, Path(scratch))
                 commits += 1
             step = build(dbt, f"batch {number} ({commits} source commits)", *selection)
+            # Said as each batch ends: a long run is followed while it goes.
+            print("\n".join([f"{step.name}:", *not_incremental(step)]), flush=True)
             if compare_tables:
                 rebuild_as_tables(dbt, step)
             steps.append(step)
@@ -333,10 +337,27 @@ def markdown(
                 f"{step.name}: {len(slower)} of {len(step.models)} models refreshed slower than "
                 "their own `table` rebuild" + (f" ({', '.join(slower)})." if slower else "."),
             ]
-    exceptions = [(s.name, m) for s in steps[1:] for m in s.exceptions]
     lines += ["", "## Not maintained incrementally after the first build", ""]
-    lines += [f"- {name}, {m.model}: {m.message}" for name, m in exceptions] or ["- none"]
-    return "\n".join(lines) + "\n"
+    for step in steps[1:]:
+        lines += [f"### {step.name}", "", *not_incremental(step), ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def not_incremental(step: Step) -> list[str]:
+    """A batch's models that were not maintained incrementally, each with its action and why.
+
+    The first line counts them; a model's reason is its refresh's message
+    (a recompute's estimates, a rebuild's cause, a refused model's refusal
+    and how it handed its change on).
+    """
+    share = f"{len(step.incremental)}/{len(step.models)} incremental ({step.incremental_share:.0%})"
+    if not step.exceptions:
+        return [f"{share}: every model."]
+    return [
+        f"{share}; not incremental:",
+        "",
+        *[f"- {m.model} ({m.action}): {m.message}" for m in step.exceptions],
+    ]
 
 
 def _model_cell(outcome: ModelOutcome | None, rebuild: float | None) -> str:

@@ -18,6 +18,7 @@ from tests.functional.ivm_checks import (
     assert_model_matches_query,
     bag_difference,
     latest_version,
+    state_builds,
 )
 from tests.functional.ivm_project import (
     QUERIES,
@@ -282,9 +283,12 @@ class TestRefusalsAndFallbacks(IvmProject):
 class TestFallbackChain(IvmProject):
     """A refused model built by ivm_fallback, an ivm model over it, and one over that.
 
-    Session mode only in the README's test command: what the chain proves (the
-    fallback table read again in full after each of its builds) does not
-    depend on the connection, which TestRefusalsAndFallbacks covers over Thrift.
+    The fallback table is written in place with its difference
+    (refresh/fallback.py), so both readers apply its change and are never
+    computed whole again. Session mode only in the README's test command:
+    test_random_handoff.py (extended) runs the same hand-on under random
+    sequences in both modes, and TestRefusalsAndFallbacks covers the fallback
+    over Thrift.
     """
 
     @pytest.fixture(scope="class")
@@ -319,10 +323,14 @@ class TestFallbackChain(IvmProject):
         for batch in range(3):
             spark.sql(f"INSERT INTO {source_table} VALUES ({10 + batch}, 'b', {batch}, 1.00)")
             spark.sql(f"DELETE FROM {source_table} WHERE k = {batch}")
-            _, log = run_dbt_and_capture(["run", "--select", *chain])
-            # The fallback table has no change feed: its dependant reads it again, and says why.
-            assert f"{schema}.ranked is an ivm model built as a table by ivm_fallback" in log
+            results, log = run_dbt_and_capture(["run", "--select", *chain])
+            responses = {r.node.name: r.adapter_response for r in results}
+            # Written in place as its difference, which its readers apply.
+            assert "handed on as the rows that differ (a MERGE)" in responses["ranked"]["_message"]
+            assert "built as a table by ivm_fallback" not in log, log
             for model, query in queries.items():
+                assert responses[model]["code"] == "INCREMENTAL", (model, responses[model])
+                assert state_builds(spark, schema, model) == 1, f"{model} was computed whole again"
                 difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
                 assert difference.equal, f"{model} after batch {batch}: {difference}"
 

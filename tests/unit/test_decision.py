@@ -192,20 +192,90 @@ def test_a_source_is_told_from_a_recreated_one_by_its_history(plan, commits, rea
         assert found.action is Action.REBUILD and reason in found.reason
 
 
-def test_a_replaced_table_model_rebuilds_and_an_unchanged_one_does_not(plan):
-    replaced = decide(
-        plan, pin(7), facts(plan, wholesale={ORDERS_TABLE: "table"}), RefreshSettings()
+AT_5 = "2026-11-29 10:00:05.000"
+READ_COLUMNS = {"customer": "string", "qty": "int", "amount": "decimal(10,2)"}
+
+
+def replaced_table(plan, *, size: int = 10_000, columns=READ_COLUMNS, recorded_at=AT_5):
+    """A dbt `table` model rerun twice since the state's record at version 5."""
+    # A replace's change-feed rows are unknown (delta.history.commit_rows).
+    replace = "CREATE OR REPLACE TABLE AS SELECT"
+    commits = (
+        timed(5, 5),
+        dataclasses.replace(timed(6, 6, replace), rows=None),
+        dataclasses.replace(timed(7, 7, replace), rows=None),
     )
-    assert replaced.action is Action.REBUILD
-    assert "is a dbt 'table' model, replaced as a whole" in replaced.reason
-    same = decide(plan, pin(5), facts(plan, wholesale={ORDERS_TABLE: "table"}), RefreshSettings())
+    snapshot = SourceSnapshot(ORDERS_TABLE, None, 7, size_bytes=size, recent_commits=commits)
+    entry = {"version": 5, "committed_at": recorded_at, "columns": columns}
+    state = recorded(plan, sources={str(ORDERS_TABLE): entry})
+    return {ORDERS_TABLE: snapshot}, facts(recorded=state, wholesale={ORDERS_TABLE: "table"})
+
+
+def test_a_replaced_table_model_is_read_as_the_difference_of_its_versions(plan):
+    pinned, read = replaced_table(plan)
+    found = decide(plan, pinned, read, SETTINGS)
+    # Its size is unknown until the difference is summed (recipe: staged_net_changes).
+    assert found.action is Action.INCREMENTAL and found.change is None
+    assert found.ranges[ORDERS_TABLE] == VersionRange(5, 7, overwritten=True, replaced=True)
+    summed = decide(plan, pinned, read, SETTINGS, net_rows={ORDERS_TABLE: 4})
+    assert summed.action is Action.INCREMENTAL and summed.change.rows == 4
+    same = decide(plan, pin(5), facts(plan, wholesale={ORDERS_TABLE: "table"}), SETTINGS)
     assert same.action is Action.NO_CHANGE
 
 
-def test_a_rebuilt_fallback_table_rebuilds_its_reader(plan):
-    found = decide(plan, pin(7), facts(plan, wholesale={ORDERS_TABLE: FALLBACK_TABLE}), SETTINGS)
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        (
+            {"recorded_at": "2026-11-29 10:00:45.000"},
+            "its log no longer holds the recorded version",
+        ),
+        (
+            {"columns": {**READ_COLUMNS, "qty": "bigint"}},
+            "the columns the model reads of it changed",
+        ),
+        ({"columns": None}, "the columns the model read of it were not recorded"),
+    ],
+)
+def test_a_replaced_table_model_whose_difference_cannot_be_read_rebuilds(plan, changes, reason):
+    found = decide(plan, *replaced_table(plan, **changes), SETTINGS)
+    assert found.action is Action.REBUILD
+    assert "is a dbt 'table' model, replaced as a whole by every run" in found.reason
+    assert reason in found.reason
+
+
+def test_a_large_replaced_table_model_read_alone_is_recomputed_under_auto(plan):
+    # Its difference reads it twice; a recompute reads it once.
+    pinned, read = replaced_table(plan, size=10**9)
+    found = decide(plan, pinned, read, SETTINGS)
+    assert found.action is Action.RECOMPUTE
+    assert "reading the difference of the replaced" in found.reason
+    assert decide(plan, pinned, read, INCREMENTAL_ONLY).action is Action.INCREMENTAL
+    # Once summed, its exact size decides.
+    summed = decide(plan, pinned, read, SETTINGS, net_rows={ORDERS_TABLE: 4})
+    assert summed.action is Action.INCREMENTAL
+
+
+def test_a_fallback_table_written_in_place_is_read_as_a_source(plan):
+    sources = {str(ORDERS_TABLE): {"version": 5, "committed_at": AT_5}}
+    commits = (timed(5, 5), timed(6, 6, "MERGE"), timed(7, 7, "SET TBLPROPERTIES"))
+    snapshot = SourceSnapshot(ORDERS_TABLE, None, 7, recent_commits=commits)
+    state = recorded(plan, sources=sources)
+    in_place = facts(recorded=state, wholesale={ORDERS_TABLE: FALLBACK_TABLE})
+    found = decide(plan, {ORDERS_TABLE: snapshot}, in_place, SETTINGS)
+    assert found.action is Action.INCREMENTAL and not found.ranges[ORDERS_TABLE].overwritten
+
+
+def test_a_fallback_table_built_anew_rebuilds_its_reader(plan):
+    sources = {str(ORDERS_TABLE): {"version": 5, "committed_at": AT_5}}
+    commits = (timed(5, 5), timed(6, 6, "CREATE OR REPLACE TABLE AS SELECT"))
+    snapshot = SourceSnapshot(ORDERS_TABLE, None, 6, recent_commits=commits)
+    state = recorded(plan, sources=sources)
+    rebuilt = facts(recorded=state, wholesale={ORDERS_TABLE: FALLBACK_TABLE})
+    found = decide(plan, {ORDERS_TABLE: snapshot}, rebuilt, SETTINGS)
     assert found.action is Action.REBUILD
     assert "is an ivm model built as a table by ivm_fallback" in found.reason
+    assert "built anew since the last refresh" in found.reason
 
 
 def test_no_commit_since_the_record_is_no_change(plan):

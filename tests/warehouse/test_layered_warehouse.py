@@ -1,28 +1,34 @@
 """The layered warehouse (integration_tests/warehouse/) through its change batches.
 
-40 ivm models in three layers over six raw sources: typed projections,
+46 ivm models in three layers over six raw sources: typed projections,
 latest-row dedupes and SCD2 histories (window plan nodes, LEAD/LAG; one
 built from a join), joins (inner, LEFT, three-way, a fact joined to an SCD2
-dimension on its validity range), aggregates with MIN/MAX, COUNT(DISTINCT)
-and STDDEV,
-HAVING, a top-k, semi and anti joins, an aggregating CTE, INTERSECT, UNION
-ALL, running totals and ranks, each model reading the one below through
-ref(). The driver's batches insert, update and delete on every source (new
-versions, GDPR erasure, corrections in place, reference data edits).
+dimension on its validity range, another looked up against one by a
+point-in-time LEFT JOIN), aggregates with MIN/MAX, COUNT(DISTINCT) and
+STDDEV, HAVING, a top-k, semi and anti joins (NOT EXISTS over a join), an
+aggregating CTE, INTERSECT, UNION ALL, running totals and ranks, and a model
+refused on purpose (NTILE, built by ivm_fallback) with three levels of ivm
+models below it; each model reads the one below through ref(). The
+driver's batches insert, update and delete on every source (new versions,
+GDPR erasure, corrections in place, reference data edits).
 
 After the first build and after every batch each model's ivm_matches_query
 test passes (the oracle: the model equals its query at the versions it read,
-as a bag), and at least 90 % of the models were maintained incrementally in
-every batch (issue 7's target), every other one with its reason.
+as a bag; the refused model's table, its query now), at least 95 % of the
+models were maintained incrementally in every batch (issue 56's target),
+every other one with its reason, and the refused model cost its own
+recompute only: every ivm model below it applied its change.
 
-The extended command runs a slice of 15 models through the first batch: a model
+The extended command runs a slice of 21 models through the first batch: a model
 refresh and its test take several seconds each on two cores, so the whole
 project's four `dbt build`s (over 20 minutes) do not fit in a suite that
 must stay under 30. The slice is the lineage of a running total over the
 orders fact, of the SCD2 customer history, of the orders joined to the SCD2
-region history built from a join, and of the STDDEV mart, so it crosses
-every layer and the dedupe, three-way join, aggregate and window refreshes.
-`scripts/warehouse` runs all 40 through three batches with the same checks,
+region history built from a join, of the STDDEV mart, of the status changes
+looked up against the SCD2 history and of the third ivm level below the
+refused model, so it crosses every layer and the dedupe, three-way join,
+aggregate, window and fallback refreshes.
+`scripts/warehouse` runs all 46 through three batches with the same checks,
 plus the `table` time comparison; its committed report
 (integration_tests/warehouse/results/) is the record of the full run.
 `IVM_WAREHOUSE_FULL=1` runs that here.
@@ -58,8 +64,13 @@ SLICE = (
     "+slv_customer_history",
     "+fct_order_regions",
     "+mart_category_spread",
+    "+fct_order_status_segments",
+    "+mart_top_quartile_value",
 )
-MODELS = 40 if FULL else 15
+MODELS = 46 if FULL else 21
+# The model refused on purpose (NTILE, ivm_fallback), and the ivm models below it.
+REFUSED = "mart_customer_spend_quartiles"
+BELOW_REFUSED = ("mart_quartile_summary", "mart_quartile_shares", "mart_top_quartile_value")
 BATCHES = 3 if FULL else 1
 
 
@@ -106,17 +117,32 @@ def test_every_model_equals_its_query_after_every_step(steps):
 
 def test_the_first_build_builds_every_layer(steps):
     first = steps[0]
-    assert {m.action for m in first.models} == {"build"}, first.models
+    actions = {m.model: m.action for m in first.models}
+    # The refused model is built as a table by ivm_fallback.
+    assert actions.pop(REFUSED) == "fallback", first.models
+    assert set(actions.values()) == {"build"}, first.models
     assert {m.layer for m in first.models} == set(LAYERS)
 
 
-def test_at_least_90_percent_maintained_incrementally_in_every_batch(steps):
+def test_at_least_95_percent_maintained_incrementally_in_every_batch(steps):
     for step in steps[1:]:
-        assert step.incremental_share >= 0.9, (step.name, step.exceptions)
+        assert step.incremental_share >= 0.95, (step.name, step.exceptions)
         for outcome in step.exceptions:
             # Not incremental is allowed only as a refresh that says why.
-            assert outcome.action in ("recompute", "rebuild"), outcome
+            assert outcome.action in ("recompute", "rebuild", "fallback"), outcome
             assert ": " in outcome.message, outcome
+
+
+def test_the_refused_model_costs_its_own_recompute_only(steps):
+    for step in steps[1:]:
+        outcomes = {m.model: m for m in step.models}
+        refused = outcomes[REFUSED]
+        assert refused.action == "fallback", refused
+        # Written in place: its difference merged, or nothing where no row changed.
+        written = ("handed on as the rows that differ (a MERGE)", "nothing was written")
+        assert any(w in refused.message for w in written), refused
+        for model in BELOW_REFUSED:
+            assert outcomes[model].action in ("incremental", "no_change"), outcomes[model]
 
 
 def test_every_batch_changes_every_layer(steps):

@@ -37,6 +37,7 @@ from dbt.adapters.spark_ivm.consistency.groups import (
 from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME, Publisher
 from dbt.adapters.spark_ivm.consistency.strict import StrictReads
 from dbt.adapters.spark_ivm.delta.confs import SINGLE_SESSION_CONF, conf_value, read_conf
+from dbt.adapters.spark_ivm.delta.tables import CHANGE_FEED_PROPERTY, DELTA_PROTOCOL_PROPERTY
 from dbt.adapters.spark_ivm.engine import Engine, engine_of
 from dbt.adapters.spark_ivm.operations import comparison
 from dbt.adapters.spark_ivm.operations.explain import explain, group_lines, write_statements
@@ -63,6 +64,7 @@ from ivm_compiler.emit import (
     QUERY_PROPERTY,
     STATE_PROPERTY,
     ViewDocs,
+    set_properties,
 )
 from ivm_compiler.errors import StateFormRefused
 
@@ -134,9 +136,7 @@ class SparkIvmAdapter(SparkAdapter):
         validate_model_config(model_id, config)
         validate_relation_name(model_id, "schema", relation.schema)
         validate_relation_name(model_id, "alias", relation.identifier)
-        settings = RefreshSettings.from_config(
-            config, full_refresh, _view_docs(docs), change_feed=_read_by_ivm_models(graph, model_id)
-        )
+        settings = _read_settings(config, graph, model_id, full_refresh, _view_docs(docs))
         group_run = self._group_run(graph, selected, invocation_id)
         publisher = Publisher(
             runner=_AdapterRunner(self),
@@ -173,6 +173,23 @@ class SparkIvmAdapter(SparkAdapter):
             self.cache_added(self.ivm_state_relation(relation))
         logger.info(f"{model_id}: {result.message} in {result.seconds:.2f}s")
         return result
+
+    @available
+    def ivm_set_table_properties(self, relation: BaseRelation, properties: dict[str, str]) -> None:
+        """Set a fallback table's properties once the materialization built it.
+
+        Its query (what ivm_matches_query compares it with) and, where ivm
+        models read it, its change feed (refresh/fallback.py); the change feed
+        only on a Delta table.
+        """
+        shown = self._view_properties(relation)
+        wanted = {
+            key: value
+            for key, value in properties.items()
+            if key != CHANGE_FEED_PROPERTY or DELTA_PROTOCOL_PROPERTY in shown
+        }
+        if wanted and any(shown.get(key) != value for key, value in wanted.items()):
+            self.execute(set_properties(_table_name(relation), "TABLE", wanted), fetch=False)
 
     def list_relations_without_caching(self, schema_relation: BaseRelation) -> list[Any]:
         """dbt-spark's SHOW TABLE EXTENDED IN <schema>, after refusing a schema name it
@@ -297,9 +314,7 @@ class SparkIvmAdapter(SparkAdapter):
         # The model's settings as its refresh reads them: the state's form
         # and join states change the plan and the statements explain shows.
         config = ((graph or {}).get("nodes", {}).get(model_id) or {}).get("config") or {}
-        settings = RefreshSettings.from_config(
-            config, change_feed=_read_by_ivm_models(graph, model_id)
-        )
+        settings = _read_settings(config, graph, model_id)
         refresh = self._refresh_of(
             relation, self._model_sql(relation), model_id, upstream, settings
         )
@@ -489,17 +504,40 @@ def _invocation_pins(invocation_id: str | None) -> InvocationPins | None:
         return pins
 
 
-def _read_by_ivm_models(graph: dict[str, Any] | None, model_id: str) -> bool:
-    """Whether an ivm model of the project refs this one (its state then keeps a change feed).
+def _ivm_readers(graph: dict[str, Any] | None, model_id: str) -> tuple[str, ...] | None:
+    """The ivm models of the project that ref this one, as "schema.identifier".
 
-    Without dbt's graph, assume one does.
+    Its state keeps a change feed only for them, and their refresh histories
+    weigh how a recompute of it hands its change on (refresh/handoff.py).
+    None without dbt's graph: then one is assumed to read it.
     """
     if graph is None:
-        return True
-    return any(
-        (node.get("config") or {}).get("materialized") == "ivm"
-        and model_id in (node.get("depends_on") or {}).get("nodes", [])
-        for node in (graph.get("nodes") or {}).values()
+        return None
+    return tuple(
+        sorted(
+            f"{node.get('schema')}.{node.get('alias') or node.get('name')}"
+            for node in (graph.get("nodes") or {}).values()
+            if (node.get("config") or {}).get("materialized") == "ivm"
+            and model_id in (node.get("depends_on") or {}).get("nodes", [])
+        )
+    )
+
+
+def _read_settings(
+    config: dict[str, Any],
+    graph: dict[str, Any] | None,
+    model_id: str,
+    full_refresh: bool = False,
+    docs: ViewDocs | None = None,
+) -> RefreshSettings:
+    """A model's refresh settings, with the ivm models reading it from dbt's graph."""
+    readers = _ivm_readers(graph, model_id)
+    return RefreshSettings.from_config(
+        config,
+        full_refresh,
+        docs,
+        change_feed=readers is None or bool(readers),
+        readers=readers or (),
     )
 
 

@@ -84,6 +84,10 @@ class RefreshSettings:
     # Whether ivm models read the state's changes (models that ref this one, or
     # the model a plan node belongs to): only then does it keep a change feed.
     change_feed: bool = True
+    # The ivm models reading the state, as "schema.identifier" (their views'
+    # refresh histories weigh how a recompute hands its change on,
+    # refresh/handoff.py); empty when dbt's graph was not given.
+    readers: tuple[str, ...] = ()
     # persist_docs: the view carries the model's descriptions; it is then
     # recreated on every run, so edited descriptions show up without a rebuild.
     docs: ViewDocs | None = None
@@ -99,6 +103,7 @@ class RefreshSettings:
         full_refresh: bool = False,
         docs: ViewDocs | None = None,
         change_feed: bool = True,
+        readers: tuple[str, ...] = (),
     ) -> RefreshSettings:
         """The settings of a model's config (as dbt hands it to the materialization)."""
         fallback = config.get("ivm_fallback")
@@ -113,6 +118,7 @@ class RefreshSettings:
             window_order_unique=bool(config.get("ivm_window_order_unique")),
             on_schema_change=config.get("on_schema_change") or "ignore",
             change_feed=change_feed,
+            readers=readers,
             docs=docs,
             state_form=StateForm(config.get("ivm_state_form") or StateForm.AUTO),
             extreme_values=_extreme_values(config.get("ivm_extreme_values")),

@@ -34,20 +34,24 @@
         selected=selected_resources,
         invocation_id=invocation_id) -%}
 
-  {%- if result.builds_table -%}
+  {%- if result.is_table -%}
     {#- The query cannot be maintained and the model asked to be recomputed instead. -#}
     {%- set target_relation = this.incorporate(type='table') -%}
+  {%- endif -%}
+  {%- if result.builds_table -%}
+    {#- A first build, or one the table cannot take in place (refresh/fallback.py). -#}
     {%- set previous_table = load_cached_relation(this) -%}
     {% call statement('main') -%}
       {{ ivm_fallback_table_as(target_relation, previous_table, sql) }}
     {%- endcall %}
-  {%- else -%}
-    {{ store_raw_result(name='main', message=result.message, code=result.code, rows_affected=result.rows_affected) }}
+    {% do adapter.ivm_set_table_properties(target_relation, result.table_properties) %}
   {%- endif -%}
+  {#- The refresh's own account, also of a fallback table built or written in place. -#}
+  {{ store_raw_result(name='main', message=result.message, code=result.code, rows_affected=result.rows_affected) }}
 
   {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=result.replaced_relation) -%}
   {% do apply_grants(target_relation, grant_config, should_revoke=should_revoke) %}
-  {%- if result.builds_table -%}
+  {%- if result.is_table -%}
     {% do persist_docs(target_relation, model) %}
   {%- endif -%}
 

@@ -171,8 +171,10 @@ def commit_rows(columns: list[str], rows: Rows) -> tuple[CommitRows, ...]:
         elif operation == "UPDATE":
             updated = count("numUpdatedRows")
             changed = None if updated is None else 2 * updated
-        elif overwrites:
-            # Its metrics count the rows written, not the rows it removed.
+        elif overwrites or operation in REPLACING_OPERATIONS:
+            # Its metrics count the rows written, not the rows it removed (a
+            # replace has no change feed at all: readers of a dbt `table`
+            # model read its difference from two versions, reads.stage_net_change).
             changed = None
         elif operation in _APPENDING_OPERATIONS:
             changed = count("numOutputRows")

@@ -73,6 +73,27 @@ class SourceSnapshot:
         """
         return any(c.overwrites for c in self._window(after) or ())
 
+    def replaced(self, after: int) -> bool:
+        """Whether a commit after version `after` up to this pin replaced the table (CREATE OR REPLACE).
+
+        How dbt rebuilds a `table` model: its change feed cannot be read
+        across the replace, but its log keeps the versions before it.
+        """
+        return any(c.replaces_table for c in self._window(after) or ())
+
+    def continues(self, entry: Mapping[str, Any]) -> bool:
+        """Whether a recorded entry's version is in this table's log, replaces since or not.
+
+        A CREATE OR REPLACE keeps the log, and the recorded version's commit
+        time with it; a table dropped and created again has other commit
+        times (same_table). False where the history read cannot say.
+        """
+        version = int(entry["version"])
+        recorded_at, now_at = entry.get("committed_at"), self.committed_at(version)
+        if version > self.version or recorded_at is None or now_at is None:
+            return False
+        return abs(_millis(str(recorded_at)) - _millis(now_at)) <= SAME_COMMIT_MILLISECONDS
+
     def changed_rows(self, after: int) -> tuple[int, float | None] | None:
         """Change-feed rows after version `after` up to this pin, and bytes per row if known.
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dbt.adapters.spark_ivm.delta.records import RecordedState
 from dbt.adapters.spark_ivm.delta.schema_history import SchemaCommit
 from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, total_size
-from dbt.adapters.spark_ivm.refresh import schema_changes, strategy
+from dbt.adapters.spark_ivm.refresh import handoff, schema_changes, strategy
 from dbt.adapters.spark_ivm.settings import Action, RefreshSettings, Strategy
 from ivm_compiler import TableName, ViewClass, ViewPlan
 from ivm_compiler.reads import VersionRange
@@ -27,12 +28,15 @@ NO_COMMON_PARTITION = (
     "its window functions have no PARTITION BY column in common, so any change may alter every row"
 )
 
-# dbt materializations that rewrite their whole relation on every run: a
-# dependent ivm model rebuilds after each of their runs, as recomputation is
-# what reading their change feed (if any) would cost anyway.
+# dbt materializations that replace their whole relation on every run
+# (CREATE OR REPLACE): a dependent ivm model reads what changed as the
+# difference between the relation's rows at its recorded version and at its
+# pin, which the Delta log keeps (reads.stage_net_change), or recomputes
+# where reading the relation twice costs more (weigh_replaced).
 WHOLESALE_MATERIALIZATIONS = ("table", "seed")
-# An ivm model the compiler refuses, built as a table by ivm_fallback: also
-# replaced as a whole by every run (Facts.wholesale names it so).
+# An ivm model the compiler refuses, built as a table by ivm_fallback: written
+# in place, so read through its change feed like a source, unless it was
+# built anew (refresh/fallback.py says when; Facts.wholesale names it so).
 FALLBACK_TABLE = "ivm_fallback"
 
 
@@ -81,8 +85,12 @@ def version_ranges(
     ranges = {}
     for table, snapshot in pinned.items():
         after = int(recorded.sources.get(str(table), {}).get("version", snapshot.version))
+        replaced = snapshot.replaced(after)
         ranges[table] = VersionRange(
-            after, snapshot.version, overwritten=snapshot.overwritten(after)
+            after,
+            snapshot.version,
+            overwritten=snapshot.overwritten(after) or replaced,
+            replaced=replaced,
         )
     return ranges
 
@@ -113,6 +121,9 @@ def decide(
         return Decision(Action.NO_CHANGE, ONLY_PRESERVING_COMMITS, ranges)
     if plan.view_class is ViewClass.WINDOW and not plan.window_partition:
         return Decision(Action.RECOMPUTE, NO_COMMON_PARTITION, ranges)
+    costlier = weigh_replaced(pinned, changed, facts.history, net_rows, settings)
+    if costlier is not None:
+        return Decision(Action.RECOMPUTE, costlier, ranges)
     change = change_size(pinned, changed, net_rows)
     choice = strategy.choose(settings.strategy, facts.history, change)
     action = Action.RECOMPUTE if choice.way == Strategy.RECOMPUTE else Action.INCREMENTAL
@@ -146,6 +157,8 @@ def change_size(
         if table in net_rows:
             rows += net_rows[table]
             continue
+        if window.replaced:
+            return None  # no change feed to count: known once its difference is summed
         counted = pinned[table].changed_rows(after=window.recorded)
         if counted is None:
             estimate = pinned[table].estimated_rows(after=window.recorded)
@@ -225,18 +238,22 @@ def _source_replaced(
             return f"the model now reads {table}, which its state does not reflect"
         materialized = wholesale.get(table)
         same_table = snapshot.same_table(previous) is True
-        replaced = not same_table or int(previous["version"]) != int(snapshot.version)
-        if materialized == FALLBACK_TABLE and replaced:
+        if materialized == FALLBACK_TABLE and not same_table:
             return (
                 f"{table} is an ivm model built as a table by ivm_fallback (its query cannot "
-                "be maintained), replaced as a whole by every run, so it is read again in full"
+                "be maintained), and it was built anew since the last refresh (its log says "
+                "why: a first build, other columns, --full-refresh), so it is read again in full"
             )
-        if materialized and replaced:
-            return (
-                f"{table} is a dbt '{materialized}' model, replaced as a whole by every run, "
-                "so it is read again in full (materialize it as 'ivm' to propagate only "
-                "its changes)"
-            )
+        moved = int(previous["version"]) != int(snapshot.version)
+        if materialized in WHOLESALE_MATERIALIZATIONS and (moved or not same_table):
+            unreadable = _difference_unreadable(plan, table, snapshot, previous)
+            if unreadable is not None:
+                return (
+                    f"{table} is a dbt '{materialized}' model, replaced as a whole by every run, "
+                    f"and {unreadable}, so it is read again in full (materialize it as 'ivm' "
+                    "to propagate only its changes)"
+                )
+            continue  # its change: the difference of its two versions
         if not same_table:
             if table in plan.upstreams:
                 # Its rebuild is a CREATE OR REPLACE of its state (same_table).
@@ -245,3 +262,74 @@ def _source_replaced(
         if int(previous["version"]) > snapshot.version:
             return f"{table} is at version {snapshot.version}, older than the recorded one"
     return None
+
+
+def _difference_unreadable(
+    plan: ViewPlan, table: TableName, snapshot: SourceSnapshot, previous: Mapping[str, Any]
+) -> str | None:
+    """Why a replaced `table` model's change cannot be read from its two versions, if it cannot.
+
+    The recorded version must still be in the table's log (replaced, not
+    dropped and created again), and the columns the model reads must be
+    what they were there: the difference reads them at both versions.
+    """
+    if not snapshot.continues(previous):
+        return "its log no longer holds the recorded version (dropped and created again)"
+    read = previous.get("columns")
+    if not read:
+        return "the columns the model read of it were not recorded"
+    now = {name.lower(): kind for name, kind in plan.source_columns.get(table, {}).items()}
+    before = {str(name).lower(): str(kind) for name, kind in read.items()}
+    if set(now) - set(before) or any(
+        schema_changes.normal_type(now[name]) != schema_changes.normal_type(kind)
+        for name, kind in before.items()
+        if name in now
+    ):
+        return "the columns the model reads of it changed"
+    return None
+
+
+def weigh_replaced(
+    pinned: Mapping[TableName, SourceSnapshot],
+    changed: Mapping[TableName, VersionRange],
+    history: Sequence[strategy.RefreshRecord],
+    net_rows: Mapping[TableName, int],
+    settings: RefreshSettings,
+) -> str | None:
+    """Why recomputing beats reading a replaced relation's difference, if it does.
+
+    The difference reads the relation at two versions, every row twice
+    (then sums them per row); a recompute reads every source once. Under
+    ivm_strategy 'auto', where the replaced relations hold at least
+    strategy.MIN_WEIGHED_BYTES (smaller, both ways cost about their floor)
+    and reading them twice is estimated to cost more than
+    recomputing (seconds per byte from the model's history, or bytes alone
+    without one), the model recomputes. Once a difference was read
+    (`net_rows`), its exact size decides as any change's does.
+
+    >>> table = TableName("m", "dim")
+    >>> big = SourceSnapshot(table, None, 7, size_bytes=10**9)
+    >>> replaced = {table: VersionRange(5, 7, True, replaced=True)}
+    >>> print(weigh_replaced({table: big}, replaced, [], {}, RefreshSettings()))
+    reading the difference of the replaced m.dim reads 2,000,000,000 bytes (its rows at two versions), more than the 1,000,000,000 a recompute reads
+    """
+    if settings.strategy != Strategy.AUTO:
+        return None
+    replaced = [t for t, r in changed.items() if r.replaced and t not in net_rows]
+    if not replaced:
+        return None
+    twice = 2 * sum(pinned[t].size_bytes or 0 for t in replaced)
+    total = total_size(pinned.values())
+    if twice < 2 * strategy.MIN_WEIGHED_BYTES or twice <= total:
+        return None
+    names = ", ".join(str(t) for t in replaced)
+    seconds = handoff.write_seconds(history, 1)
+    if seconds is None:
+        return (
+            f"reading the difference of the replaced {names} reads {twice:,} bytes (its rows "
+            f"at two versions), more than the {total:,} a recompute reads"
+        )
+    return (
+        f"reading the difference of the replaced {names}: estimated {seconds * twice:.1f}s "
+        f"(its {twice // 2:,} bytes twice) vs {seconds * total:.1f}s recompute (history)"
+    )

@@ -93,11 +93,12 @@ class Pins:
     _properties: dict[str, dict[str, str]] = field(default_factory=dict, init=False)
 
     def wholesale(self, table: TableName) -> str | None:
-        """How a source that every run replaces entirely is built; None for any other.
+        """How a dbt model read otherwise than an ivm model's view is built; None for any other.
 
-        'table' or 'seed', or FALLBACK_TABLE for an ivm model built as a
-        table by ivm_fallback (its relation is a table, not a view): read in
-        full after each of its builds, never through a change feed it lacks.
+        'table' or 'seed' (replaced by every run: read as the difference of
+        two versions), or FALLBACK_TABLE for an ivm model built as a table by
+        ivm_fallback (its relation is a table, not a view; written in place,
+        so read through its change feed unless it was built anew).
         """
         materialized = self.upstream_materializations.get(str(table).lower())
         if materialized in WHOLESALE_MATERIALIZATIONS:
@@ -215,12 +216,15 @@ class Pins:
         if upstream is None and str(table).lower() not in self.upstream_materializations:
             return self._source(table)
         described = upstream.state if upstream else table
+        wholesale = self.wholesale(table)
         snapshot = self.describe(
             described,
-            needs_change_feed=self.wholesale(table) is None,
+            # A `table` or `seed` model is read at two versions, not through a feed.
+            needs_change_feed=wholesale not in WHOLESALE_MATERIALIZATIONS,
             # A state keeps a change feed only while ivm models read it
-            # (emit.CHANGE_FEED_PROPERTY): the first to read it turns it on.
-            turn_on_change_feed=upstream is not None,
+            # (emit.CHANGE_FEED_PROPERTY), and so does a fallback table
+            # (refresh/fallback.py): the first to read it turns it on.
+            turn_on_change_feed=upstream is not None or wholesale == FALLBACK_TABLE,
             share=False,
         )
         version = snapshot.version

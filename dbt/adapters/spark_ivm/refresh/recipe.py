@@ -40,6 +40,8 @@ from dbt.adapters.spark_ivm.delta.tables import (
 from dbt.adapters.spark_ivm.engine import Engine
 from dbt.adapters.spark_ivm.refresh import (
     decision,
+    fallback,
+    handoff,
     join_states,
     schema_changes,
     strategy,
@@ -105,20 +107,34 @@ class RefreshResult:
     recomputed_groups: bool = False
     # A log state's write: "appended", or "rewritten" (writes.Written.log_write).
     log_write: str | None = None
+    # How a state (or fallback table) computed whole handed its change on to
+    # the ivm models reading it, and why (handoff.HandOff.describe).
+    handoff: str | None = None
+    # A fallback table the refresh wrote in place (refresh/fallback.py): the
+    # materialization only reports it.
+    table_written: bool = False
+    # What a fallback table carries once the materialization built it
+    # (FallbackTable.properties_after_build; adapter.ivm_set_table_properties).
+    table_properties: dict[str, str] = field(default_factory=dict)
 
     @property
     def rows_affected(self) -> int:
         return self.rows_inserted + self.rows_updated + self.rows_deleted
 
     @property
-    def builds_table(self) -> bool:
-        """The model is not maintained: the materialization builds it as a table."""
+    def is_table(self) -> bool:
+        """The model is not maintained: its relation is a table recomputed on every run."""
         return self.action is Action.FALLBACK
+
+    @property
+    def builds_table(self) -> bool:
+        """The materialization builds the fallback table (CREATE OR REPLACE), as dbt does."""
+        return self.is_table and not self.table_written
 
     @property
     def replaced_relation(self) -> bool:
         """The relation was created anew (dbt's grants are then applied without revoking)."""
-        return self.action in (Action.BUILD, Action.REBUILD, Action.FALLBACK)
+        return self.action in (Action.BUILD, Action.REBUILD) or self.builds_table
 
     @property
     def code(self) -> str:
@@ -148,7 +164,9 @@ class RefreshResult:
             if self.reason != NO_SOURCE_COMMITS:
                 return f"IVM no changes: {self.reason} ({versions})"
             return f"IVM no changes ({versions})"
-        return f"IVM {self.action.value}: {self.reason} ({versions})"
+        handed = f"; {self.handoff}" if self.handoff else ""
+        read = f" ({versions})" if versions else ""
+        return f"IVM {self.action.value}: {self.reason}{handed}{read}"
 
 
 @dataclass
@@ -284,6 +302,9 @@ class Refresh:
         materialized = self.upstream_materializations.get(str(table).lower())
         if materialized is None:
             return unchanged.SOURCE
+        if self.pins.wholesale(table) == decision.FALLBACK_TABLE:
+            # A fallback table, written in place: pinned as a source is.
+            return unchanged.SOURCE
         if (
             materialized == "ivm"
             and self.relations.exists(table) == "view"
@@ -395,6 +416,9 @@ class Refresh:
                 state=state,
                 settings=RefreshSettings(
                     full_refresh=self.settings.full_refresh,
+                    # The model reads the node: its history weighs the node's
+                    # recomputes (handoff.py).
+                    readers=(str(self.target),),
                     strategy=self.settings.strategy,
                     window_order_unique=self.settings.window_order_unique,
                     extreme_values=self.settings.extreme_values,
@@ -661,9 +685,20 @@ class Refresh:
         # when the model's columns change.
         versions = versions_of(pinned)
         writes = self.writes(plan, pinned)
-        if result.action is Action.RECOMPUTE:
-            guard, estimate = self._recompute_write(plan, facts, found)
-            writes.recompute(plan, versions, self.history.newest_version(), guard, estimate)
+        in_place = result.action is Action.RECOMPUTE or self._rebuilds_in_place(plan, facts, result)
+        if in_place:
+            chosen = self._hand_off(plan, facts, found, pinned)
+            guard = self._guard_to_merge_under(facts) if chosen.merges else None
+            estimate = found.change.rows if found.change is not None else None
+            writes.recompute(
+                plan,
+                versions,
+                self.history.newest_version(),
+                guard,
+                None if guard is not None else estimate,
+            )
+            if self.settings.change_feed:
+                result.handoff = chosen.describe()
         else:
             writes.build(plan, versions, self.settings.change_feed, self.history.newest_version())
         self.join_states(pinned).build(plan, pinned)
@@ -675,30 +710,90 @@ class Refresh:
             self._drop_nodes(keep=self._split.nodes if self._split else ())
         return result
 
-    def _recompute_write(
-        self, plan: ViewPlan, facts: decision.Facts, found: Decision
-    ) -> tuple[str | None, int | None]:
-        """How a recompute writes: the guard to merge its rows by key under (None: overwrite),
-        and the change size an overwrite records for its readers.
+    def _rebuilds_in_place(
+        self, plan: ViewPlan, facts: decision.Facts, result: RefreshResult
+    ) -> bool:
+        """Whether a rebuild writes over the state in place, as a recompute does.
 
-        Only where ivm models read the state does its change matter. A change
-        under strategy.MIN_RECOMPUTE_ROWS they would apply: merged by key,
-        just the rows that differ are written, so they read and count only
-        those. A MERGE joins the recomputed rows with the state, 2.5 times an
-        overwrite's time on warehouse scale 200's order lines (8.5 s against
-        3.3 s, every file rewritten either way): a larger change is
-        overwritten, recording the size of the change that made it
-        recompute, by which readers decide without summing the overwrite
-        (decision.change_size). A log state has no key to merge by: it is
-        always overwritten.
+        Where ivm models read the state and it keeps its meaning (the
+        fingerprint it recorded is this plan's: same query, columns, view
+        and form), a rebuild is a recompute that its readers can take as a
+        change: after a schema change of a source, a source re-created or
+        rebuilt, an unreadable change feed, a write by hand, a plan node's
+        source rebuilt. Replaced (CREATE OR REPLACE), the state would be a
+        new table to them, and each would rebuild in turn. A first build
+        and --full-refresh replace it.
         """
-        if not self.settings.change_feed or found.change is None:
-            return None, None
-        guard = facts.recorded.guard if facts.recorded else None
-        small = found.change.rows < strategy.MIN_RECOMPUTE_ROWS
-        if guard is not None and small and not plan.log_state:
-            return guard, None
-        return None, found.change.rows
+        recorded = facts.recorded
+        return (
+            result.action is Action.REBUILD
+            and not self.settings.full_refresh
+            and self.settings.change_feed
+            and facts.state_exists
+            and recorded is not None
+            and recorded.fingerprint == plan.fingerprint
+        )
+
+    def _guard_to_merge_under(self, facts: decision.Facts) -> str | None:
+        """The guard a MERGE into the state must find (None: not known, so overwrite).
+
+        The record decided on, unless this refresh committed since (a write
+        whose record did not hold, recipe._record_broken) or something wrote
+        the state outside dbt (its guard row may be gone).
+        """
+        recorded = facts.recorded
+        if recorded is None or recorded.later_writes or self.history.wrote:
+            return None
+        return recorded.guard
+
+    def _hand_off(
+        self,
+        plan: ViewPlan,
+        facts: decision.Facts,
+        found: Decision,
+        pinned: Mapping[TableName, SourceSnapshot],
+    ) -> handoff.HandOff:
+        """How a state computed whole is written for the ivm models reading it (handoff.py).
+
+        Merged by key, only the rows that differ are written: the difference
+        computed once, which every reader reads as a change and sizes by the
+        MERGE's metrics. Overwritten, the write is cheaper, records the size
+        of the change that made the model recompute, and each reader that
+        applies it sums it first. A log state has no key to merge by.
+        """
+        sized = all(snapshot.size_bytes is not None for snapshot in pinned.values())
+        return handoff.choose(
+            self._reader_names(),
+            self._readers,
+            found.change.rows if found.change is not None else None,
+            handoff.write_seconds(facts.history, total_size(pinned.values())),
+            log_state=plan.log_state,
+            guard=self._guard_to_merge_under(facts),
+            source_bytes=total_size(pinned.values()) if sized else None,
+        )
+
+    def _reader_names(self) -> tuple[str, ...]:
+        """The ivm models reading the state (none where it keeps no change feed)."""
+        if not self.settings.change_feed:
+            return ()
+        # Without dbt's graph to name them (explain, a direct call), one is assumed.
+        return self.settings.readers or ("an ivm model",)
+
+    def _readers(self) -> list[handoff.Reader]:
+        """The ivm models reading the state, with their refresh histories (their views')."""
+        found = []
+        for name in self._reader_names():
+            shown: dict[str, str] = {}
+            if name in self.settings.readers:
+                try:
+                    shown = properties(self.runner, table_name_of(name))
+                except Exception as error:  # noqa: BLE001 - not built yet: no history
+                    self.log.debug(
+                        f"{self.model}: no refresh history of its reader {name}: {error}"
+                    )
+            history = strategy.parse_history(shown.get(strategy.HISTORY_PROPERTY))
+            found.append(handoff.Reader(name, history))
+        return found
 
     def _apply(
         self,
@@ -955,7 +1050,11 @@ class Refresh:
     # -- the fallback path -------------------------------------------------------
 
     def _fall_back(self, refusal: str) -> RefreshResult:
-        """Clear the ivm relations; the materialization then builds the model as a table."""
+        """Clear the ivm relations, then write the table in place or have the materialization build it.
+
+        In place (refresh/fallback.py) where ivm models read it: they then
+        apply its change instead of rebuilding.
+        """
         self.log.warning(
             f"{self.model}: recomputing fully because ivm_fallback='full_refresh': {refusal}"
         )
@@ -965,7 +1064,32 @@ class Refresh:
             self.relations.drop(self.state, "table")
         self._drop_nodes(keep=())
         self.join_states({}).drop_others(keep=())
-        return RefreshResult(action=Action.FALLBACK, reason=refusal)
+        result = RefreshResult(action=Action.FALLBACK, reason=refusal)
+        table = fallback.FallbackTable(
+            self.runner,
+            self.log,
+            self.model,
+            self.target,
+            self.sql,
+            self.relations.columns,
+        )
+        result.table_properties = table.properties_after_build(self.settings.change_feed)
+        if not self.settings.change_feed:
+            return result
+        if self.settings.full_refresh:
+            table.rebuilt_because("--full-refresh")
+            return result
+        if self.relations.exists(self.target) != "table":
+            table.rebuilt_because("its first build as a table")
+            return result
+        written = table.write_in_place(self._reader_names(), self._readers)
+        if isinstance(written, str):
+            table.rebuilt_because(written)
+            return result
+        result.table_written = True
+        result.rows_inserted, result.rows_deleted = written.inserted, written.deleted
+        result.handoff = fallback.describe_write(written)
+        return result
 
     def _raise_if_source_columns_changed(self, refusal: NotMaintainable) -> None:
         """Raise SourceSchemaChanged when a column the state was built on is gone."""

@@ -74,7 +74,7 @@ def read_column_changes(
                 changes.append(
                     ColumnChange(source, name, "dropped", "is gone (dropped or renamed)")
                 )
-        elif _normal_type(now[key]) != _normal_type(old_type):
+        elif normal_type(now[key]) != normal_type(old_type):
             changes.append(
                 ColumnChange(source, name, "retyped", f"changed type from {old_type} to {now[key]}")
             )
@@ -208,7 +208,7 @@ def describe_column_diff(
     retyped = [
         f"{new[k][0]}: {old[k][1]} -> {new[k][1]}"
         for k in new
-        if k in old and _normal_type(old[k][1]) != _normal_type(new[k][1])
+        if k in old and normal_type(old[k][1]) != normal_type(new[k][1])
     ]
     if added:
         parts.append("added " + ", ".join(added))
@@ -222,12 +222,12 @@ def describe_column_diff(
 
 
 def columns_differ(before: Sequence[tuple[str, str]], after: Sequence[tuple[str, str]]) -> bool:
-    return [(n.lower(), _normal_type(t)) for n, t in before] != [
-        (n.lower(), _normal_type(t)) for n, t in after
+    return [(n.lower(), normal_type(t)) for n, t in before] != [
+        (n.lower(), normal_type(t)) for n, t in after
     ]
 
 
-def _normal_type(data_type: str) -> str:
+def normal_type(data_type: str) -> str:
     # dbt's column listing and DESCRIBE QUERY spell some types differently
     # (`integer`/`int`, `long`/`bigint`, spacing inside decimal(p, s)).
     text = data_type.lower().replace(" ", "")

@@ -196,6 +196,11 @@ class StateHistory:
             guard=str(metadata["guard"]) if metadata.get("guard") else None,
         )
 
+    @property
+    def wrote(self) -> bool:
+        """Whether this refresh committed to the state, as far as its session told it."""
+        return self._committed is not None
+
     def published_record(self, unwritten: RecordedState | None) -> str | None:
         """RECORD_PROPERTY of the view after this refresh.
 

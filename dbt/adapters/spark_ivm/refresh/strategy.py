@@ -56,6 +56,11 @@ MIN_RECOMPUTE_ROWS = 10_000
 LINE_MIN_SPREAD = 2.0
 # Bytes per source row when no commit in the window says (Parquet, TPC-H-like rows).
 DEFAULT_BYTES_PER_ROW = 40.0
+# Sources under this many bytes (MIN_RECOMPUTE_ROWS rows of DEFAULT_BYTES_PER_ROW)
+# are too small for estimates in seconds: every way costs about its floor, and
+# a history's seconds per byte, taken from such floors, says nothing of the
+# next write (refresh/handoff.py, decision.weigh_replaced).
+MIN_WEIGHED_BYTES = MIN_RECOMPUTE_ROWS * int(DEFAULT_BYTES_PER_ROW)
 
 
 @dataclass(frozen=True)

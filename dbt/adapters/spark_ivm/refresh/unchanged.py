@@ -56,16 +56,17 @@ THROUGH_NODES = "through_nodes"
 UPSTREAM = "upstream"
 
 # How a refresh reads each source, as the check is told (recipe.py): a plain
-# Delta table is pinned; an ivm model of another consistency group is read at
-# the state its view shows. Anything else (a `table` or `seed` model, a
-# member of the model's own group, a model built by ivm_fallback) takes the
-# whole path.
+# Delta table (and a model built by ivm_fallback, a table written in place) is
+# pinned; an ivm model of another consistency group is read at the state its
+# view shows. Anything else (a `table` or `seed` model, a member of the
+# model's own group) takes the whole path.
 SOURCE = "source"
 PUBLISHED = "published"
 
 # Settings that never change what a refresh compiles: a full refresh never
-# takes the shortcut, and a view with docs is recreated on every run.
-_NOT_KEYED = frozenset({"full_refresh", "docs"})
+# takes the shortcut, a view with docs is recreated on every run, and the
+# readers only weigh how a recompute writes (refresh/handoff.py).
+_NOT_KEYED = frozenset({"full_refresh", "docs", "readers"})
 
 
 def refresh_key(

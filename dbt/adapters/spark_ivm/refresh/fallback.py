@@ -1,0 +1,162 @@
+"""An ivm_fallback model's table, written in place so that its ivm readers take its change.
+
+A model the compiler refuses, with `ivm_fallback='full_refresh'`, is a Delta
+table computed whole on every run. dbt's way, CREATE OR REPLACE, makes it a
+new table to the ivm models reading it (its change feed cannot be read
+across the replace), so each would rebuild, and theirs after them. Where ivm
+models read it and the table already has the query's columns, the refresh
+writes it in place instead (ivm_compiler/row_difference.py): the difference
+between its rows and the query's, computed once and staged, then merged by
+whole row, so its change feed holds only the rows that differ, which every
+reader applies as it applies any change. No row differing, nothing is
+written, and its readers have no change. Otherwise (a first build, other
+columns, --full-refresh, a table that is not Delta, a MAP column, SQL that
+sqlglot cannot parse) the materialization builds it as dbt does
+(macros/materializations/ivm/fallback.sql), its readers rebuild once, and
+the log says why.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp, parse_one
+from sqlglot.errors import ParseError
+
+from dbt.adapters.spark_ivm.consistency.publish import Log, Runner
+from dbt.adapters.spark_ivm.delta.errors import error_summary
+from dbt.adapters.spark_ivm.delta.tables import (
+    CHANGE_FEED_PROPERTY,
+    DELTA_PROTOCOL_PROPERTY,
+    turn_on_change_feed,
+)
+from dbt.adapters.spark_ivm.refresh import handoff
+from dbt.adapters.spark_ivm.refresh.schema_changes import normal_type
+from dbt.adapters.spark_ivm.refresh.upstreams import properties
+from ivm_compiler import TableName, emit, names, row_difference
+from ivm_compiler.sql import DIALECT
+
+
+@dataclass(frozen=True)
+class Written:
+    """A fallback table written in place: the rows it changed, and how it handed them on."""
+
+    inserted: int
+    deleted: int
+    chosen: handoff.HandOff
+    # Set when no row differed, so nothing was written.
+    nothing: str | None = None
+
+
+@dataclass
+class FallbackTable:
+    """The model's table under ivm_fallback, and the ivm models reading it."""
+
+    runner: Runner
+    log: Log
+    model: str
+    table: TableName
+    sql: str
+    # A relation's columns (dbt's answer).
+    columns: Callable[[TableName], list[tuple[str, str]]]
+
+    def properties_after_build(self, read_by_ivm_models: bool) -> dict[str, str]:
+        """What the table carries once the materialization built it.
+
+        Its query, which ivm_matches_query compares it with (emit.QUERY_PROPERTY),
+        and, for ivm readers, its change feed, which they read.
+        """
+        return {
+            emit.QUERY_PROPERTY: self.sql,
+            **({CHANGE_FEED_PROPERTY: "true"} if read_by_ivm_models else {}),
+        }
+
+    def write_in_place(
+        self, readers: Sequence[str], histories: Callable[[], Sequence[handoff.Reader]]
+    ) -> Written | str:
+        """The query's rows written over the table as their difference; else why it is rebuilt."""
+        query = self._query()
+        if isinstance(query, str):
+            return query
+        found = self._columns()
+        if isinstance(found, str):
+            return found
+        shown = properties(self.runner, self.table)
+        if DELTA_PROTOCOL_PROPERTY not in shown:
+            return "it is not a Delta table, which cannot be written in place"
+        if shown.get(CHANGE_FEED_PROPERTY, "false").lower() != "true":
+            self.log.info(
+                f"{self.model}: turning on the change data feed of {self.table}, which ivm "
+                "models read"
+            )
+            self.runner.execute(turn_on_change_feed(self.table))
+        if shown.get(emit.QUERY_PROPERTY) != self.sql:
+            # The SQL changed with its columns kept: the test compares with the new one.
+            self.runner.execute(
+                emit.set_properties(self.table, "TABLE", {emit.QUERY_PROPERTY: self.sql})
+            )
+        # Its readers' change is not known before the difference is computed,
+        # and a fallback table keeps no history of its writes.
+        chosen = handoff.choose(readers, histories, None, None)
+        if not chosen.merges:
+            self.runner.execute(row_difference.overwrite(self.table, query))
+            return Written(inserted=0, deleted=0, chosen=chosen)
+        return self._merge_difference(query, found, chosen)
+
+    def _query(self) -> exp.Query | str:
+        try:
+            query = parse_one(self.sql, read=DIALECT)
+        except ParseError as error:
+            return f"its SQL does not parse as one query here ({error_summary(error)})"
+        if not isinstance(query, exp.Query):
+            return "its SQL is not one query"
+        return query
+
+    def _columns(self) -> list[str] | str:
+        """The query's columns, if the table has exactly them; else why it is rebuilt."""
+        _, rows = self.runner.query(f"DESCRIBE QUERY {self.sql}")
+        wanted = [(str(r[0]), str(r[1])) for r in rows]
+        have = [(name, str(kind)) for name, kind in self.columns(self.table)]
+        if [(n.lower(), normal_type(t)) for n, t in wanted] != [
+            (n.lower(), normal_type(t)) for n, t in have
+        ]:
+            return "its query's columns are not the table's"
+        if any("map<" in kind.lower() for _, kind in wanted):
+            return "it has a MAP column, by which rows cannot be compared"
+        return [name for name, _ in wanted]
+
+    def _merge_difference(
+        self, query: exp.Query, columns: list[str], chosen: handoff.HandOff
+    ) -> Written:
+        stage = f"{names.STAGED_PREFIX}{uuid.uuid4().hex}_difference"
+        try:
+            self.runner.execute(row_difference.stage_difference(self.table, query, columns, stage))
+            _, answer = self.runner.query(row_difference.count_difference(stage))
+            rows, inserted, deleted = (int(v) for v in answer[0])
+            if rows == 0:
+                return Written(0, 0, chosen, nothing="no row of it differs from its query's")
+            self.runner.execute(row_difference.merge_difference(self.table, stage, columns))
+            return Written(inserted=inserted, deleted=deleted, chosen=chosen)
+        finally:
+            for statement in emit.drop_staged(stage):
+                self.runner.execute(statement)
+
+    def rebuilt_because(self, reason: str) -> None:
+        self.log.info(
+            f"{self.model}: building {self.table} anew, so the ivm models reading it rebuild "
+            f"once: {reason}"
+        )
+
+
+def describe_write(written: Written) -> str:
+    """The fallback result's handoff phrase: what changed, and how it reached the readers."""
+    if written.nothing is not None:
+        return f"{written.nothing}, so nothing was written"
+    if not written.chosen.merges:
+        return written.chosen.describe()
+    return (
+        f"{written.chosen.describe()} (+{written.inserted} -{written.deleted} rows, "
+        "written in place)"
+    )

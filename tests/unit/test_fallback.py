@@ -1,0 +1,136 @@
+"""refresh/fallback.py and ivm_compiler/row_difference.py: a fallback table written in place.
+
+Without Spark: a scripted runner answers the statements a fallback's refresh
+reads (DESCRIBE QUERY, SHOW TBLPROPERTIES, the difference's count) and
+records those it runs. The difference's SQL itself runs in Spark in
+tests/functional/test_random_handoff.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from dbt.adapters.spark_ivm.refresh.fallback import FallbackTable, Written, describe_write
+from dbt.adapters.spark_ivm.refresh.handoff import Reader
+from ivm_compiler import TableName, row_difference
+from ivm_compiler.sql import DIALECT
+
+TABLE = TableName("analytics", "ranked")
+SQL = "select k, ntile(2) over (partition by g order by k) as quantile from raw.src"
+COLUMNS = [("k", "int"), ("quantile", "int")]
+DELTA = {
+    "delta.minReaderVersion": "1",
+    "delta.enableChangeDataFeed": "true",
+    "spark_ivm.query": SQL,
+}
+
+
+class ScriptedRunner:
+    def __init__(self, described=COLUMNS, shown=DELTA, counted=(2, 1, 1)):
+        self.described, self.shown, self.counted = described, shown, counted
+        self.executed: list[str] = []
+
+    def query(self, sql: str):
+        if sql.startswith("DESCRIBE QUERY"):
+            return ["col_name", "data_type", "comment"], [[n, t, None] for n, t in self.described]
+        if sql.startswith("SHOW TBLPROPERTIES"):
+            return ["key", "value"], [[k, v] for k, v in self.shown.items()]
+        if sql.startswith("SELECT COUNT(*)"):
+            return ["a", "b", "c"], [list(self.counted)]
+        raise AssertionError(f"unexpected query {sql}")
+
+    def execute(self, sql: str) -> None:
+        self.executed.append(sql)
+
+
+def table(runner: ScriptedRunner, columns=COLUMNS, sql: str = SQL) -> FallbackTable:
+    return FallbackTable(
+        runner,
+        logging.getLogger("test"),
+        "model.test.ranked",
+        TABLE,
+        sql,
+        columns=lambda t: list(columns),
+    )
+
+
+def write(runner: ScriptedRunner, **kwargs) -> Written | str:
+    return table(runner, **kwargs).write_in_place(["a.reader"], lambda: [Reader("a.reader")])
+
+
+def test_the_difference_is_staged_counted_merged_and_freed():
+    runner = ScriptedRunner()
+    written = write(runner)
+    assert isinstance(written, Written) and (written.inserted, written.deleted) == (1, 1)
+    staged, merged, *freed = runner.executed
+    assert staged.startswith("CACHE TABLE `__ivm_staged_") and "NTILE(2)" in staged
+    assert merged.startswith("MERGE INTO `analytics`.`ranked`")
+    assert freed[0].startswith("UNCACHE TABLE IF EXISTS") and freed[1].startswith("DROP VIEW")
+    assert describe_write(written).endswith("(+1 -1 rows, written in place)")
+
+
+def test_no_row_differing_writes_nothing():
+    runner = ScriptedRunner(counted=(0, 0, 0))
+    written = write(runner)
+    assert isinstance(written, Written) and written.nothing is not None
+    assert not any(s.startswith("MERGE") for s in runner.executed)
+    assert (
+        describe_write(written) == "no row of it differs from its query's, so nothing was written"
+    )
+
+
+def test_its_change_feed_and_query_are_set_first_where_missing():
+    runner = ScriptedRunner(shown={"delta.minReaderVersion": "1", "spark_ivm.query": "old"})
+    write(runner)
+    assert "delta.enableChangeDataFeed" in runner.executed[0]
+    assert "'spark_ivm.query'" in runner.executed[1] and "ntile(2)" in runner.executed[1]
+    assert runner.executed[2].startswith("CACHE TABLE")
+
+
+@pytest.mark.parametrize(
+    ("runner", "kwargs", "reason"),
+    [
+        (ScriptedRunner(), {"columns": [("k", "int")]}, "its query's columns are not the table's"),
+        (
+            ScriptedRunner(described=[("m", "map<string,int>")]),
+            {"columns": [("m", "map<string,int>")]},
+            "it has a MAP column",
+        ),
+        (ScriptedRunner(shown={"format": "parquet"}), {}, "it is not a Delta table"),
+        (ScriptedRunner(), {"sql": "select (("}, "its SQL does not parse"),
+    ],
+)
+def test_a_table_that_cannot_take_its_difference_is_built_anew(runner, kwargs, reason):
+    found = write(runner, **kwargs)
+    assert isinstance(found, str) and reason in found
+    assert not runner.executed
+
+
+def test_dbts_spelling_of_types_is_the_querys():
+    assert isinstance(
+        write(ScriptedRunner(), columns=[("K", "integer"), ("quantile", "int")]), Written
+    )
+
+
+def test_the_merge_deletes_every_old_copy_and_inserts_each_new_one():
+    merge = sqlglot.parse_one(row_difference.merge_difference(TABLE, "s", ["k", "q"]), read=DIALECT)
+    assert isinstance(merge, exp.Merge)
+    on = merge.args["on"].sql(dialect=DIALECT)
+    # Only the source's DELETE rows match, NULL-safely on every column.
+    assert "`__ivm_d`.`__ivm_action` = 'delete'" in on
+    assert on.count("IS NOT DISTINCT FROM") == 2
+    whens = [w.sql(dialect=DIALECT) for w in merge.args["whens"].expressions]
+    assert whens == [
+        "WHEN MATCHED THEN DELETE",
+        (
+            "WHEN NOT MATCHED AND `__ivm_d`.`__ivm_action` = 'insert' THEN INSERT (`k`, `q`) "
+            "VALUES (`__ivm_d`.`k`, `__ivm_d`.`q`)"
+        ),
+    ]
+    source = merge.args["using"].sql(dialect=DIALECT)
+    assert "ARRAY_REPEAT('delete', CAST(IF(`__ivm_old` > 0, 1, 0) AS INT))" in source
+    assert "ARRAY_REPEAT('insert', CAST(`__ivm_new` AS INT))" in source
