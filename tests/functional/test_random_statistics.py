@@ -184,6 +184,8 @@ EDGES = {
 }
 
 
+# In scripts/test-extended only: the README's command ran 29 minutes (2026-12-03, fresh clone, 52 s here); the rules layer keeps the floating-point sums' and moments' cancellation rules (floating_sums, moments_*).
+@pytest.mark.extended
 class TestFloatingPointEdges(IvmProject):
     """Exact answers where a plain stored sum, or a sum of squares, would be wrong."""
 
