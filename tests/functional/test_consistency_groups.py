@@ -342,12 +342,8 @@ class TestGroupAllOrNothing(GroupProject):
         self.assert_published_group_is_consistent(spark, schema)
 
 
-class TestGroupPerFolder(GroupProject):
-    """A group per folder, set once in dbt_project.yml: a failure withholds its folder only.
-
-    by_g and total are in `silver/`, joined and over_by_g in `gold/`; over_by_g
-    reads silver's by_g as by_g's view shows it (docs/consistency-groups.md).
-    """
+class FolderGroups(GroupProject):
+    """Two groups, one per folder, set once in dbt_project.yml: silver (by_g, total) and gold (joined, over_by_g)."""
 
     @pytest.fixture(scope="class")
     def project_config_update(self):
@@ -366,6 +362,14 @@ class TestGroupPerFolder(GroupProject):
             "silver": {"by_g.sql": files["by_g.sql"], "total.sql": files["total.sql"]},
             "gold": {"joined.sql": files["joined.sql"], "over_by_g.sql": OVER_BY_G},
         }
+
+
+class TestGroupPerFolder(FolderGroups):
+    """A group per folder, set once in dbt_project.yml: a failure withholds its folder only.
+
+    by_g and total are in `silver/`, joined and over_by_g in `gold/`; over_by_g
+    reads silver's by_g as by_g's view shows it (docs/consistency-groups.md).
+    """
 
     def test_a_failing_gold_model_withholds_gold_only(self, project, spark, sources):
         schema = project.test_schema
@@ -399,7 +403,7 @@ class TestGroupPerFolder(GroupProject):
         assert int(over["version"]) == after["by_g"]
 
 
-class TestLayersPublishInOrderInOneRun(GroupProject):
+class TestLayersPublishInOrderInOneRun(FolderGroups):
     """A reader in a later group takes a change through in the same run, whatever the threads do.
 
     silver (by_g, total) and gold (joined, over_by_g, which reads by_g). With
@@ -410,24 +414,6 @@ class TestLayersPublishInOrderInOneRun(GroupProject):
     every run carries each source change into every layer, and gold's commit
     comes after silver's.
     """
-
-    @pytest.fixture(scope="class")
-    def project_config_update(self):
-        return {
-            "models": {
-                "+materialized": "ivm",
-                "test": {"silver": {"+ivm_group": "silver"}, "gold": {"+ivm_group": "gold"}},
-            }
-        }
-
-    @pytest.fixture(scope="class")
-    def models(self):
-        files = model_files(queries=GROUP_QUERIES)
-        return {
-            "sources.yml": files["sources.yml"],
-            "silver": {"by_g.sql": files["by_g.sql"], "total.sql": files["total.sql"]},
-            "gold": {"joined.sql": files["joined.sql"], "over_by_g.sql": OVER_BY_G},
-        }
 
     def test_every_run_carries_the_change_through_both_groups(self, project, spark, sources):
         schema = project.test_schema
