@@ -41,6 +41,8 @@ def _example():
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: its dataclasses look their module up by name.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
