@@ -832,13 +832,16 @@ def _updates(plan: ViewPlan) -> list[exp.Expr]:
 
 
 def probe_join_keys(
-    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]
+    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange], list_keys: bool = False
 ) -> tuple[str, list[key_bounds.KeyColumn]] | None:
-    """The probe of a join's change key bounds, and the keys in its answer's order; None: no join."""
+    """The probe of a join's change key bounds, and the keys in its answer's order; None: no join.
+
+    `list_keys`: the probe lists each key's distinct values too (a large source).
+    """
     bounded = changes.bounded_keys(plan, ranges)
     if not bounded:
         return None
-    return _sql(key_bounds.probe_query(bounded)), key_bounds.probe_columns(bounded)
+    return _sql(key_bounds.probe_query(bounded, list_keys)), key_bounds.probe_columns(bounded)
 
 
 def probe_partitions(

@@ -222,11 +222,11 @@ def target_bound(
             expression=exp.null(),
         )
     )
-    if not found:
+    if not found.ranges:
         return guard_row  # every change row has a NULL key: the state keeps none of them
     within = key_bounds.ranges_predicate(
         exp.column(key, table=ident(target_alias), quoted=True),
-        found,
+        found.ranges,
         dict(join_input.columns)[key],
     )
     return exp.Paren(this=exp.or_(within, guard_row))

@@ -36,10 +36,22 @@ conjuncts, and only those, both ways:
 
 A comparison (`ts BETWEEN valid_from AND valid_to`) bounds nothing: the
 probe would have to know the other side's values.
+
+Ranges skip files; they filter few rows when a change's keys are spread
+over the whole key space (a day's status updates touch orders of every
+month: 16 ranges then cover every order). Where a source is large the
+probe also lists the change's distinct keys, up to MAX_LISTED_KEYS, and
+the partner is read `IN` that list as well. Delta skips no more files for
+a list than for its lowest and highest value (its data skipping turns an
+IN list into that one range), so the list is for the rows: Spark pushes
+it through a log state's consolidation (a GROUP BY on the key) down to
+the scan, which then hands on only the listed keys' rows, where the
+ranges alone hand on the whole state to be summed and joined.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -54,6 +66,7 @@ from ivm_compiler.sql import TableName, conjuncts
 # `=` compares them. (Floating point has NaN and -0.0; timestamps' text
 # depends on the session time zone.)
 BOUNDED_TYPES = ("tinyint", "smallint", "int", "integer", "bigint", "string", "date")
+INTEGER_TYPES = ("tinyint", "smallint", "int", "integer", "bigint")
 
 
 @dataclass(frozen=True)
@@ -77,8 +90,20 @@ class PartnerBound:
 # A changed key column's values as sorted, disjoint (lowest, highest) ranges
 # of text; () when every change row's key is NULL.
 KeyRanges = tuple[tuple[str, str], ...]
-# (table, lower-cased column) -> the change's key ranges.
-Bounds = Mapping[tuple[TableName, str], KeyRanges]
+
+
+@dataclass(frozen=True)
+class ChangeKeys:
+    """A changed key column's values, as the probe found them."""
+
+    ranges: KeyRanges
+    # Every distinct non-NULL value, as text, where the probe listed them
+    # (a large source, at most MAX_LISTED_KEYS of them); None otherwise.
+    listed: tuple[str, ...] | None = None
+
+
+# (table, lower-cased column) -> the change's keys.
+Bounds = Mapping[tuple[TableName, str], ChangeKeys]
 
 # The probe splits a key's [lowest, highest] at its widest gaps into at most
 # this many ranges. One range skips nothing when a change's keys lie at both
@@ -86,6 +111,10 @@ Bounds = Mapping[tuple[TableName, str], KeyRanges]
 # RF batches read every lineitem file through one range); a few dozen
 # BETWEENs cost Delta's file skipping nothing noticeable.
 MAX_RANGES = 16
+# The most distinct change keys the probe lists (a day's batch of the
+# warehouse at scale 6000 changes 8,399 orders). Each costs its text in the
+# statement (about 10 bytes for an id) and a lookup in Spark's hash set.
+MAX_LISTED_KEYS = 10_000
 
 
 def _gap(data_type: str, low: exp.Expr, high: exp.Expr) -> exp.Expr | None:
@@ -264,11 +293,31 @@ def bound_predicate(bound: PartnerBound, bounds: Bounds) -> exp.Expr | None:
     column = exp.column(
         bound.partner_column, table=exp.to_identifier(bound.partner_alias, True), quoted=True
     )
-    return ranges_predicate(column, found, bound.key.data_type)
+    within = ranges_predicate(column, found.ranges, bound.key.data_type)
+    if not found.ranges or found.listed is None:
+        return within
+    return exp.and_(within, listed_predicate(column, found.listed, bound.key.data_type))
+
+
+def listed_predicate(column: exp.Expr, listed: Sequence[str], data_type: str) -> exp.Expr:
+    """`column IN (...)` the listed keys; integers as number literals, to keep a long list short.
+
+    >>> print(listed_predicate(exp.column("k"), ["-1", "20"], "bigint").sql("spark"))
+    k IN (-1, 20)
+    >>> print(listed_predicate(exp.column("d"), ["2026-12-04"], "date").sql("spark"))
+    d IN (CAST('2026-12-04' AS DATE))
+    """
+    values: list[exp.Expr]
+    if data_type.lower() in INTEGER_TYPES:
+        values = [exp.Literal.number(int(text)) for text in listed]
+    else:
+        values = [cast_literal(text, data_type) for text in listed]
+    return exp.In(this=column.copy(), expressions=values)
 
 
 def probe_query(
     changes: Mapping[TableName, tuple[exp.Subquery, Sequence[KeyColumn]]],
+    list_keys: bool = False,
 ) -> exp.Query:
     """Rows (key index, part, low, high) from which parse_probe makes each key's ranges.
 
@@ -277,6 +326,9 @@ def probe_query(
     Per key: one 'all' row with its lowest and highest change key, and for
     a type whose keys have a distance, up to MAX_RANGES - 1 'gap' rows: the
     widest gaps between consecutive distinct keys (the keys either side).
+    With `list_keys`, a 'list' row too, whose low is the distinct keys as a
+    JSON array of text, where there are at most MAX_LISTED_KEYS of them (it
+    reads the change again, unless Spark reuses the distinct keys' shuffle).
     Each key reads the change rows once: Spark inlines a subquery into each
     of its references, and a change feed read costs a few Spark jobs (Q3's
     probe, reading orders' feed four times and lineitem's twice, took
@@ -287,6 +339,8 @@ def probe_query(
         (rows, key) for rows, keys in changes.values() for key in keys
     ):
         value = exp.column(key.column, table=exp.to_identifier(rows.alias, True), quoted=True)
+        if list_keys:
+            parts.append(_listed_keys(index, rows, value))
         bounded = _bounds_and_gaps(index, rows, value, key.data_type)
         if bounded is not None:
             parts.append(bounded)
@@ -312,6 +366,39 @@ def _probe_row(index: int, part: exp.Expr, low: exp.Expr, high: exp.Expr) -> exp
     )
 
 
+def _distinct_keys(rows: exp.Subquery, value: exp.Column) -> exp.Select:
+    """The change's distinct non-NULL keys, as column `k`."""
+    return (
+        exp.select(exp.alias_(value.copy(), "k"))
+        .distinct()
+        .from_(rows.copy())
+        .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.null())))
+    )
+
+
+def _listed_keys(index: int, rows: exp.Subquery, value: exp.Column) -> exp.Select:
+    """A key's 'list' row: its distinct keys as a JSON array of text; no row past MAX_LISTED_KEYS.
+
+    One past the limit is read, never more, so a change of millions of keys
+    costs no array of them.
+    """
+    text = exp.DataType.build("string")
+    first = _distinct_keys(rows, value).limit(MAX_LISTED_KEYS + 1)
+    listed = exp.Anonymous(
+        this="TO_JSON",
+        expressions=[
+            exp.Anonymous(this="COLLECT_LIST", expressions=[exp.cast(exp.column("k"), text)])
+        ],
+    )
+    return (
+        _probe_row(index, exp.Literal.string("list"), listed, exp.null())
+        .from_(first.subquery(exp.to_identifier(f"l{index}", True)))
+        .having(
+            exp.LTE(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(MAX_LISTED_KEYS))
+        )
+    )
+
+
 def _bounds_and_gaps(
     index: int, rows: exp.Subquery, value: exp.Column, data_type: str
 ) -> exp.Select | None:
@@ -326,12 +413,7 @@ def _bounds_and_gaps(
     gap = _gap(data_type, exp.column("k"), exp.column("nxt"))
     if gap is None:
         return None
-    distinct = (
-        exp.select(exp.alias_(value.copy(), "k"))
-        .distinct()
-        .from_(rows.copy())
-        .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.null())))
-    )
+    distinct = _distinct_keys(rows, value)
     following = exp.Window(
         this=exp.Anonymous(this="LEAD", expressions=[exp.column("k")]),
         order=exp.Order(expressions=[exp.Ordered(this=exp.column("k"))]),
@@ -365,24 +447,32 @@ def parse_probe(keys: Sequence[KeyColumn], rows: Sequence[Sequence[object]]) -> 
     """The probe's rows as Bounds: each key's [lowest, highest] split at its widest gaps.
 
     >>> key = KeyColumn(TableName("raw", "t"), "k", "int")
-    >>> list(parse_probe([key], [(0, "all", "1", "99"), (0, "gap", "4", "90")]).values())
-    [(('1', '4'), ('90', '99'))]
-    >>> list(parse_probe([key], [(0, "all", None, None)]).values())
-    [()]
+    >>> parse_probe([key], [(0, "all", "1", "99"), (0, "gap", "4", "90")])[key.table, "k"].ranges
+    (('1', '4'), ('90', '99'))
+    >>> parse_probe([key], [(0, "all", None, None)])[key.table, "k"]
+    ChangeKeys(ranges=(), listed=None)
+    >>> parse_probe([key], [(0, "all", None, None), (0, "list", None, None)])[key.table, "k"]
+    ChangeKeys(ranges=(), listed=())
+    >>> parse_probe([key], [(0, "all", "1", "99"), (0, "list", '["99","1","9"]', None)])[key.table, "k"].listed
+    ('1', '9', '99')
     """
     ends: dict[int, tuple[str, str] | None] = {}
     gaps: dict[int, list[tuple[str, str]]] = {}
+    listed: dict[int, tuple[str, ...]] = {}
     for index, part, low, high in rows:
         position = int(str(index))
         if part == "all":
             ends[position] = None if low is None or high is None else (str(low), str(high))
+        elif part == "list":
+            # No key but NULLs: some engines give a NULL array, not an empty one.
+            listed[position] = tuple(str(k) for k in json.loads(str(low))) if low else ()
         else:
             gaps.setdefault(position, []).append((str(low), str(high)))
-    bounds: dict[tuple[TableName, str], KeyRanges] = {}
+    bounds: dict[tuple[TableName, str], ChangeKeys] = {}
     for position, key in enumerate(keys):
         found = ends.get(position)
         if found is None:
-            bounds[(key.table, key.column.lower())] = ()
+            bounds[(key.table, key.column.lower())] = ChangeKeys((), listed.get(position))
             continue
         start, end = found
         ranges = []
@@ -390,7 +480,11 @@ def parse_probe(keys: Sequence[KeyColumn], rows: Sequence[Sequence[object]]) -> 
             ranges.append((start, before))
             start = after
         ranges.append((start, end))
-        bounds[(key.table, key.column.lower())] = tuple(ranges)
+        found_listed = listed.get(position)
+        if found_listed is not None:
+            # In key order, so a refresh's statements read the same for the same change.
+            found_listed = tuple(sorted(found_listed, key=lambda k: _order(k, key)))
+        bounds[(key.table, key.column.lower())] = ChangeKeys(tuple(ranges), found_listed)
     return bounds
 
 

@@ -12,6 +12,7 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm.delta import confs
+from ivm_compiler import key_bounds
 from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, state_builds
 from tests.functional.ivm_project import DIM_DDL, IvmProject, create_source, model_files
 
@@ -117,4 +118,18 @@ class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
         # from there (writes.StateWrites.staged_feeds).
         staged = next(line for line in log.splitlines() if "change feeds staged once" in line)
         assert sources["src"] in staged and sources["dim"] in staged, staged
+        self._check(project, spark)
+
+    def test_a_large_sources_change_keys_are_listed_for_the_partners_rows(
+        self, project, spark, sources, monkeypatch
+    ):
+        # One range: keys 1 and 4 then span the whole dimension, and only the
+        # list (every source counts as large here) keeps its rows to theirs.
+        monkeypatch.setattr(key_bounds, "MAX_RANGES", 1)
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 3, 1.00), (4, 'c', 4, 1.00)")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        probed = next(line for line in log.splitlines() if "join partners read within" in line)
+        assert f"{sources['src']}.k in [1, 4], 2 keys listed" in probed, probed
+        merge = next(line for line in log.splitlines() if "`d`.`k` IN (1, 4)" in line)
+        assert "BETWEEN CAST('1' AS INT) AND CAST('4' AS INT)" in merge, merge
         self._check(project, spark)

@@ -554,6 +554,8 @@ class Refreshes:
         self.engine = Engine(read, hook, memo_of(model))
         self.engine.ensure_schema(self.state)
         self.ids = itertools.count(1)
+        # Join-key probes so far (_join_key_bounds).
+        self.probes = 0
         self.refresh_ids = (f"r{i}" for i in itertools.count())
         self.guard = ""
         self.versions: dict[TableName, int] = {}
@@ -808,8 +810,12 @@ class Refreshes:
             self.engine.execute(statement)
 
     def _join_key_bounds(self, windows: Mapping[TableName, VersionRange]) -> dict:
-        """The probe's key bounds, as writes.StateWrites.join_key_bounds reads them."""
-        probe = emit.probe_join_keys(self.plan, windows)
+        """The probe's key bounds, as writes.StateWrites.join_key_bounds reads them.
+
+        Every other probe lists the change's keys too, as one over a large source does.
+        """
+        self.probes += 1
+        probe = emit.probe_join_keys(self.plan, windows, list_keys=self.probes % 2 == 0)
         if probe is None:
             return {}
         sql, keys = probe

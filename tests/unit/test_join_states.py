@@ -14,6 +14,7 @@ from dbt_common.exceptions import CompilationError
 from dbt.adapters.spark_ivm.refresh.join_states import JoinStates, SourceFacts
 from ivm_compiler import TableName, emit, join_states
 from ivm_compiler.changes import signed_rows
+from ivm_compiler.key_bounds import ChangeKeys
 from ivm_compiler.reads import VersionRange as Window
 from tests.unit.test_compile import (
     CUSTOMERS_TABLE,
@@ -121,7 +122,11 @@ def test_the_upkeep_merge_reads_the_join_state_within_the_change_key_range() -> 
     relation = orders.relation(MODEL_VIEW)
     guard = emit.Guard(read="g1", write="g2")
     bounded = emit.merge_join_state(
-        orders, relation, Window(3, 5), guard, {(ORDERS_TABLE, "customer"): (("ann", "bob"),)}
+        orders,
+        relation,
+        Window(3, 5),
+        guard,
+        {(ORDERS_TABLE, "customer"): ChangeKeys((("ann", "bob"),))},
     )
     assert (
         "AND (`__ivm_t`.`customer` BETWEEN CAST('ann' AS STRING) AND CAST('bob' AS STRING) "
@@ -129,7 +134,7 @@ def test_the_upkeep_merge_reads_the_join_state_within_the_change_key_range() -> 
     ) in bounded
     # Only NULL keys changed: the join state keeps none of them; the guard row still matches.
     nulls = emit.merge_join_state(
-        orders, relation, Window(3, 5), guard, {(ORDERS_TABLE, "customer"): ()}
+        orders, relation, Window(3, 5), guard, {(ORDERS_TABLE, "customer"): ChangeKeys(())}
     )
     assert "BETWEEN" not in nulls and "AND NOT `__ivm_t`.`__ivm_guard` IS NULL WHEN" in nulls
 

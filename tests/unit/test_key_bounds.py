@@ -66,14 +66,68 @@ def test_the_probe_splits_a_numeric_key_at_its_widest_gaps():
             (1, "all", None, None),
         ],
     )
-    assert bounds[(ORDERS_TABLE, "id")] == (("1", "5"), ("7", "12"), ("8990", "9000"))
-    assert bounds[(CUSTOMERS_TABLE, "id")] == ()
+    assert bounds[(ORDERS_TABLE, "id")].ranges == (("1", "5"), ("7", "12"), ("8990", "9000"))
+    assert bounds[(CUSTOMERS_TABLE, "id")].ranges == ()
     filters = _term_filters(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark"))
     assert filters[0] == (
         "(`c`.`id` BETWEEN CAST('1' AS INT) AND CAST('5' AS INT) "
         "OR `c`.`id` BETWEEN CAST('7' AS INT) AND CAST('12' AS INT) "
         "OR `c`.`id` BETWEEN CAST('8990' AS INT) AND CAST('9000' AS INT))"
     )
+
+
+def test_over_a_large_source_the_probe_lists_the_changed_keys_too():
+    plan, _ = compile_with(
+        "SELECT o.id, c.name FROM shop.orders AS o JOIN shop.customers AS c ON o.id = c.id",
+        [("id", "int"), ("name", "string")],
+    )
+    sql, keys = emit.probe_join_keys(plan, BOTH_CHANGED, list_keys=True)
+    # Per key, one past the limit read, listed only within it.
+    assert sql.count(f"LIMIT {key_bounds.MAX_LISTED_KEYS + 1}") == 2
+    assert sql.count(f"HAVING COUNT(*) <= {key_bounds.MAX_LISTED_KEYS}") == 2
+    assert sql.count("TO_JSON(COLLECT_LIST(CAST(k AS STRING)))") == 2
+    assert "COLLECT_LIST" not in emit.probe_join_keys(plan, BOTH_CHANGED)[0]
+    bounds = key_bounds.parse_probe(
+        keys,
+        [
+            (0, "all", "1", "9000"),
+            (0, "gap", "12", "8990"),
+            (0, "list", '["9000", "1", "12", "8990"]', None),
+            # Past the limit: no 'list' row.
+            (1, "all", "3", "4"),
+        ],
+    )
+    assert bounds[(ORDERS_TABLE, "id")].listed == ("1", "12", "8990", "9000")
+    assert bounds[(CUSTOMERS_TABLE, "id")].listed is None
+    filters = _term_filters(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark"))
+    # orders changed: customers within the ranges and in the list (the ranges
+    # skip files, the list keeps the rows); customers changed: ranges only.
+    assert filters == [
+        (
+            "(`c`.`id` BETWEEN CAST('1' AS INT) AND CAST('12' AS INT) "
+            "OR `c`.`id` BETWEEN CAST('8990' AS INT) AND CAST('9000' AS INT)) "
+            "AND `c`.`id` IN (1, 12, 8990, 9000)"
+        ),
+        "`o`.`id` BETWEEN CAST('3' AS INT) AND CAST('4' AS INT)",
+    ]
+
+
+def test_a_listed_change_of_null_keys_only_reads_nothing():
+    plan, _ = compile_with(
+        "SELECT o.id, c.name FROM shop.orders AS o JOIN shop.customers AS c ON o.id = c.id",
+        [("id", "int"), ("name", "string")],
+    )
+    _, keys = emit.probe_join_keys(plan, BOTH_CHANGED, list_keys=True)
+    # DuckDB answers an empty list with NULL; Spark with '[]'.
+    bounds = key_bounds.parse_probe(
+        keys, [(0, "all", None, None), (0, "list", None, None), (1, "list", "[]", None)]
+    )
+    assert bounds[(ORDERS_TABLE, "id")] == key_bounds.ChangeKeys((), ())
+    assert bounds[(CUSTOMERS_TABLE, "id")] == key_bounds.ChangeKeys((), ())
+    assert _term_filters(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark")) == [
+        "FALSE",
+        "FALSE",
+    ]
 
 
 def test_each_term_reads_its_partner_within_the_changed_inputs_bounds():
@@ -185,7 +239,10 @@ def test_a_partner_filter_is_bounded_by_its_conditions_equalities_only():
 
 
 def test_an_inputs_change_reads_the_filters_input_within_its_keys():
-    bounds = {(ORDERS_TABLE, "id"): (("3", "4"),), (CUSTOMERS_TABLE, "id"): (("7", "7"),)}
+    bounds = {
+        (ORDERS_TABLE, "id"): key_bounds.ChangeKeys((("3", "4"),)),
+        (CUSTOMERS_TABLE, "id"): key_bounds.ChangeKeys((("7", "7"),)),
+    }
     terms = [t.sql("spark") for t in _lookup_terms(bounds)]
     # The padding term of an order's change: customers' rows at the recorded
     # version, within the changed orders' keys, in the anti join's ON.

@@ -454,7 +454,7 @@ class StateWrites:
             return None
         sql, key = layout.probe_sort_key(rows_stage, sort_key, data_type)
         _, rows = self.runner.query(sql)
-        ranges = key_bounds.parse_probe([key], rows)[(key.table, key.column.lower())]
+        ranges = key_bounds.parse_probe([key], rows)[(key.table, key.column.lower())].ranges
         self.log.debug(
             f"{self.model}: the MERGE searches the state's rows with {sort_key} in "
             + (" or ".join(f"[{lo}, {hi}]" for lo, hi in ranges) or "no range")
@@ -574,20 +574,18 @@ class StateWrites:
     def join_key_bounds(
         self, plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
     ) -> key_bounds.Bounds:
-        """The change's join-key ranges, which narrow the MERGE's partner reads (key_bounds.py)."""
-        probe = emit.probe_join_keys(plan, ranges)
+        """The change's join-key ranges, which narrow the MERGE's partner reads (key_bounds.py).
+
+        Where a source is large, the change's keys are listed too: their
+        ranges then still span most of a large partner, the list its rows.
+        """
+        probe = emit.probe_join_keys(plan, ranges, list_keys=self.staging.large)
         if probe is None:
             return {}
         sql, keys = probe
         _, rows = self.runner.query(sql)
         bounds = key_bounds.parse_probe(keys, rows)
-        self.log.debug(
-            f"{self.model}: join partners read within "
-            + "; ".join(
-                f"{t}.{c} in " + (" or ".join(f"[{lo}, {hi}]" for lo, hi in ranges) or "nothing")
-                for (t, c), ranges in bounds.items()
-            )
-        )
+        self.log.debug(f"{self.model}: join partners read within " + _described(bounds))
         return bounds
 
     def touched_partitions(
@@ -677,3 +675,14 @@ class StateWrites:
             # range again.
             written.nothing = "source changes cancelled out"
         return written
+
+
+def _described(bounds: key_bounds.Bounds) -> str:
+    """The probe's answer for the debug log: each key's ranges, and how many keys it listed."""
+    described = []
+    for (table, column), keys in bounds.items():
+        text = " or ".join(f"[{lo}, {hi}]" for lo, hi in keys.ranges) or "nothing"
+        if keys.ranges and keys.listed is not None:
+            text += f", {len(keys.listed)} keys listed"
+        described.append(f"{table}.{column} in {text}")
+    return "; ".join(described)
