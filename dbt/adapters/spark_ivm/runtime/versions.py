@@ -76,7 +76,9 @@ class SparkLine:
 # issue 6867): 4.4.0's build for 4.1 loads on 4.1.4.
 SUPPORTED = (
     SparkLine((3, 5), tested="3.5.9", delta="3.3.3", scala="2.12", delta_spark="delta-spark_2.12"),
-    SparkLine((4, 0), tested="4.0.1", delta="4.0.1", scala="2.13", delta_spark="delta-spark_2.13"),
+    # Delta 4.0.1 is the newest Delta for Spark 4.0 (built against 4.0.1); the
+    # line's newest pyspark patch release runs it.
+    SparkLine((4, 0), tested="4.0.5", delta="4.0.1", scala="2.13", delta_spark="delta-spark_2.13"),
     SparkLine(
         (4, 1),
         tested="4.1.4",
