@@ -29,19 +29,36 @@ class Run:
     summaries: dict[tuple[Key, str], BatchSummary]
 
     @classmethod
-    def load(cls, path: Path) -> Run:
+    def load(cls, path: Path, engines: bool = False) -> Run:
+        """The run of a results file; `engines`: its name says its Spark and Delta."""
         results = load_results(path)
-        commit = (results.get("environment") or {}).get("git_commit") or ""
+        environment = results.get("environment") or {}
+        commit = environment.get("git_commit") or ""
+        engine = _engine(environment) if engines else ""
         name = commit[:7] or results.get("label") or path.stem
         if (results.get("settings") or {}).get("cluster"):
             # Runs of one commit differ by where their tasks ran (bench/run --cluster).
             name += " on the cluster"
+        if engine:
+            # Or by the Spark they ran on (issue 55: the default pair beside the newest).
+            name += f" on {engine}"
         by_key = {
             ((s.scale_factor, s.kind, s.size), s.model): s
             for s in batch_summaries(results)
             if s.guard_ok
         }
         return cls(name=name, summaries=by_key)
+
+
+def _engine(environment: dict[str, Any]) -> str:
+    """'Spark 4.2.1 + Delta 4.4.0', from a run's environment; '' where it did not record them.
+
+    >>> _engine({"versions": {"pyspark": "4.2.1"}, "delta": "4.4.0"})
+    'Spark 4.2.1 + Delta 4.4.0'
+    """
+    spark = (environment.get("versions") or {}).get("pyspark")
+    delta = environment.get("delta")
+    return f"Spark {spark} + Delta {delta}" if spark and delta else ""
 
 
 def comparison(runs: Sequence[Run], order: Any) -> list[tuple[Key, list[str]]]:
@@ -127,7 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory for the md and png")
     parser.add_argument("--label", required=True, help="file stem of the comparison")
     args = parser.parse_args(argv)
-    runs = [Run.load(path) for path in args.results]
+    # Runs on more than one Spark or Delta are named by theirs too.
+    engines = {_engine(load_results(path).get("environment") or {}) for path in args.results}
+    runs = [Run.load(path, engines=len(engines) > 1) for path in args.results]
     order = _model_order(load_results(args.results[-1]))
     args.out.mkdir(parents=True, exist_ok=True)
     plot = ratio_plot(runs, order, args.out / f"{args.label}-ratios.png")

@@ -363,6 +363,27 @@ def test_runs_of_one_commit_embedded_and_on_a_cluster_keep_apart(tmp_path):
     )
 
 
+def test_runs_of_one_commit_on_two_engines_are_named_by_them(tmp_path):
+    import json
+
+    from tpch_bench import compare
+
+    source = Path(__file__).parents[2] / "bench" / "results" / "issue20" / "sf1-rf01-7449f0e.json"
+    results = json.loads(source.read_text())
+    paths = []
+    for spark, delta in [("4.0.5", "4.0.1"), ("4.2.1", "4.4.0")]:
+        results["environment"]["versions"]["pyspark"] = spark
+        results["environment"]["delta"] = delta
+        path = tmp_path / f"{spark}.json"
+        path.write_text(json.dumps(results))
+        paths.append(path)
+    assert compare.main([*map(str, paths), "--out", str(tmp_path), "--label", "c"]) == 0
+    text = (tmp_path / "c.md").read_text()
+    assert "`7449f0e on Spark 4.0.5 + Delta 4.0.1`, `7449f0e on Spark 4.2.1 + Delta 4.4.0`" in text
+    # Runs on one engine keep their commit's name alone.
+    assert compare.Run.load(paths[0]).name == "7449f0e"
+
+
 def test_example_runs_reads_each_runs_table_and_reports_totals_ratios_and_models_under_build():
     from micro import example_runs
 
