@@ -457,7 +457,7 @@ class StateWrites:
         ranges = key_bounds.parse_probe([key], rows)[(key.table, key.column.lower())].ranges
         self.log.debug(
             f"{self.model}: the MERGE searches the state's rows with {sort_key} in "
-            + (" or ".join(f"[{lo}, {hi}]" for lo, hi in ranges) or "no range")
+            + (_ranges_text(ranges) or "no range")
         )
         return layout.TargetBounds(sort_key, data_type, ranges)
 
@@ -681,8 +681,13 @@ def _described(bounds: key_bounds.Bounds) -> str:
     """The probe's answer for the debug log: each key's ranges, and how many keys it listed."""
     described = []
     for (table, column), keys in bounds.items():
-        text = " or ".join(f"[{lo}, {hi}]" for lo, hi in keys.ranges) or "nothing"
+        text = _ranges_text(keys.ranges) or "nothing"
         if keys.ranges and keys.listed is not None:
             text += f", {len(keys.listed)} keys listed"
         described.append(f"{table}.{column} in {text}")
     return "; ".join(described)
+
+
+def _ranges_text(ranges: key_bounds.KeyRanges) -> str:
+    """'[1, 4] or [9, 9]': probed key ranges for the debug log; '' for none."""
+    return " or ".join(f"[{lo}, {hi}]" for lo, hi in ranges)
