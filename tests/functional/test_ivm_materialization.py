@@ -335,6 +335,76 @@ class TestFallbackChain(IvmProject):
                 assert difference.equal, f"{model} after batch {batch}: {difference}"
 
 
+class TestFallbackOverAnUnpublishedUpstream(IvmProject):
+    """A fallback model over an ivm model whose consistency group has not published yet.
+
+    `kept` and `kept_peer` form group 'silver', which publishes once both
+    have refreshed; `kept_peer` reads the fallback table, so dbt runs the
+    fallback after `kept` has refreshed and before 'silver' publishes, when
+    `kept`'s view still shows the previous run (on the warehouse with 4
+    threads the refused model ran before silver's commit in the same way).
+    The fallback reads `kept`'s staged state instead, so it equals its query
+    once the run is over, and its reader in group 'gold' publishes after
+    'silver', whose unpublished state the table was written from.
+    """
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "sources.yml": SOURCES_YML,
+            "kept.sql": (
+                "{{ config(ivm_group='silver') }}\n"
+                "select k, g from {{ source('raw', 'src') }} where k is not null"
+            ),
+            "ranked_kept.sql": (
+                "{{ config(ivm_fallback='full_refresh', ivm_group='gold') }}\n"
+                "select k, ntile(2) over (partition by g order by k) as quantile "
+                "from {{ ref('kept') }}"
+            ),
+            "kept_peer.sql": (
+                "{{ config(ivm_group='silver') }}\n"
+                "select quantile, max(k) as top from {{ ref('ranked_kept') }} group by quantile"
+            ),
+            "over_ranked_kept.sql": (
+                "{{ config(ivm_group='gold') }}\n"
+                "select quantile, count(*) as n from {{ ref('ranked_kept') }} group by quantile"
+            ),
+        }
+
+    @pytest.fixture(scope="class")
+    def source_table(self, project):
+        return create_source(project, "(1, 'a', 1, 1.50), (2, 'a', 2, NULL)")
+
+    def test_the_fallback_reads_the_upstream_state_its_group_is_about_to_publish(
+        self, project, spark, source_table
+    ):
+        schema = project.test_schema
+        queries = {
+            "ranked_kept": (
+                f"SELECT k, ntile(2) OVER (PARTITION BY g ORDER BY k) AS quantile "
+                f"FROM {schema}.kept"
+            ),
+            "over_ranked_kept": (
+                f"SELECT quantile, count(*) AS n FROM {schema}.ranked_kept GROUP BY quantile"
+            ),
+            "kept_peer": (
+                f"SELECT quantile, max(k) AS top FROM {schema}.ranked_kept GROUP BY quantile"
+            ),
+        }
+        run_dbt(["run"])
+        for batch in range(2):
+            spark.sql(f"INSERT INTO {source_table} VALUES ({10 + batch}, 'a', {batch}, 1.00)")
+            spark.sql(f"DELETE FROM {source_table} WHERE k = {batch + 1}")
+            results, log = run_dbt_and_capture(["--debug", "run"])
+            responses = {r.node.name: r.adapter_response for r in results}
+            assert responses["ranked_kept"]["code"] == "FALLBACK", responses["ranked_kept"]
+            assert f"reads {schema}.kept at its state refreshed in this run" in log, log
+            assert "'gold' publishes after 'silver'" in log, log
+            for model, query in queries.items():
+                difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
+                assert difference.equal, f"{model} after batch {batch}: {difference}"
+
+
 models__documented_yml = """
 version: 2
 models:

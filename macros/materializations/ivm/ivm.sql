@@ -42,7 +42,7 @@
     {#- A first build, or one the table cannot take in place (refresh/fallback.py). -#}
     {%- set previous_table = load_cached_relation(this) -%}
     {% call statement('main') -%}
-      {{ ivm_fallback_table_as(target_relation, previous_table, sql) }}
+      {{ ivm_fallback_table_as(target_relation, previous_table, result.table_sql or sql) }}
     {%- endcall %}
     {% do adapter.ivm_set_table_properties(target_relation, result.table_properties) %}
   {%- endif -%}

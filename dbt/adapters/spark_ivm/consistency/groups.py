@@ -226,6 +226,11 @@ class GroupRun:
         self._progress: dict[str, GroupProgress] = {}
         self.lock = threading.RLock()
         self.repaired = False
+        # Fallback tables written in this run from states not yet published
+        # (refresh/fallback.py), with the groups of those states: an ivm model
+        # reading such a table publishes after those groups, as if it had read
+        # their states itself.
+        self._written_from_staged: dict[str, set[str]] = {}
 
     def progress(self, model_id: str) -> GroupProgress | None:
         group = self._groups.get(model_id)
@@ -264,6 +269,16 @@ class GroupRun:
                     return None
                 return progress, staged
         return None
+
+    def written_from_staged(self, table: TableName, groups: Iterable[str]) -> None:
+        """Record that a fallback table was computed from these groups' unpublished states."""
+        with self.lock:
+            self._written_from_staged.setdefault(str(table).lower(), set()).update(groups)
+
+    def staged_groups_behind(self, table: TableName) -> set[str]:
+        """The groups whose unpublished states `table` was written from in this run."""
+        with self.lock:
+            return set(self._written_from_staged.get(str(table).lower(), ()))
 
 
 def members_from_graph(graph: Mapping[str, Any], selected: Iterable[str]) -> list[Member]:

@@ -69,13 +69,18 @@ def newest_commit_naming(table: TableName, relation: TableName) -> str:
     return query.sql(dialect=DIALECT)
 
 
-def committed_select(view_sql: str) -> str:
-    """The SELECT of a recorded view statement, parenthesised for use as a relation."""
+def view_select(view_sql: str) -> exp.Query:
+    """The SELECT of a recorded view statement (CREATE ... VIEW ... AS SELECT)."""
     statement = parse_one(view_sql, read=DIALECT)
     select = statement.expression if isinstance(statement, exp.Create) else statement
     if not isinstance(select, exp.Query):
         raise TypeError(f"not a view statement: {view_sql[:200]}")
-    return exp.paren(select.copy()).sql(dialect=DIALECT)
+    return select
+
+
+def committed_select(view_sql: str) -> str:
+    """The SELECT of a recorded view statement, parenthesised for use as a relation."""
+    return exp.paren(view_select(view_sql).copy()).sql(dialect=DIALECT)
 
 
 @dataclass

@@ -14,6 +14,12 @@ columns, --full-refresh, a table that is not Delta, a MAP column, SQL that
 sqlglot cannot parse) the materialization builds it as dbt does
 (macros/materializations/ivm/fallback.sql), its readers rebuild once, and
 the log says why.
+
+Either way the query reads each upstream ivm model that refreshed in this run
+but whose consistency group has not published yet at its refreshed state
+(`reading_staged`), as ivm readers do: dbt starts the fallback once its refs
+have run, not once their group has published, and their views would show
+the previous run.
 """
 
 from __future__ import annotations
@@ -61,6 +67,34 @@ class FallbackTable:
     sql: str
     # A relation's columns (dbt's answer).
     columns: Callable[[TableName], list[tuple[str, str]]]
+    # The SELECT an upstream ivm model refreshed in this run will be shown
+    # by once its group publishes; None where its view shows it (reading_staged).
+    staged_select: Callable[[TableName], exp.Query | None] = lambda table: None
+
+    def query(self) -> exp.Query | str:
+        """The query computing the table's rows; else why its SQL cannot be used here."""
+        computed = self._computed()
+        return computed if isinstance(computed, str) else computed[0]
+
+    def build_sql(self) -> str | None:
+        """What the materialization builds the table with, where it is not the model's SQL.
+
+        None: the model's SQL, which reads no unpublished state (or does not
+        parse here, and is then built as dbt compiled it).
+        """
+        computed = self._computed()
+        if isinstance(computed, str) or not computed[1]:
+            return None
+        return computed[0].sql(dialect=DIALECT)
+
+    def _computed(self) -> tuple[exp.Query, list[TableName]] | str:
+        try:
+            query = parse_one(self.sql, read=DIALECT)
+        except ParseError as error:
+            return f"its SQL does not parse as one query here ({error_summary(error)})"
+        if not isinstance(query, exp.Query):
+            return "its SQL is not one query"
+        return reading_staged(query, self.staged_select)
 
     def properties_after_build(self, read_by_ivm_models: bool) -> dict[str, str]:
         """What the table carries once the materialization built it.
@@ -77,10 +111,10 @@ class FallbackTable:
         self, readers: Sequence[str], histories: Callable[[], Sequence[handoff.Reader]]
     ) -> Written | str:
         """The query's rows written over the table as their difference; else why it is rebuilt."""
-        query = self._query()
+        query = self.query()
         if isinstance(query, str):
             return query
-        found = self._columns()
+        found = self._columns(query)
         if isinstance(found, str):
             return found
         shown = properties(self.runner, self.table)
@@ -105,18 +139,9 @@ class FallbackTable:
             return Written(inserted=0, deleted=0, chosen=chosen)
         return self._merge_difference(query, found, chosen)
 
-    def _query(self) -> exp.Query | str:
-        try:
-            query = parse_one(self.sql, read=DIALECT)
-        except ParseError as error:
-            return f"its SQL does not parse as one query here ({error_summary(error)})"
-        if not isinstance(query, exp.Query):
-            return "its SQL is not one query"
-        return query
-
-    def _columns(self) -> list[str] | str:
+    def _columns(self, query: exp.Query) -> list[str] | str:
         """The query's columns, if the table has exactly them; else why it is rebuilt."""
-        _, rows = self.runner.query(f"DESCRIBE QUERY {self.sql}")
+        _, rows = self.runner.query(f"DESCRIBE QUERY {query.sql(dialect=DIALECT)}")
         wanted = [(str(r[0]), str(r[1])) for r in rows]
         have = [(name, str(kind)) for name, kind in self.columns(self.table)]
         if [(n.lower(), normal_type(t)) for n, t in wanted] != [
@@ -148,6 +173,41 @@ class FallbackTable:
             f"{self.model}: building {self.table} anew, so the ivm models reading it rebuild "
             f"once: {reason}"
         )
+
+
+def reading_staged(
+    query: exp.Query, staged_select: Callable[[TableName], exp.Query | None]
+) -> tuple[exp.Query, list[TableName]]:
+    """`query` with each relation that has a staged state read through that state's SELECT.
+
+    `staged_select` answers, for a relation the query reads, the SELECT its
+    group will publish as its view (None: read it as it is). Each such
+    relation becomes a derived table under the name the query reads it by.
+
+    >>> staged = {TableName("s", "up"): parse_one("SELECT k FROM s.up__state VERSION AS OF 7")}
+    >>> query = parse_one("SELECT u.k FROM s.up AS u JOIN s.other ON u.k = other.k")
+    >>> rewritten, read = reading_staged(query, staged.get)
+    >>> rewritten.sql(dialect="spark")
+    'SELECT u.k FROM (SELECT k FROM s.up__state VERSION AS OF 7) AS u JOIN s.other ON u.k = other.k'
+    >>> [str(t) for t in read]
+    ['s.up']
+    """
+    query = query.copy()
+    read: list[TableName] = []
+    for table in list(query.find_all(exp.Table)):
+        if not table.args.get("db"):
+            continue  # a CTE's name, or a relation of the current schema dbt never renders
+        name = TableName(db=table.text("db"), name=table.name)
+        select = staged_select(name)
+        if select is None:
+            continue
+        alias = table.alias or table.name
+        table.replace(
+            exp.Subquery(this=select.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+        )
+        if name not in read:
+            read.append(name)
+    return query, read
 
 
 def describe_write(written: Written) -> str:

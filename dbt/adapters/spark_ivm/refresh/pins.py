@@ -228,6 +228,8 @@ class Pins:
             share=False,
         )
         version = snapshot.version
+        if wholesale == FALLBACK_TABLE:
+            self._publish_after(table, self._staged_groups_behind(table))
         if upstream is not None and use_published and upstream.published_version is not None:
             # What the upstream's readers see; a newer state of it is not committed yet.
             version = upstream.published_version
@@ -246,6 +248,24 @@ class Pins:
                     f"{upstream_progress.group.name!r}"
                 )
         return replace(snapshot, table=table, version=version)
+
+    def _staged_groups_behind(self, table: TableName) -> set[str]:
+        """Groups whose unpublished states a fallback table read in this run was written from."""
+        if self.publisher is None or self.publisher.group_run is None:
+            return set()
+        return self.publisher.group_run.staged_groups_behind(table)
+
+    def _publish_after(self, table: TableName, groups: set[str]) -> None:
+        """This model's group publishes after `groups`, whose states `table` was written from."""
+        if self.publisher is None or self.publisher.progress is None:
+            return
+        own = self.publisher.progress.group.name
+        for group in sorted(groups - {own}):
+            self.publisher.progress.after.add(group)
+            self.log.debug(
+                f"{self.model}: {table} was written in this run from consistency group "
+                f"{group!r}'s unpublished states; {own!r} publishes after {group!r}"
+            )
 
     def staged_upstream(self, table: TableName) -> tuple[GroupProgress, Staged] | None:
         """An upstream ivm model of another group, refreshed in this run but not yet published."""

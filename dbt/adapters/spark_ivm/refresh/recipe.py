@@ -25,8 +25,11 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from sqlglot import exp
+
 from dbt.adapters.spark_ivm.consistency.groups import Staged
 from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
+from dbt.adapters.spark_ivm.consistency.strict import view_select
 from dbt.adapters.spark_ivm.delta.confs import staging
 from dbt.adapters.spark_ivm.delta.errors import error_summary, is_change_history_unavailable
 from dbt.adapters.spark_ivm.delta.records import RecordedState, commit_metadata
@@ -116,6 +119,10 @@ class RefreshResult:
     # What a fallback table carries once the materialization built it
     # (FallbackTable.properties_after_build; adapter.ivm_set_table_properties).
     table_properties: dict[str, str] = field(default_factory=dict)
+    # The SQL the materialization builds a fallback table with, where it is
+    # not the model's: upstreams refreshed in this run read at their states
+    # not yet published (FallbackTable.build_sql).
+    table_sql: str | None = None
 
     @property
     def rows_affected(self) -> int:
@@ -1072,8 +1079,10 @@ class Refresh:
             self.target,
             self.sql,
             self.relations.columns,
+            staged_select=self._staged_select,
         )
         result.table_properties = table.properties_after_build(self.settings.change_feed)
+        result.table_sql = table.build_sql()
         if not self.settings.change_feed:
             return result
         if self.settings.full_refresh:
@@ -1090,6 +1099,25 @@ class Refresh:
         result.rows_inserted, result.rows_deleted = written.inserted, written.deleted
         result.handoff = fallback.describe_write(written)
         return result
+
+    def _staged_select(self, table: TableName) -> exp.Query | None:
+        """The SELECT an upstream refreshed in this run will be shown by, if not shown yet.
+
+        For the fallback table's query (fallback.reading_staged); the groups
+        read so are recorded, so that the table's ivm readers publish after them.
+        """
+        group_run = self.publisher.group_run if self.publisher is not None else None
+        found = group_run.staged_upstream(table) if group_run is not None else None
+        if group_run is None or found is None:
+            return None
+        progress, staged = found
+        group_run.written_from_staged(self.target, {progress.group.name})
+        self.log.debug(
+            f"{self.model}: reads {table} at its state refreshed in this run (version "
+            f"{staged.state_version}), which consistency group {progress.group.name!r} has "
+            "not published yet"
+        )
+        return view_select(staged.view_sql)
 
     def _raise_if_source_columns_changed(self, refusal: NotMaintainable) -> None:
         """Raise SourceSchemaChanged when a column the state was built on is gone."""

@@ -6,12 +6,11 @@
 -- mart_top_quartile_value) apply only what changed (docs/configuration.md,
 -- "ivm_fallback").
 --
--- It reads silver, not the gold models that hold the same spend
--- (mart_customer_ltv): a fallback table reads its ivm upstreams through
--- their views, and gold's views move only when the gold consistency group
--- publishes, after this model has run, so it would lag a batch behind them.
--- Every silver model reads bronze only, so silver has published by the time
--- any gold model runs (CONTRIBUTING.md, "Known gaps").
+-- It reads silver models, which may not have published when it runs
+-- (with several dbt threads, silver's group commit waits for its slowest
+-- member): a fallback table reads such an upstream at the state its group is
+-- about to publish, as ivm models do, and the gold models reading this
+-- table publish after silver (docs/configuration.md, "ivm_fallback").
 {{ config(ivm_fallback='full_refresh') }}
 with spend as (
     select o.customer_id, sum(i.net_amount) as lifetime_value
