@@ -8,6 +8,10 @@ only when nothing failed on it.
 
 from __future__ import annotations
 
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
@@ -79,6 +83,43 @@ def test_a_conf_set_on_one_connection_reaches_no_other_session(spark, table):
     finally:
         first.close()
         second.close()
+
+
+def test_commits_of_two_connections_at_once_each_carry_their_own_metadata(spark, table):
+    """What lets a refresh commit without delta.confs.COMMIT_LOCK on a session of its own.
+
+    Two threads each set their commit's metadata, write and read back their
+    commit's version on their own connection, at the same time: every
+    version either read back carries its own thread's metadata.
+    """
+    connections = {"left": connect(), "right": connect()}
+    written: dict[str, list[tuple[int, int]]] = {name: [] for name in connections}
+    start = threading.Barrier(len(connections))
+
+    def commit_several(name: str) -> None:
+        connection = connections[name]
+        start.wait()
+        for attempt in range(4):
+            run(connection, set_commit_metadata({"writer": name, "attempt": attempt}))
+            run(connection, f"INSERT INTO {table} VALUES ({attempt})")
+            version = conf(connection, LAST_COMMIT_CONF)
+            run(connection, reset_commit_metadata())
+            assert version is not None
+            written[name].append((int(version), attempt))
+
+    try:
+        with ThreadPoolExecutor(max_workers=len(connections)) as pool:
+            for done in [pool.submit(commit_several, name) for name in connections]:
+                done.result()
+    finally:
+        for connection in connections.values():
+            connection.close()
+    history = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 20").collect()
+    metadata = {row["version"]: row["userMetadata"] for row in history}
+    for name, commits in written.items():
+        assert len(commits) == 4
+        for version, attempt in commits:
+            assert json.loads(metadata[version]) == {"attempt": attempt, "writer": name}
 
 
 def test_a_closed_connections_session_is_reused_unless_a_statement_failed(table):

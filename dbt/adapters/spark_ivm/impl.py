@@ -146,6 +146,7 @@ class SparkIvmAdapter(SparkAdapter):
             group_run=group_run,
             progress=group_run.progress(model_id) if group_run else None,
             relation_exists=lambda table: self._relation_type(relation, table),
+            own_session=self._own_session(),
         )
         refresh = self._refresh_of(
             relation, sql, model_id, upstream, settings, publisher, _invocation_pins(invocation_id)
@@ -214,6 +215,7 @@ class SparkIvmAdapter(SparkAdapter):
             model="ivm_repair_groups",
             commit_log=log,
             relation_exists=lambda table: self._relation_type(anchor, table),
+            own_session=self._own_session(),
         )
         repaired = publisher.repair()
         return f"ivm_repair_groups: {repaired} unfinished group commit(s) finished (log: {log})"

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from sqlglot import exp, parse_one
 
 from dbt.adapters.spark_ivm.consistency.groups import GroupProgress, GroupRun, Staged
-from dbt.adapters.spark_ivm.delta.confs import COMMIT_LOCK
+from dbt.adapters.spark_ivm.delta.confs import commit_lock
 from ivm_compiler import TableName
 from ivm_compiler.sql import DIALECT
 
@@ -188,6 +188,8 @@ class Publisher:
     group_run: GroupRun | None = None
     progress: GroupProgress | None = None
     relation_exists: Callable[[TableName], str | None] = lambda table: None
+    # Whether the connection's Spark session is its own (delta.confs.commit_lock).
+    own_session: bool = False
 
     @property
     def grouped(self) -> bool:
@@ -389,7 +391,7 @@ class Publisher:
 
     def _append(self, row_insert: str) -> None:
         """Append to the commit log, never while a refresh's commit confs are set (delta.confs)."""
-        with COMMIT_LOCK:
+        with commit_lock(shared_session=not self.own_session):
             self.runner.execute(row_insert)
 
     def repair(self) -> int:

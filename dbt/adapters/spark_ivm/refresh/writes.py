@@ -22,11 +22,11 @@ from typing import Any
 
 from dbt.adapters.spark_ivm.consistency.publish import Log, Runner
 from dbt.adapters.spark_ivm.delta.confs import (
-    COMMIT_LOCK,
     LAST_COMMIT_CONF,
     NOTHING_STAGED,
     STAGE_SETTINGS,
     Staging,
+    commit_lock,
     conf_value,
     forget_last_commit,
     read_conf,
@@ -177,7 +177,7 @@ class StateWrites:
         Delta skipped as a repeat is another refresh's (ConcurrentRefresh).
         """
         idempotent = log_state.TXN_APP_ID_CONF in settings
-        with COMMIT_LOCK:
+        with commit_lock(shared_session=not self.own_session):
             self.runner.execute(set_commit_metadata(metadata))
             with self._under(settings):
                 if self.own_session:
