@@ -14,6 +14,7 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
 from dbt.adapters.spark_ivm.delta.confs import LAST_COMMIT_CONF
+from dbt.adapters.spark_ivm.refresh import handoff
 from tests.functional.ivm_checks import (
     assert_model_matches_query,
     bag_difference,
@@ -333,6 +334,34 @@ class TestFallbackChain(IvmProject):
                 assert state_builds(spark, schema, model) == 1, f"{model} was computed whole again"
                 difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
                 assert difference.equal, f"{model} after batch {batch}: {difference}"
+
+    def test_a_large_difference_overwrites_the_table_and_its_readers_stay_equal(
+        self, project, spark, source_table, monkeypatch
+    ):
+        # Every difference counts as large (handoff.MERGED_CHANGE_ROWS): the
+        # table is overwritten, and its readers read that as their change.
+        monkeypatch.setattr(handoff, "MERGED_CHANGE_ROWS", 1)
+        schema = project.test_schema
+        queries = {
+            "over_ranked": (
+                f"SELECT quantile, count(*) AS n, sum(k) AS sk FROM {schema}.ranked "
+                "GROUP BY quantile"
+            ),
+            "over_over": f"SELECT sum(n) AS n FROM {schema}.over_ranked",
+        }
+        chain = ["run", "--select", "ranked", "over_ranked", "over_over"]
+        run_dbt(chain)  # built, if the test before did not build them
+        spark.sql(f"INSERT INTO {source_table} VALUES (20, 'a', 5, 1.00), (21, 'b', 6, NULL)")
+        results = run_dbt(chain)
+        responses = {r.node.name: r.adapter_response for r in results}
+        assert "handed on as an overwrite" in responses["ranked"]["_message"], responses
+        assert "the table overwritten" in responses["ranked"]["_message"], responses
+        # Read as a change, the overwrite's deleted and inserted rows summed.
+        for model, query in queries.items():
+            assert responses[model]["code"] == "INCREMENTAL", responses[model]
+            assert state_builds(spark, schema, model) == 1, f"{model} was built again"
+            difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
+            assert difference.equal, f"{model}: {difference}"
 
 
 class TestFallbackOverAnUnpublishedUpstream(IvmProject):

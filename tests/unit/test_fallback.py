@@ -73,6 +73,35 @@ def test_the_difference_is_staged_counted_merged_and_freed():
     assert describe_write(written).endswith("(+1 -1 rows, written in place)")
 
 
+def test_a_difference_of_many_rows_overwrites_the_table_instead_of_merging_it():
+    # 12,000 copies differ: past strategy.MIN_RECOMPUTE_ROWS, where a whole-row
+    # MERGE would rewrite most files and readers recompute by their estimates.
+    runner = ScriptedRunner(counted=(7_000, 6_000, 6_000))
+    written = write(runner)
+    assert isinstance(written, Written) and not written.chosen.merges
+    staged, overwritten, *_ = runner.executed
+    assert staged.startswith("CACHE TABLE `__ivm_staged_")
+    assert overwritten.startswith("INSERT OVERWRITE TABLE `analytics`.`ranked`")
+    assert not any(s.startswith("MERGE") for s in runner.executed)
+    assert "12,000 changed rows" in describe_write(written)
+    assert describe_write(written).endswith("(+6000 -6000 rows, the table overwritten)")
+
+
+def test_an_upstream_not_yet_published_is_read_at_its_staged_state():
+    staged = sqlglot.parse_one("SELECT k, g FROM raw.src__ivm_state VERSION AS OF 4", read=DIALECT)
+    runner = ScriptedRunner()
+    fallback = table(runner)
+    fallback.staged_select = lambda t: staged if t == TableName("raw", "src") else None
+    write_sql = fallback.build_sql()
+    assert (
+        write_sql is not None
+        and "FROM (SELECT k, g FROM raw.src__ivm_state VERSION AS OF 4) AS src" in write_sql
+    )
+    assert table(runner).build_sql() is None  # nothing staged: dbt's own SQL
+    fallback.write_in_place(["a.reader"], lambda: [Reader("a.reader")])
+    assert "VERSION AS OF 4" in runner.executed[0]  # the difference reads it too
+
+
 def test_no_row_differing_writes_nothing():
     runner = ScriptedRunner(counted=(0, 0, 0))
     written = write(runner)

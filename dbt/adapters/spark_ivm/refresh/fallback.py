@@ -8,8 +8,9 @@ models read it and the table already has the query's columns, the refresh
 writes it in place instead (ivm_compiler/row_difference.py): the difference
 between its rows and the query's, computed once and staged, then merged by
 whole row, so its change feed holds only the rows that differ, which every
-reader applies as it applies any change. No row differing, nothing is
-written, and its readers have no change. Otherwise (a first build, other
+reader applies as it applies any change; a difference too large to be worth
+merging (handoff.choose, by its counted rows) is written as an overwrite.
+No row differing, nothing is written, and its readers have no change. Otherwise (a first build, other
 columns, --full-refresh, a table that is not Delta, a MAP column, SQL that
 sqlglot cannot parse) the materialization builds it as dbt does
 (macros/materializations/ivm/fallback.sql), its readers rebuild once, and
@@ -137,7 +138,7 @@ class FallbackTable:
         if not chosen.merges:
             self.runner.execute(row_difference.overwrite(self.table, query))
             return Written(inserted=0, deleted=0, chosen=chosen)
-        return self._merge_difference(query, found, chosen)
+        return self._write_difference(query, found, readers, histories)
 
     def _columns(self, query: exp.Query) -> list[str] | str:
         """The query's columns, if the table has exactly them; else why it is rebuilt."""
@@ -152,17 +153,34 @@ class FallbackTable:
             return "it has a MAP column, by which rows cannot be compared"
         return [name for name, _ in wanted]
 
-    def _merge_difference(
-        self, query: exp.Query, columns: list[str], chosen: handoff.HandOff
+    def _write_difference(
+        self,
+        query: exp.Query,
+        columns: list[str],
+        readers: Sequence[str],
+        histories: Callable[[], Sequence[handoff.Reader]],
     ) -> Written:
+        """The difference staged and counted, then merged, or the table overwritten if large.
+
+        Counted, the difference is the change its readers would apply: under
+        handoff.MERGED_CHANGE_ROWS copies they all apply it, so it is merged;
+        past that a whole-row MERGE rewrites most of the table's files and
+        readers recompute by their estimates, so an overwrite costs less
+        (warehouse scale 1500: a 21,475-row difference merged in 42.6 s where
+        the model's own rebuild took 12.7 s).
+        """
         stage = f"{names.STAGED_PREFIX}{uuid.uuid4().hex}_difference"
         try:
             self.runner.execute(row_difference.stage_difference(self.table, query, columns, stage))
             _, answer = self.runner.query(row_difference.count_difference(stage))
             rows, inserted, deleted = (int(v) for v in answer[0])
+            chosen = handoff.choose(readers, histories, inserted + deleted, None)
             if rows == 0:
                 return Written(0, 0, chosen, nothing="no row of it differs from its query's")
-            self.runner.execute(row_difference.merge_difference(self.table, stage, columns))
+            if chosen.merges:
+                self.runner.execute(row_difference.merge_difference(self.table, stage, columns))
+            else:
+                self.runner.execute(row_difference.overwrite(self.table, query))
             return Written(inserted=inserted, deleted=deleted, chosen=chosen)
         finally:
             for statement in emit.drop_staged(stage):
@@ -214,9 +232,7 @@ def describe_write(written: Written) -> str:
     """The fallback result's handoff phrase: what changed, and how it reached the readers."""
     if written.nothing is not None:
         return f"{written.nothing}, so nothing was written"
-    if not written.chosen.merges:
+    if not written.inserted and not written.deleted:
         return written.chosen.describe()
-    return (
-        f"{written.chosen.describe()} (+{written.inserted} -{written.deleted} rows, "
-        "written in place)"
-    )
+    how = "written in place" if written.chosen.merges else "the table overwritten"
+    return f"{written.chosen.describe()} (+{written.inserted} -{written.deleted} rows, {how})"

@@ -44,6 +44,9 @@ MERGE_OVER_OVERWRITE = 2.5
 # same 1.2 M change rows of that state summed in 6.4-10.3 s (refresh/writes.py,
 # staged_net_changes) against its 3.3 s overwrite.
 SUM_OVER_OVERWRITE = 2.5
+# A change under this many rows is merged: every reader applies it, as
+# strategy.py applies any change under its recompute threshold.
+MERGED_CHANGE_ROWS = strategy.MIN_RECOMPUTE_ROWS
 
 
 @dataclass(frozen=True)
@@ -142,10 +145,9 @@ def choose(
         return HandOff(OVERWRITE, "a log has no key to merge by; its readers sum the overwrite")
     if guard is None:
         return HandOff(OVERWRITE, "the state's guard row is not known, so a MERGE cannot check it")
-    if change_rows is not None and change_rows < strategy.MIN_RECOMPUTE_ROWS:
+    if change_rows is not None and change_rows < MERGED_CHANGE_ROWS:
         return HandOff(
-            MERGE,
-            f"a change under {strategy.MIN_RECOMPUTE_ROWS:,} rows, which every reader applies",
+            MERGE, f"a change under {MERGED_CHANGE_ROWS:,} rows, which every reader applies"
         )
     if source_bytes is not None and source_bytes < strategy.MIN_WEIGHED_BYTES:
         return HandOff(
