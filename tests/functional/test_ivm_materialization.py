@@ -308,18 +308,23 @@ class TestFallbackChain(IvmProject):
     def source_table(self, project):
         return create_source(project, "(1, 'a', 1, 1.50), (2, 'a', 2, NULL)")
 
-    def test_ivm_models_over_a_fallback_model_stay_equal_to_their_queries(
-        self, project, spark, source_table
-    ):
-        schema = project.test_schema
-        chain = ["ranked", "over_ranked", "over_over"]
-        queries = {
+    @staticmethod
+    def reader_queries(schema: str) -> dict[str, str]:
+        """The queries of the two ivm levels over the fallback table."""
+        return {
             "over_ranked": (
                 f"SELECT quantile, count(*) AS n, sum(k) AS sk FROM {schema}.ranked "
                 "GROUP BY quantile"
             ),
             "over_over": f"SELECT sum(n) AS n FROM {schema}.over_ranked",
         }
+
+    def test_ivm_models_over_a_fallback_model_stay_equal_to_their_queries(
+        self, project, spark, source_table
+    ):
+        schema = project.test_schema
+        chain = ["ranked", "over_ranked", "over_over"]
+        queries = self.reader_queries(schema)
         run_dbt(["run", "--select", *chain])
         for batch in range(3):
             spark.sql(f"INSERT INTO {source_table} VALUES ({10 + batch}, 'b', {batch}, 1.00)")
@@ -342,13 +347,7 @@ class TestFallbackChain(IvmProject):
         # table is overwritten, and its readers read that as their change.
         monkeypatch.setattr(handoff, "MERGED_CHANGE_ROWS", 1)
         schema = project.test_schema
-        queries = {
-            "over_ranked": (
-                f"SELECT quantile, count(*) AS n, sum(k) AS sk FROM {schema}.ranked "
-                "GROUP BY quantile"
-            ),
-            "over_over": f"SELECT sum(n) AS n FROM {schema}.over_ranked",
-        }
+        queries = self.reader_queries(schema)
         chain = ["run", "--select", "ranked", "over_ranked", "over_over"]
         run_dbt(chain)  # built, if the test before did not build them
         spark.sql(f"INSERT INTO {source_table} VALUES (20, 'a', 5, 1.00), (21, 'b', 6, NULL)")
