@@ -10,11 +10,11 @@ between its rows and the query's, computed once and staged, then merged by
 whole row, so its change feed holds only the rows that differ, which every
 reader applies as it applies any change; a difference too large to be worth
 merging (handoff.choose, by its counted rows) is written as an overwrite.
-No row differing, nothing is written, and its readers have no change. Otherwise (a first build, other
-columns, --full-refresh, a table that is not Delta, a MAP column, SQL that
-sqlglot cannot parse) the materialization builds it as dbt does
-(macros/materializations/ivm/fallback.sql), its readers rebuild once, and
-the log says why.
+No row differing, nothing is written, and its readers have no change.
+Otherwise (a first build, other columns, --full-refresh, a table that is not
+Delta, a MAP column, SQL that sqlglot cannot parse) the materialization
+builds it as dbt does (macros/materializations/ivm/fallback.sql), its
+readers rebuild once, and the log says why.
 
 Either way the query reads each upstream ivm model that refreshed in this run
 but whose consistency group has not published yet at its refreshed state
