@@ -682,16 +682,17 @@ def write_report(
 ) -> list[Path]:
     """The JSON and the markdown of a run under ``directory``, its plots under
     ``plots_directory`` (default: ``directory``); returns the paths."""
-    directory.mkdir(parents=True, exist_ok=True)
     json_path = directory / f"{label}.json"
+    # A label may name a folder (issue54/run): each output's own folder is made.
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(results, indent=1) + "\n")
     written_plots: list[Path] = []
     if with_plots:
         plots_directory = plots_directory or directory
-        plots_directory.mkdir(parents=True, exist_ok=True)
+        (plots_directory / label).parent.mkdir(parents=True, exist_ok=True)
         written_plots = plots(results, plots_directory, label)
     markdown_path = directory / f"{label}.md"
-    links = [Path(os.path.relpath(plot, directory)) for plot in written_plots]
+    links = [Path(os.path.relpath(plot, markdown_path.parent)) for plot in written_plots]
     markdown_path.write_text(markdown(results, links))
     return [json_path, markdown_path, *written_plots]
 

@@ -407,3 +407,29 @@ def test_example_runs_reads_each_runs_table_and_reports_totals_ratios_and_models
     assert "| all models: refreshes | 5.00 | 3.00 |" in table
     assert "| all models: table / refresh | 0.30x | 0.50x |" in table
     assert "| refreshes under their first build | 1 of 2 | 2 of 2 |" in table
+
+
+def test_a_label_naming_a_folder_gets_that_folder_for_results_and_plots(tmp_path, monkeypatch):
+    # The plots themselves need a whole run's results; a stand-in writes the
+    # file each would, where report.plots writes it (under the label's path).
+    def plots(results, directory: Path, label: str) -> list[Path]:
+        plot = directory / f"{label}-refresh-vs-scale.png"
+        plot.write_bytes(b"png")
+        return [plot]
+
+    monkeypatch.setattr(report, "plots", plots)
+    monkeypatch.setattr(report, "markdown", lambda results, links: "\n".join(map(str, links)))
+    written = report.write_report(
+        {"label": "issue54/run"},
+        tmp_path / "results",
+        "issue54/run",
+        plots_directory=tmp_path / "assets",
+    )
+    assert [p.relative_to(tmp_path).as_posix() for p in written] == [
+        "results/issue54/run.json",
+        "results/issue54/run.md",
+        "assets/issue54/run-refresh-vs-scale.png",
+    ]
+    assert (
+        tmp_path / "results/issue54/run.md"
+    ).read_text() == "../../assets/issue54/run-refresh-vs-scale.png"
