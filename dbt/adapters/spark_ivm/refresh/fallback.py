@@ -28,6 +28,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from sqlglot import exp, parse_one
 from sqlglot.errors import ParseError
@@ -74,7 +75,7 @@ class FallbackTable:
 
     def query(self) -> exp.Query | str:
         """The query computing the table's rows; else why its SQL cannot be used here."""
-        computed = self._computed()
+        computed = self._computed
         return computed if isinstance(computed, str) else computed[0]
 
     def build_sql(self) -> str | None:
@@ -83,12 +84,14 @@ class FallbackTable:
         None: the model's SQL, which reads no unpublished state (or does not
         parse here, and is then built as dbt compiled it).
         """
-        computed = self._computed()
+        computed = self._computed
         if isinstance(computed, str) or not computed[1]:
             return None
         return computed[0].sql(dialect=DIALECT)
 
+    @cached_property
     def _computed(self) -> tuple[exp.Query, list[TableName]] | str:
+        """The query parsed and its staged upstreams resolved, once per run (both uses read it)."""
         try:
             query = parse_one(self.sql, read=DIALECT)
         except ParseError as error:
