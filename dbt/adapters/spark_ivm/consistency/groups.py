@@ -270,6 +270,25 @@ class GroupRun:
                 return progress, staged
         return None
 
+    def published_in_run(self, relation: TableName) -> int | None:
+        """The state version this run's group commit showed `relation` at, if it moved its view.
+
+        A reader that read the view's text before that commit (at compile)
+        and pins after it must read this version, not the text's.
+        """
+        key = str(relation).lower()
+        with self.lock:
+            for progress in self._progress.values():
+                if not progress.committed or progress.failed is not None:
+                    continue
+                member = next(
+                    (m for m in progress.group.members if str(m.relation).lower() == key), None
+                )
+                staged = progress.staged.get(member.model_id) if member else None
+                if staged is not None and not staged.published:
+                    return staged.state_version
+        return None
+
     def written_from_staged(self, table: TableName, groups: Iterable[str]) -> None:
         """Record that a fallback table was computed from these groups' unpublished states."""
         with self.lock:

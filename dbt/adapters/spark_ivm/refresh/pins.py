@@ -234,6 +234,11 @@ class Pins:
             # What the upstream's readers see; a newer state of it is not committed yet.
             version = upstream.published_version
             staged = self.staged_upstream(table)
+            moved = self._published_in_run(table) if staged is None else None
+            if moved is not None:
+                # Its group committed between this refresh's reading of the
+                # view's text and this pin: the view now shows that state.
+                version = moved
             if staged is not None:
                 # Refreshed earlier in this run by a group that has not
                 # published yet: read at that state, and publish after that group.
@@ -248,6 +253,11 @@ class Pins:
                     f"{upstream_progress.group.name!r}"
                 )
         return replace(snapshot, table=table, version=version)
+
+    def _published_in_run(self, table: TableName) -> int | None:
+        if self.publisher is None or self.publisher.group_run is None:
+            return None
+        return self.publisher.group_run.published_in_run(table)
 
     def _staged_groups_behind(self, table: TableName) -> set[str]:
         """Groups whose unpublished states a fallback table read in this run was written from."""
