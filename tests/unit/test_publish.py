@@ -196,3 +196,14 @@ def test_a_reader_group_publishes_nothing_when_the_group_it_read_fails() -> None
     assert not [s for s in runner.statements if s.startswith("ALTER VIEW")]
     assert why is not None and "withheld" in why and "'silver'" in why, why
     assert any("gold" in line and "publishes nothing" in line for line in log.lines), log.lines
+
+
+def test_a_group_committed_in_this_run_answers_the_version_it_showed() -> None:
+    # A reader that read s1's view text before silver committed pins after it:
+    # the run answers the state silver's commit moved s1's view to.
+    run, runner, log = _layered_run(), FakeRunner(), FakeLog()
+    _publisher(run, "s1", runner, log).publish(_staged("s1", 4))
+    assert run.published_in_run(TableName("analytics", "s1")) is None  # not committed yet
+    _publisher(run, "s2", runner, log).publish(_staged("s2", 5))
+    assert run.published_in_run(TableName("analytics", "s1")) == 4
+    assert run.published_in_run(TableName("analytics", "g1")) is None  # gold never refreshed
