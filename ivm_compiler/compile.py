@@ -26,7 +26,7 @@ from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
-from ivm_compiler import lineage, names
+from ivm_compiler import lineage, names, window_filters
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import UpstreamModel, ViewClass, ViewPlan
@@ -176,7 +176,7 @@ def _inline_relations(model: str, qualified: exp.Query) -> exp.Query:
     (the same rewrite Spark's optimizer does); what remains aggregates, removes
     duplicates or otherwise changes row counts, and has no delta rule here yet.
     """
-    merged = eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
+    merged = window_filters.fold(eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified))))
     assert isinstance(merged, (exp.Select, exp.SetOperation))
     left = merged.args.get("with_")
     if left is not None and left.expressions:

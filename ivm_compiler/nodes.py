@@ -28,7 +28,7 @@ from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
 from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
-from ivm_compiler import names, subquery_inputs, window_inputs
+from ivm_compiler import names, subquery_inputs, window_filters, window_inputs
 from ivm_compiler.compile import qualify_model, source_tables
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import parse_model, parse_statement
@@ -85,6 +85,7 @@ def split_nodes(
     )
     inlined = eliminate_ctes(merge_subqueries(eliminate_subqueries(qualified)))
     assert isinstance(inlined, exp.Query)  # the qualified model, its relations merged
+    inlined = window_filters.fold(inlined)
     merged = window_inputs.split_inputs(subquery_inputs.split_subqueries(model, inlined))
     with_ = merged.args.get("with_")
     if with_ is None or not with_.expressions:

@@ -13,6 +13,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from ivm_compiler import window_filters
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable, first_line
 from ivm_compiler.names import is_reserved
 from ivm_compiler.rules import booleans, covariance, moments, semi_joins
@@ -191,6 +192,13 @@ def check_supported(model: str, tree: exp.Expr) -> None:
             # by recomputing the partitions a change touches (view_classes/window.py).
             window.check_shape(model, branch, merged=False)
             allowed |= {id(w) for w in windows}
+        elif len(branches) == 1 and isinstance(branch, exp.Select):
+            # A filter over one windowed SELECT (window_filters.py): its windows are maintained
+            # as the model's own.
+            filtered = window_filters.filtered_windows(branch)
+            if filtered is not None:
+                window.check_shape(model, filtered, merged=False)
+                allowed |= {id(w) for w in window.windows_of(filtered)}
         for node in branch.walk():
             _check_node(model, branch, node, allowed)
             if isinstance(node, exp.Select):

@@ -102,14 +102,16 @@ PROBE_COLUMN = f"{names.RESERVED_PREFIX}partition"
 
 
 def windows_of(select: exp.Select) -> list[exp.Window]:
-    """The window functions of a SELECT list.
+    """The window functions of a SELECT list and of its QUALIFY (window_filters.py).
 
     >>> import sqlglot
     >>> q = sqlglot.parse_one("select a, rank() over (partition by a order by b) from t")
     >>> [w.this.sql() for w in windows_of(q)]
     ['RANK()']
     """
-    return [w for p in select.expressions for w in p.find_all(exp.Window)]
+    qualify = select.args.get("qualify")
+    parts = [*select.expressions, *([qualify] if qualify is not None else [])]
+    return [w for p in parts for w in p.find_all(exp.Window)]
 
 
 def function_of(window: exp.Window) -> exp.Expr:
@@ -217,6 +219,10 @@ def plan(model: QualifiedModel) -> ViewPlan:
     key_columns = [counting.key_column(i) for i in range(len(keys))]
     key_names = {key.sql(dialect=DIALECT): col.name for key, col in zip(keys, key_columns)}
     rows = flattened_rows(qualified, keys, {})
+    qualify = qualified.args.get("qualify")
+    if qualify is not None:
+        # Evaluated after the windows: a recomputed partition keeps what the query keeps.
+        rows.set("qualify", unqualified_outside_windows(qualify))
     return ViewPlan(
         model=model.model,
         view_class=ViewClass.WINDOW,
@@ -243,6 +249,32 @@ def plan(model: QualifiedModel) -> ViewPlan:
             tie_warnings(model.model, qualified, [name for name, _ in source_columns])
         ),
     )
+
+
+def unqualified_outside_windows(qualify: exp.Qualify) -> exp.Qualify:
+    """QUALIFY with its columns outside window functions named without their table.
+
+    Spark is sent QUALIFY as a filter over the windowed SELECT made a derived
+    table (sqlglot's eliminate_qualify), which projects each such column under
+    its name but leaves the filter's reference as written: `src`.`id` would
+    name a table the outer query no longer reads. By name alone it is the
+    derived table's column (the SELECT reads one relation).
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("select a from t qualify rank() over (order by t.b) = 1 and t.c > 0",
+    ...     read="duckdb")
+    >>> unqualified_outside_windows(q.args["qualify"]).sql(dialect="duckdb")
+    'QUALIFY RANK() OVER (ORDER BY t.b) = 1 AND c > 0'
+    """
+
+    def plain(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.find_ancestor(exp.Window) is None:
+            return exp.column(node.args["this"].copy())
+        return node
+
+    plained = qualify.copy().transform(plain)
+    assert isinstance(plained, exp.Qualify)  # only columns below it are replaced
+    return plained
 
 
 def partition_columns(

@@ -44,7 +44,7 @@ SOURCE_DDL = (
 )
 
 WINDOW_QUERIES = {
-    # Latest row per key: a WINDOW plan node under a filter (nodes.py).
+    # Latest row per key: the filter folded into the ranking (window_filters.py).
     "latest_per_key": (
         "select * from (select *, row_number() over (partition by k order by ts desc, id desc) "
         "as rn from {src}) where rn = 1"
@@ -204,10 +204,23 @@ class TestRandomWindowChanges(IvmProject):
                     spark.sql(statement.format(src=source, dim=f"{project.test_schema}.dim"))
             self._refresh_and_check(project, spark)
 
-    def test_the_dedupe_is_a_window_node_under_a_filter(self, project, spark, source):
-        assert node_models(spark, project.test_schema, "latest_per_key") == [
-            "latest_per_key__ivm_cte__0"
-        ]
+    def test_the_dedupe_is_one_window_model_keeping_one_row_per_key(self, project, spark, source):
+        # The filter is folded into the ranking (window_filters.py): no plan node, and
+        # the state holds each key's latest row, not every source row ranked.
+        assert node_models(spark, project.test_schema, "latest_per_key") == []
+        # Two versions of one key, so the source has more rows than keys.
+        self._insert(spark.sql, source, [(7, "a", 1, None), (7, "b", 2, None)])
+        run_dbt(["run", "--select", "latest_per_key"])
+        queries = {"latest_per_key": WINDOW_QUERIES["latest_per_key"]}
+        assert_models_match_sources(spark, project.test_schema, queries, ["src", "dim"])
+        kept = spark.sql(
+            f"SELECT COUNT(*) AS n FROM {project.test_schema}.latest_per_key__ivm_state "
+            "WHERE __ivm_guard IS NULL"
+        ).first()["n"]
+        keys, total = spark.sql(
+            f"SELECT COUNT(DISTINCT k) + MAX(IF(k IS NULL, 1, 0)), COUNT(*) FROM {source}"
+        ).first()
+        assert kept == keys < total
 
     def test_windows_over_other_inputs_read_them_as_nodes(self, project, spark, source):
         for model, nodes in INPUT_NODES.items():

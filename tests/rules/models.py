@@ -245,6 +245,18 @@ EXTRA_QUERIES = {
         "sum(v) over (partition by k order by ts, id rows between unbounded preceding and "
         "current row) as running from {events}"
     ),
+    # A filter over windows, folded into them as QUALIFY (window_filters.py): the
+    # latest row per key, filtered before and after the ranking ...
+    "window_latest": (
+        "select id, k, v from (select id, k, v, row_number() over (partition by k "
+        "order by ts desc, id desc) as rn from {events} where v is null or v >= 0) as ranked "
+        "where rn = 1 and id <> 3"
+    ),
+    # ... and the two best ranks per group with the rank shown, from a CTE.
+    "window_top_two": (
+        "with ranked as (select id, g, v, dense_rank() over (partition by g order by v desc) "
+        "as dr from {events}) select id, g, dr * 10 as place from ranked where dr <= 2"
+    ),
 }
 
 MODELS: tuple[Model, ...] = tuple(

@@ -23,24 +23,39 @@ def _compile(sql: str, describe: list[tuple[str, str]]):
     return compile_model(MODEL, sql, FakeCatalog(SOURCES, sql, describe))
 
 
-def test_the_dedupe_idiom_is_a_window_node_and_a_filter_over_it() -> None:
+def test_the_dedupe_idiom_is_one_window_model_with_its_filter_kept() -> None:
+    # The filter over the ranking is folded into it (window_filters.py): no plan
+    # node, one state holding the kept rows only.
     sql = (
-        "select * from (select *, row_number() over (partition by k order by ts desc, id) "
+        "select id, k, v from (select *, row_number() over (partition by k order by ts desc, id) "
         "as rn from shop.src) where rn = 1"
     )
     split = split_nodes(MODEL, sql, TableName("shop", "m"), _columns)
-    (node,) = split.nodes
-    described = [("id", "int"), ("k", "int"), ("ts", "int"), ("v", "decimal(10,2)"), ("rn", "int")]
-    plan = compile_model(
-        f"{MODEL} (CTE {node.name})", node.sql, FakeCatalog(SOURCES, node.sql, described)
-    )
+    assert split.nodes == () and split.sql == sql
+    plan = _compile(sql, [("id", "int"), ("k", "int"), ("v", "decimal(10,2)")])
     assert plan.view_class is ViewClass.WINDOW
     assert [p.source.sql(dialect=DIALECT) for p in plan.window_partition] == ["`src`.`k`"]
-    # The model itself filters the node's rows: a projection with a WHERE.
+    assert plan.rows.args["qualify"].sql(dialect="duckdb") == (
+        'QUALIFY ROW_NUMBER() OVER (PARTITION BY "src"."k" ORDER BY "src"."ts" DESC, '
+        '"src"."id" NULLS FIRST) = 1'
+    )
+    # Spark is sent the filter over a derived table: it does not parse QUALIFY.
+    built = emit.create_state(
+        plan, TableName("shop", "m__ivm_state"), {TableName("shop", "src"): 3}, "g"
+    )
+    assert "QUALIFY" not in built.upper() and "ROW_NUMBER() OVER" in built
+
+
+def test_a_ranking_read_twice_stays_a_window_node() -> None:
+    sql = (
+        "with r as (select *, row_number() over (partition by k order by ts desc, id) as rn "
+        "from shop.src) select a.id, b.v from r as a join r as b on a.k = b.k where a.rn = 1"
+    )
+    split = split_nodes(MODEL, sql, TableName("shop", "m"), _columns)
+    (node,) = split.nodes
+    assert "ROW_NUMBER()" in node.sql
     outer = parse_model(MODEL, split.sql)
     assert outer.find(exp.Window) is None
-    assert outer.args["where"].sql(dialect=DIALECT) == "WHERE `_0`.`rn` = 1"
-    assert {t.name for t in outer.find_all(exp.Table)} == {node.relation.name}
 
 
 def test_a_window_operand_of_a_set_operation_is_a_node() -> None:
