@@ -7,6 +7,7 @@ history, and the messages dbt shows.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
@@ -355,6 +356,14 @@ class TestFallbackChain(IvmProject):
         responses = {r.node.name: r.adapter_response for r in results}
         assert "handed on as an overwrite" in responses["ranked"]["_message"], responses
         assert "the table overwritten" in responses["ranked"]["_message"], responses
+        # The overwrite's commit records the difference's size, by which its readers
+        # decide how to apply it without summing the table first.
+        inserted, deleted = (
+            int(n)
+            for n in re.search(r"\(\+(\d+) -(\d+) rows", responses["ranked"]["_message"]).groups()
+        )
+        metadata = spark.sql(f"DESCRIBE HISTORY {schema}.ranked LIMIT 1").first()["userMetadata"]
+        assert json.loads(metadata)["estimated_change_rows"] == inserted + deleted > 0
         # Read as a change, the overwrite's deleted and inserted rows summed.
         for model, query in queries.items():
             assert responses[model]["code"] == "INCREMENTAL", responses[model]

@@ -1080,6 +1080,7 @@ class Refresh:
             self.sql,
             self.relations.columns,
             staged_select=self._staged_select,
+            own_session=self.own_session,
         )
         result.table_properties = table.properties_after_build(self.settings.change_feed)
         result.table_sql = table.build_sql()
