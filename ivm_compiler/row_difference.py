@@ -86,15 +86,6 @@ def difference(table: TableName, query: exp.Query, columns: Sequence[str]) -> ex
     )
 
 
-def stage_rows(query: exp.Query, name: str) -> str:
-    """CACHE TABLE <name> AS the query's rows: computed once for the difference and a write.
-
-    >>> stage_rows(exp.select("a").from_("s"), "q")
-    'CACHE TABLE `q` AS SELECT a FROM s'
-    """
-    return exp.Cache(this=exp.Table(this=ident(name)), expression=query.copy()).sql(dialect=DIALECT)
-
-
 def stage_difference(table: TableName, query: exp.Query, columns: Sequence[str], name: str) -> str:
     """CACHE TABLE <name> AS the difference: computed once, then counted and merged from memory."""
     cache = exp.Cache(

@@ -54,7 +54,7 @@ from dbt.adapters.spark_ivm.refresh import handoff
 from dbt.adapters.spark_ivm.refresh.schema_changes import normal_type
 from dbt.adapters.spark_ivm.refresh.upstreams import properties
 from ivm_compiler import TableName, emit, names, row_difference
-from ivm_compiler.sql import DIALECT, ident
+from ivm_compiler.sql import DIALECT
 
 
 @dataclass(frozen=True)
@@ -176,44 +176,35 @@ class FallbackTable:
         readers: Sequence[str],
         histories: Callable[[], Sequence[handoff.Reader]],
     ) -> Written:
-        """The query's rows and their difference staged, then merged, or overwritten if large.
+        """The difference staged and counted, then merged, or the table overwritten if large.
 
         Counted, the difference is the change its readers would apply: under
         handoff.MERGED_CHANGE_ROWS copies they all apply it, so it is merged;
         past that a whole-row MERGE rewrites most of the table's files and
         readers recompute by their estimates, so an overwrite costs less
         (warehouse scale 1500: a 21,475-row difference merged in 42.6 s where
-        the model's own rebuild took 12.7 s). The query's rows are staged
-        first, so that an overwrite writes them rather than computing the
-        query a second time (34.5 s of that refused model's 54.6 s), and the
-        overwrite records the difference's size for its readers
-        (delta.history.ESTIMATED_ROWS_KEY), who would otherwise sum the
-        whole table to size it.
+        the model's own rebuild took 12.7 s). The overwrite runs the query
+        again: caching its rows for both took longer alone (20.5 s against
+        15.7-16.8 s, bench/micro/fallback_write.py). It records the
+        difference's size for its readers (delta.history.ESTIMATED_ROWS_KEY),
+        who would otherwise sum the whole table to size it.
         """
-        stage = f"{names.STAGED_PREFIX}{uuid.uuid4().hex}"
-        rows_stage, difference_stage = f"{stage}_rows", f"{stage}_difference"
-        staged_rows = exp.select(exp.Star()).from_(exp.Table(this=ident(rows_stage)))
+        stage = f"{names.STAGED_PREFIX}{uuid.uuid4().hex}_difference"
         try:
-            self.runner.execute(row_difference.stage_rows(query, rows_stage))
-            self.runner.execute(
-                row_difference.stage_difference(self.table, staged_rows, columns, difference_stage)
-            )
-            _, answer = self.runner.query(row_difference.count_difference(difference_stage))
+            self.runner.execute(row_difference.stage_difference(self.table, query, columns, stage))
+            _, answer = self.runner.query(row_difference.count_difference(stage))
             rows, inserted, deleted = (int(v) for v in answer[0])
             chosen = handoff.choose(readers, histories, inserted + deleted, None)
             if rows == 0:
                 return Written(0, 0, chosen, nothing="no row of it differs from its query's")
             if chosen.merges:
-                self.runner.execute(
-                    row_difference.merge_difference(self.table, difference_stage, columns)
-                )
+                self.runner.execute(row_difference.merge_difference(self.table, stage, columns))
             else:
-                self._overwrite(staged_rows, estimated_rows=inserted + deleted)
+                self._overwrite(query, estimated_rows=inserted + deleted)
             return Written(inserted=inserted, deleted=deleted, chosen=chosen)
         finally:
-            for name in (difference_stage, rows_stage):
-                for statement in emit.drop_staged(name):
-                    self.runner.execute(statement)
+            for statement in emit.drop_staged(stage):
+                self.runner.execute(statement)
 
     def _overwrite(self, rows: exp.Query, estimated_rows: int) -> None:
         """The table overwritten with `rows`, its commit saying how many rows its readers change."""
