@@ -92,6 +92,10 @@ class UpstreamModel:
     # The state version the view shows (it reads the state VERSION AS OF it);
     # None for a view that reads the state's newest version.
     published_version: int | None = None
+    # A state version of a log whose rows one commit wrote whole (a build or a
+    # rewrite: every count positive, no retraction appended), which a read at
+    # that version takes without summing per key (reads.table_at_version).
+    unsummed_version: int | None = None
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,42 @@ def table_at_version(
     if upstream is None:
         return aliased(version_as_of(table, version), alias)
     state = version_as_of(upstream.state, version)
-    return _upstream_reading(upstream, state).subquery(ident(alias))
+    view = _upstream_reading(upstream, state)
+    if upstream.unsummed_version == version:
+        consolidation = _log_consolidation(view, upstream.state)
+        if consolidation is not None:
+            consolidation.replace(_unsummed(consolidation))
+    return view.subquery(ident(alias))
+
+
+def _unsummed(consolidation: exp.Subquery) -> exp.Subquery:
+    """A log's consolidation as a plain read of its rows: no GROUP BY, no HAVING, each sum its value.
+
+    For a version one commit wrote whole (UpstreamModel.unsummed_version):
+    its rows are the model's rows with positive counts, so repeating each
+    row by its count gives the bag the sums would, without a shuffle of the
+    whole log (the warehouse's first build summed each bronze log once per
+    model reading it).
+
+    >>> summed = exp.select("k", exp.alias_(exp.Sum(this=exp.column("c")), "c")).from_("s")
+    >>> summed = summed.where("g IS NULL").group_by("k").having("SUM(c) <> 0")
+    >>> _unsummed(summed.subquery("s")).sql(dialect="spark")
+    '(SELECT k, c AS c FROM s WHERE g IS NULL) AS s'
+    """
+    select = consolidation.this.copy()
+    assert isinstance(select, exp.Select)
+    select.set("group", None)
+    select.set("having", None)
+    select.set(
+        "expressions",
+        [
+            exp.alias_(p.this.this.copy(), p.alias, quoted=p.args["alias"].quoted)
+            if isinstance(p, exp.Alias) and isinstance(p.this, exp.Sum)
+            else p
+            for p in select.expressions
+        ],
+    )
+    return select.subquery(consolidation.args.get("alias"))
 
 
 def signed_changes(

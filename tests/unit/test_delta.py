@@ -536,6 +536,23 @@ def test_an_overwrite_is_told_from_its_mode_as_a_map_or_as_thrifts_text() -> Non
     assert appends.changed_rows(0) == (80, None)
 
 
+def test_a_version_written_whole_is_told_from_one_appended_to() -> None:
+    # A log upstream at such a version is read without summing (recipe._reading_unsummed).
+    overwritten = _overwrites([{"mode": "Append"}, {"mode": "Overwrite"}])
+    assert overwritten.written_whole()
+    assert not dataclasses.replace(overwritten, version=1).written_whole()
+    assert not _overwrites([{"mode": "Overwrite"}, {"mode": "Append"}]).written_whole()
+    # A compaction after the overwrite keeps its rows; history not reaching it says no.
+    columns = ["version", "timestamp", "operation", "operationParameters", "operationMetrics"]
+    rows = [
+        [1, "2026-12-01 10:00:01.5", "CREATE OR REPLACE TABLE AS SELECT", {}, {}],
+        [2, "2026-12-01 10:00:02.5", "OPTIMIZE", {}, {}],
+    ]
+    built = SourceSnapshot(STATE, None, 2, recent_commits=commit_rows(columns, rows))
+    assert built.written_whole()
+    assert not dataclasses.replace(built, recent_commits=built.recent_commits[:1]).written_whole()
+
+
 def test_a_window_the_history_does_not_reach_is_not_taken_as_overwritten() -> None:
     pin = dataclasses.replace(_overwrites([{"mode": "Overwrite"}]), version=3)
     assert not pin.overwritten(0)  # versions 2 and 3 were not read: read the change as it is

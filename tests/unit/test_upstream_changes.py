@@ -115,6 +115,22 @@ def test_a_log_upstream_at_a_version_is_read_consolidated():
     assert f"HAVING SUM(`{names.COUNT}`) <> 0" in sql
 
 
+def test_a_log_upstream_at_a_version_written_whole_is_read_without_summing():
+    # Its build or rewrite holds each row once with a positive count: each row
+    # repeated by its count is the bag the sums give (UpstreamModel.unsummed_version).
+    upstream = dataclasses.replace(
+        _log_upstream(LOG_UPSTREAM, "id int, customer string"), unsummed_version=9
+    )
+    sql = table_at_version(TableName("analytics", "my_model"), 9, "up", upstream).sql("spark")
+    assert "`analytics`.`my_model__ivm_state` VERSION AS OF 9" in sql
+    assert "GROUP BY" not in sql and "SUM(" not in sql
+    # Still without the guard row, each row repeated by its count.
+    assert f"WHERE `{names.GUARD}` IS NULL" in sql and "EXPLODE(SEQUENCE(1" in sql
+    # At any other version its appended rows may cancel: summed as before.
+    sql = table_at_version(TableName("analytics", "my_model"), 10, "up", upstream).sql("spark")
+    assert f"HAVING SUM(`{names.COUNT}`) <> 0" in sql
+
+
 def test_a_log_of_partial_rows_is_not_read_as_a_change():
     """A DISTINCT's log row is a count to add, not rows: its reader is told to refresh it first."""
     upstream = _log_upstream("SELECT DISTINCT customer FROM shop.orders", "customer string")

@@ -69,6 +69,12 @@ class CommitRows:
         """A CREATE OR REPLACE: the table's rows, columns and id start over at this version."""
         return self.operation in REPLACING_OPERATIONS
 
+    @property
+    def writes_whole(self) -> bool:
+        """The table's rows after this commit are all this commit wrote (a create, replace or
+        overwrite), none appended to earlier ones."""
+        return self.overwrites or self.operation in CREATING_OPERATIONS
+
 
 # Operations on a state table that leave its rows as they were: commits of these
 # after a refresh do not make the recorded versions untrue.
@@ -86,6 +92,8 @@ REPLACING_OPERATIONS = frozenset(
         "REPLACE TABLE AS SELECT",
     }
 )
+# ... and, with a plain CREATE, the operations that write a table's first rows.
+CREATING_OPERATIONS = REPLACING_OPERATIONS | {"CREATE TABLE", "CREATE TABLE AS SELECT"}
 
 
 def describe_history(table: TableName, limit: int | None = None) -> str:

@@ -121,6 +121,22 @@ class SourceSnapshot:
         counts = [c.estimated_rows if c.rows is None and estimates else c.rows for c in window]
         return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
 
+    def written_whole(self) -> bool:
+        """Whether the pinned version's rows were written by one commit, none appended after it.
+
+        The newest commit up to the pin that changed rows created, replaced or
+        overwrote the table (CommitRows.writes_whole); compactions and
+        property changes after it keep its rows. A log state so written holds
+        one row per row of the model with a positive count (its build or its
+        rewrite), which readers need not sum (reads.table_at_version). False
+        where the history read does not reach that commit.
+        """
+        for commit in sorted(self.recent_commits, key=lambda c: c.version, reverse=True):
+            if commit.version > self.version or commit.preserves_data:
+                continue
+            return commit.writes_whole
+        return False
+
     def only_preserving_data_after(self, after: int) -> bool:
         """Whether every commit after version `after` up to this pin left the rows as they were.
 

@@ -447,6 +447,7 @@ class Refresh:
         for warning in () if self.settings.window_order_unique else plan.tie_warnings:
             self.log.warning(warning)
         pinned = {table: self.pins.pin(table, plan.upstreams.get(table)) for table in plan.tables}
+        plan = _reading_unsummed(plan, pinned)
         if isinstance(self.settings.join_state, tuple):
             # An ivm_join_state alias that cannot keep a join state stops the
             # refresh here, before anything is written.
@@ -1194,3 +1195,19 @@ class _SparkCatalog:
         columns, rows = self._runner.query(f"DESCRIBE QUERY {sql}")
         name_at, type_at = columns.index("col_name"), columns.index("data_type")
         return [(str(row[name_at]), str(row[type_at])) for row in rows]
+
+
+def _reading_unsummed(plan: ViewPlan, pinned: Mapping[TableName, SourceSnapshot]) -> ViewPlan:
+    """The plan with each upstream whose pinned state one commit wrote whole read unsummed.
+
+    A log upstream's build or rewrite holds no retraction, so its rows need no
+    sum per key where they are read at that version (a first build, a
+    recompute, a window's partitions): UpstreamModel.unsummed_version.
+    """
+    upstreams = {
+        table: replace(upstream, unsummed_version=pinned[table].version)
+        if table in pinned and pinned[table].written_whole()
+        else upstream
+        for table, upstream in plan.upstreams.items()
+    }
+    return replace(plan, upstreams=upstreams) if upstreams != plan.upstreams else plan
