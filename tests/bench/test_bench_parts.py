@@ -433,3 +433,49 @@ def test_a_label_naming_a_folder_gets_that_folder_for_results_and_plots(tmp_path
     assert (
         tmp_path / "results/issue54/run.md"
     ).read_text() == "../../assets/issue54/run-refresh-vs-scale.png"
+
+
+def test_the_cpu_profile_sums_each_statements_tasks_and_splits_dbt_invocations():
+    import json
+
+    from tpch_bench.cpu_profile import invocations, read, render
+
+    def job(job_id, stages, description, submitted):
+        return {
+            "Event": "SparkListenerJobStart",
+            "Job ID": job_id,
+            "Submission Time": submitted,
+            "Stage IDs": stages,
+            "Properties": {"spark.job.description": description},
+        }
+
+    def task(stage, nanoseconds):
+        return {
+            "Event": "SparkListenerTaskEnd",
+            "Stage ID": stage,
+            "Task Metrics": {"Executor CPU Time": nanoseconds},
+        }
+
+    log = [
+        job(0, [0, 1], "model.p.a (ivm): MERGE INTO `s`.`a__ivm_state` AS t", 1_000),
+        task(0, 2_000_000_000),
+        task(1, 500_000_000),
+        job(1, [2], "model.p.b (ivm): INSERT INTO `s`.`b__ivm_state`", 2_000),
+        task(2, 1_000_000_000),
+        job(2, [3], "test.p.t (ivm): select 1", 3_000),
+        task(3, 4_000_000_000),
+        job(3, [4], "model.p.a (table): create or replace table `t`.`a`", 4_000),
+        task(4, 3_000_000_000),
+        job(4, [5], "sql at NativeMethodAccessorImpl.java:0", 5_000),  # no dbt node: left out
+        task(5, 9_000_000_000),
+    ]
+    jobs, cpu = read(json.dumps(e) for e in log)
+    found = invocations(jobs, cpu)
+    assert [(i.kind, i.target, round(i.seconds, 1)) for i in found] == [
+        ("model", "ivm", 3.5),
+        ("test", "ivm", 4.0),
+        ("model", "table", 3.0),
+    ]
+    shown = render(found[0], top=5)
+    assert "3.5 CPU s" in shown and "MERGE INTO 2.5, INSERT INTO 1.0" in shown
+    assert "     2.5  a" in shown

@@ -30,6 +30,7 @@ later connection's ``dbt docs generate`` ("'NoneType' object has no attribute
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -106,6 +107,32 @@ class OwnSessionConnection(Connection):
             _IDLE.setdefault(self._key, []).append(self.session)
 
 
+# dbt's query comment names the node a statement runs for.
+_QUERY_COMMENT = re.compile(r"^\s*/\*(?P<comment>.*?)\*/", re.DOTALL)
+_NODE_ID = re.compile(r'"node_id":\s*"(?P<node>[^"]+)"')
+_TARGET = re.compile(r'"target_name":\s*"(?P<target>[^"]+)"')
+DESCRIPTION_CHARACTERS = 120
+
+
+def job_description(sql: str) -> str:
+    r"""A statement's Spark job description: its dbt node and target, then its first words.
+
+    >>> job_description('/* {"node_id": "model.p.m", "target_name": "dev"} */\nMERGE INTO  t USING s')
+    'model.p.m (dev): MERGE INTO t USING s'
+    >>> job_description("SHOW TABLES")
+    'SHOW TABLES'
+    """
+    found = _QUERY_COMMENT.match(sql)
+    statement = " ".join(sql[found.end() :].split()) if found else " ".join(sql.split())
+    statement = statement[:DESCRIPTION_CHARACTERS]
+    node = _NODE_ID.search(found.group("comment")) if found else None
+    if node is None:
+        return statement
+    target = _TARGET.search(found.group("comment")) if found else None
+    where = f" ({target.group('target')})" if target else ""
+    return f"{node.group('node')}{where}: {statement}"
+
+
 class OwnSessionCursor(Cursor):
     """dbt-spark's session Cursor, running statements in its connection's session."""
 
@@ -127,6 +154,9 @@ class OwnSessionCursor(Cursor):
             sql = sql % parameters
         with self._marking_failure():
             try:
+                # Set on this thread's jobs, so the Spark UI and the event log
+                # tell which model each ran for (bench/tpch_bench/cpu_profile.py).
+                self._connection.session.sparkContext.setJobDescription(job_description(sql))
                 self._df = self._connection.session.sql(sql)
             except AnalysisException as exc:  # as dbt-spark's session cursor reports it
                 raise DbtRuntimeError(str(exc)) from exc

@@ -1,0 +1,175 @@
+"""Where a dbt run's CPU goes: Spark's event log, its tasks' CPU summed per model and statement.
+
+dbt's log times each statement from its start to its end, which under
+several threads on two cores is mostly waiting for the other threads' jobs:
+at warehouse scale 1500 the statements of a batch add up to the same 900 s
+whatever a change saves (profile.py). The executors' CPU time does not
+wait. Each statement's jobs carry the description the session cursor gives
+them (runtime/sessions.job_description: the dbt node and target, then the
+statement's first words), and the event log records every task's CPU time
+under its stage, and every stage under its job.
+
+Run with Spark's event log on, e.g. for the warehouse::
+
+    scripts/warehouse ... --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=/tmp/events
+    .venv/bin/python -m tpch_bench.cpu_profile /tmp/events/<application> [--top 25]
+
+prints the run's dbt invocations (consecutive jobs of one kind: models or
+tests, of one target), each with its CPU seconds, then for each model
+invocation the models and statements that used the most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# runtime/sessions.job_description: "<node> (<target>): <statement>".
+_DESCRIPTION = re.compile(
+    r"^(?P<node>(?:model|test|seed|snapshot)\.\S+) \((?P<target>[^)]*)\): (?P<statement>.*)$"
+)
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    submitted: int  # milliseconds since the epoch
+    node: str
+    target: str
+    statement: str
+
+
+@dataclass
+class Invocation:
+    """Consecutive jobs of one kind (models or tests) and one target: one dbt command."""
+
+    kind: str
+    target: str
+    jobs: list[Job] = field(default_factory=list)
+    cpu: dict[int, float] = field(default_factory=dict)  # job id -> CPU seconds
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.cpu.get(job.job_id, 0.0) for job in self.jobs)
+
+    @property
+    def wall(self) -> float:
+        return (self.jobs[-1].submitted - self.jobs[0].submitted) / 1000 if self.jobs else 0.0
+
+
+def events(lines: Iterable[str]) -> Iterator[dict]:
+    for line in lines:
+        if line.strip():
+            yield json.loads(line)
+
+
+def read(lines: Iterable[str]) -> tuple[list[Job], dict[int, float]]:
+    """The described jobs in submission order, and each job's tasks' CPU seconds."""
+    jobs: list[Job] = []
+    stage_job: dict[int, int] = {}
+    cpu: dict[int, float] = defaultdict(float)
+    for event in events(lines):
+        kind = event.get("Event")
+        if kind == "SparkListenerJobStart":
+            job_id = int(event["Job ID"])
+            for stage in event.get("Stage IDs", []):
+                stage_job.setdefault(int(stage), job_id)
+            description = (event.get("Properties") or {}).get("spark.job.description") or ""
+            found = _DESCRIPTION.match(description)
+            if found is not None:
+                jobs.append(
+                    Job(
+                        job_id,
+                        int(event.get("Submission Time") or 0),
+                        found["node"],
+                        found["target"],
+                        found["statement"],
+                    )
+                )
+        elif kind == "SparkListenerTaskEnd":
+            metrics = event.get("Task Metrics") or {}
+            job_id = stage_job.get(int(event["Stage ID"]))
+            if job_id is not None:
+                cpu[job_id] += int(metrics.get("Executor CPU Time") or 0) / 1e9
+    return jobs, dict(cpu)
+
+
+def invocations(jobs: list[Job], cpu: dict[int, float]) -> list[Invocation]:
+    """Jobs split where their kind (model or test) or target changes."""
+    found: list[Invocation] = []
+    for job in sorted(jobs, key=lambda j: (j.submitted, j.job_id)):
+        kind = job.node.split(".", 1)[0]
+        if not found or (found[-1].kind, found[-1].target) != (kind, job.target):
+            found.append(Invocation(kind, job.target, cpu=cpu))
+        found[-1].jobs.append(job)
+    return found
+
+
+def _statement_kind(statement: str) -> str:
+    words = statement.split()
+    head = " ".join(words[:2]).upper()
+    for kind in ("CREATE OR", "MERGE INTO", "INSERT INTO", "INSERT OVERWRITE", "CACHE TABLE"):
+        if head.startswith(kind):
+            return kind
+    return words[0].upper() if words else "?"
+
+
+def render(invocation: Invocation, top: int) -> str:
+    by_node: dict[str, float] = defaultdict(float)
+    by_statement: dict[tuple[str, str], float] = defaultdict(float)
+    by_kind: dict[str, float] = defaultdict(float)
+    for job in invocation.jobs:
+        seconds = invocation.cpu.get(job.job_id, 0.0)
+        node = job.node.rsplit(".", 1)[-1]
+        by_node[node] += seconds
+        by_statement[(node, job.statement)] += seconds
+        by_kind[_statement_kind(job.statement)] += seconds
+    heading = (
+        f"{invocation.kind}s ({invocation.target}): {invocation.seconds:.1f} CPU s "
+        f"over {invocation.wall:.1f} s of job submissions"
+    )
+    lines = [heading]
+    lines.append(
+        "  by statement kind: "
+        + ", ".join(
+            f"{kind} {seconds:.1f}"
+            for kind, seconds in sorted(by_kind.items(), key=lambda i: -i[1])
+        )
+    )
+    lines.append(f"  models, most CPU first (top {top}):")
+    for node, seconds in sorted(by_node.items(), key=lambda i: -i[1])[:top]:
+        lines.append(f"    {seconds:8.1f}  {node}")
+    lines.append(f"  statements, most CPU first (top {top}):")
+    for (node, statement), seconds in sorted(by_statement.items(), key=lambda i: -i[1])[:top]:
+        lines.append(f"    {seconds:8.1f}  {node}: {statement[:90]}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("event_log", type=Path)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    with args.event_log.open(encoding="utf-8") as lines:
+        jobs, cpu = read(lines)
+    found = invocations(jobs, cpu)
+    for index, invocation in enumerate(found, start=1):
+        print(
+            f"{index}. {invocation.kind}s ({invocation.target}): {len(invocation.jobs)} jobs, "
+            f"{invocation.seconds:.1f} CPU s"
+        )
+    for invocation in found:
+        if invocation.kind == "model":
+            print()
+            print(render(invocation, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
