@@ -12,7 +12,7 @@ under its stage, and every stage under its job.
 Run with Spark's event log on, e.g. for the warehouse::
 
     scripts/warehouse ... --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=/tmp/events
-    .venv/bin/python -m tpch_bench.cpu_profile /tmp/events/<application> [--top 25]
+    .venv/bin/python -m tpch_bench.cpu_profile /tmp/events/<application dir or file> [--top 25]
 
 prints the run's dbt invocations (consecutive jobs of one kind: models or
 tests, of one target), each with its CPU seconds, then for each model
@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
+import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -34,6 +36,12 @@ from pathlib import Path
 _DESCRIPTION = re.compile(
     r"^(?P<node>(?:model|test|seed|snapshot)\.\S+) \((?P<target>[^)]*)\): (?P<statement>.*)$"
 )
+
+
+# Task metrics and their units per second: CPU time in nanoseconds, run time
+# (the task's wall time on its executor thread: CPU, I/O and waits) in milliseconds.
+CPU, RUN = "Executor CPU Time", "Executor Run Time"
+METRICS = {CPU: 1e9, RUN: 1e3}
 
 
 @dataclass(frozen=True)
@@ -63,14 +71,42 @@ class Invocation:
         return (self.jobs[-1].submitted - self.jobs[0].submitted) / 1000 if self.jobs else 0.0
 
 
+def log_lines(path: Path) -> Iterator[str]:
+    """The event log's lines: one file, or Spark 4's directory of rolled files, in order.
+
+    A file Spark compressed with zstd (its default) is read through the zstd
+    command; `spark.eventLog.compress=false` writes plain JSON lines.
+    """
+    files = [path]
+    if path.is_dir():
+        rolled = [f for f in path.iterdir() if f.name.startswith("events_")]
+        files = sorted(rolled, key=lambda f: int(f.name.split("_")[1]))
+    for file in files:
+        if file.suffix in (".zstd", ".zst"):
+            if shutil.which("zstd") is None:
+                raise SystemExit(
+                    f"{file} is zstd-compressed and no zstd command is installed: "
+                    "install zstd, or run with spark.eventLog.compress=false"
+                )
+            # A log still being written ends mid-frame: zstd then fails after
+            # writing what it could decode, which is kept.
+            decoded = subprocess.run(["zstd", "-dc", str(file)], capture_output=True, check=False)
+            text = decoded.stdout.decode("utf-8", errors="replace")
+            complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
+            yield from complete.splitlines()
+        else:
+            with file.open(encoding="utf-8") as lines:
+                yield from lines
+
+
 def events(lines: Iterable[str]) -> Iterator[dict]:
     for line in lines:
         if line.strip():
             yield json.loads(line)
 
 
-def read(lines: Iterable[str]) -> tuple[list[Job], dict[int, float]]:
-    """The described jobs in submission order, and each job's tasks' CPU seconds."""
+def read(lines: Iterable[str], metric: str = CPU) -> tuple[list[Job], dict[int, float]]:
+    """The described jobs in submission order, and each job's tasks' seconds of `metric`."""
     jobs: list[Job] = []
     stage_job: dict[int, int] = {}
     cpu: dict[int, float] = defaultdict(float)
@@ -96,7 +132,7 @@ def read(lines: Iterable[str]) -> tuple[list[Job], dict[int, float]]:
             metrics = event.get("Task Metrics") or {}
             job_id = stage_job.get(int(event["Stage ID"]))
             if job_id is not None:
-                cpu[job_id] += int(metrics.get("Executor CPU Time") or 0) / 1e9
+                cpu[job_id] += int(metrics.get(metric) or 0) / METRICS[metric]
     return jobs, dict(cpu)
 
 
@@ -120,7 +156,7 @@ def _statement_kind(statement: str) -> str:
     return words[0].upper() if words else "?"
 
 
-def render(invocation: Invocation, top: int) -> str:
+def render(invocation: Invocation, top: int, unit: str = "CPU s") -> str:
     by_node: dict[str, float] = defaultdict(float)
     by_statement: dict[tuple[str, str], float] = defaultdict(float)
     by_kind: dict[str, float] = defaultdict(float)
@@ -131,7 +167,7 @@ def render(invocation: Invocation, top: int) -> str:
         by_statement[(node, job.statement)] += seconds
         by_kind[_statement_kind(job.statement)] += seconds
     heading = (
-        f"{invocation.kind}s ({invocation.target}): {invocation.seconds:.1f} CPU s "
+        f"{invocation.kind}s ({invocation.target}): {invocation.seconds:.1f} {unit} "
         f"over {invocation.wall:.1f} s of job submissions"
     )
     lines = [heading]
@@ -155,19 +191,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("event_log", type=Path)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--run-time",
+        action="store_true",
+        help="sum the tasks' run time (CPU, I/O and waits on their executor thread) instead",
+    )
     args = parser.parse_args(argv)
-    with args.event_log.open(encoding="utf-8") as lines:
-        jobs, cpu = read(lines)
+    jobs, cpu = read(log_lines(args.event_log), RUN if args.run_time else CPU)
+    unit = "task s" if args.run_time else "CPU s"
     found = invocations(jobs, cpu)
     for index, invocation in enumerate(found, start=1):
         print(
             f"{index}. {invocation.kind}s ({invocation.target}): {len(invocation.jobs)} jobs, "
-            f"{invocation.seconds:.1f} CPU s"
+            f"{invocation.seconds:.1f} {unit}"
         )
     for invocation in found:
         if invocation.kind == "model":
             print()
-            print(render(invocation, args.top))
+            print(render(invocation, args.top, unit))
     return 0
 
 
