@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from dbt.adapters.spark_ivm.delta.history import Rows
 from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, total_size
@@ -84,6 +84,22 @@ def set_conf(key: str, value: str) -> str:
 def reset_conf(key: str) -> str:
     """RESET <key>: back to the value the session started with."""
     return f"RESET {key}"
+
+
+class _Executes(Protocol):
+    def execute(self, sql: str) -> Any: ...
+
+
+@contextmanager
+def under(runner: _Executes, settings: Mapping[str, str]) -> Iterator[None]:
+    """Session confs set for the statements of the block, reset after it, whatever happened."""
+    for key, value in settings.items():
+        runner.execute(set_conf(key, value))
+    try:
+        yield
+    finally:
+        for key in settings:
+            runner.execute(reset_conf(key))
 
 
 def read_conf(key: str) -> str:

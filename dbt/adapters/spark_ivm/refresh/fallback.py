@@ -38,9 +38,8 @@ from dbt.adapters.spark_ivm.delta.confs import (
     STAGE_SETTINGS,
     commit_lock,
     reset_commit_metadata,
-    reset_conf,
     set_commit_metadata,
-    set_conf,
+    under,
 )
 from dbt.adapters.spark_ivm.delta.errors import error_summary
 from dbt.adapters.spark_ivm.delta.history import (
@@ -198,15 +197,10 @@ class FallbackTable:
             # groups re-point meanwhile, and a stage kept as text is analyzed
             # anew at each read, misses its cache and is computed again (the
             # warehouse's count and overwrite each recomputed it, 13.1 CPU s).
-            for key, value in STAGE_SETTINGS.items():
-                self.runner.execute(set_conf(key, value))
-            try:
+            with under(self.runner, STAGE_SETTINGS):
                 self.runner.execute(
                     row_difference.stage_difference(self.table, query, columns, stage)
                 )
-            finally:
-                for key in STAGE_SETTINGS:
-                    self.runner.execute(reset_conf(key))
             _, answer = self.runner.query(row_difference.count_difference(stage))
             rows, inserted, deleted = (int(v) for v in answer[0])
             chosen = handoff.choose(readers, histories, inserted + deleted, None)

@@ -31,9 +31,8 @@ from dbt.adapters.spark_ivm.delta.confs import (
     forget_last_commit,
     read_conf,
     reset_commit_metadata,
-    reset_conf,
     set_commit_metadata,
-    set_conf,
+    under,
 )
 from dbt.adapters.spark_ivm.delta.errors import (
     is_cancelling_removal,
@@ -463,14 +462,9 @@ class StateWrites:
 
     @contextlib.contextmanager
     def _under(self, settings: Mapping[str, str]) -> Iterator[None]:
-        """Session confs set for the statements of the block, reset after it."""
-        for key, value in settings.items():
-            self.runner.execute(set_conf(key, value))
-        try:
+        """Session confs set for the statements of the block, reset after it (confs.under)."""
+        with under(self.runner, settings):
             yield
-        finally:
-            for key in settings:
-                self.runner.execute(reset_conf(key))
 
     @contextlib.contextmanager
     def staged_feeds(
