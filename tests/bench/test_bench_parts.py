@@ -479,3 +479,34 @@ def test_the_cpu_profile_sums_each_statements_tasks_and_splits_dbt_invocations()
     shown = render(found[0], top=5)
     assert "3.5 CPU s" in shown and "MERGE INTO 2.5, INSERT INTO 1.0" in shown
     assert "     2.5  a" in shown
+
+
+def test_thread_cpu_sums_each_kind_per_invocation_and_counts_a_new_jvm_from_zero(tmp_path):
+    import json
+
+    from tpch_bench import thread_cpu
+
+    # A real sample reads this machine's /proc: its keys name a pid and a kind.
+    assert all(" " in key for key in thread_cpu.sample(own_pid=-1))
+    assert thread_cpu.jvm_kind("C2 CompilerThre") == "JIT compilation"
+
+    samples = [
+        {"t": 1000.0, "cpu": {"7 tasks": 10.0, "7 jit": 5.0, "3 python": 1.0}},
+        {"t": 1010.0, "cpu": {"7 tasks": 18.0, "7 jit": 9.0, "3 python": 2.0}},
+        # The first JVM ended; the second invocation's JVM starts from zero.
+        {"t": 1030.0, "cpu": {"8 tasks": 12.0, "8 jit": 2.0, "3 python": 3.0}},
+    ]
+    (tmp_path / "cpu.jsonl").write_text("\n".join(json.dumps(s) for s in samples))
+    day = "1970-01-01"
+    log = tmp_path / "dbt.log"
+    log.write_text(
+        "\x1b[0m00:16:40.000000 [info ] [MainThread]: Running with dbt=1.11\n"
+        "\x1b[0m00:16:50.000000 [info ] [MainThread]: Done.\n"
+        "\x1b[0m00:16:50.000000 [info ] [MainThread]: Running with dbt=1.11\n"
+        "\x1b[0m00:17:10.000000 [info ] [MainThread]: Done.\n"
+    )
+    windows = thread_cpu.invocations(log.read_text().splitlines(), day)
+    assert [(w.start, w.end) for w in windows] == [(1000.0, 1010.0), (1010.0, 1030.0)]
+    shown = thread_cpu.render(windows, samples, cores=2)
+    assert "invocation 1: 10.0 s wall, 13.0 CPU s (65% of 2 cores)" in shown
+    assert "invocation 2: 20.0 s wall, 15.0 CPU s (38% of 2 cores)" in shown
