@@ -89,39 +89,54 @@ def _processes() -> Iterator[tuple[int, str]]:
                 continue
 
 
-def sample(own_pid: int) -> dict[str, float]:
+class Sampler:
     """CPU seconds used so far by each "<pid> <kind>", over every java and python process.
 
-    Keyed by process too: each dbt invocation of the embedded runtime starts
-    a JVM of its own, whose counters start again from zero.
+    Keyed by process: each dbt invocation of the embedded runtime starts a
+    JVM of its own, whose counters start again from zero. Each thread's CPU
+    is remembered from the last sample that saw it, so a pool thread that
+    exits (Spark's task and exchange pools let idle threads go) keeps its
+    kind; only what it spent since that sample falls to EXITED_JVM.
     """
-    seconds: dict[str, float] = defaultdict(float)
-    for pid, comm in _processes():
-        try:
-            if comm == "java":
-                total = _cpu_ticks(Path(f"/proc/{pid}/stat"))
-                alive = 0
-                for task in Path(f"/proc/{pid}/task").iterdir():
-                    try:
-                        ticks = _cpu_ticks(task / "stat")
-                        name = (task / "comm").read_text().strip()
-                    except OSError:
-                        continue
-                    alive += ticks
-                    seconds[f"{pid} {jvm_kind(name)}"] += ticks / TICKS
-                # Exited threads' CPU stays in the process total only.
-                seconds[f"{pid} {EXITED_JVM}"] += max(total - alive, 0) / TICKS
-            elif comm.startswith(("python", "dbt")) and pid != own_pid:
-                seconds[f"{pid} {PYTHON}"] += _cpu_ticks(Path(f"/proc/{pid}/stat")) / TICKS
-        except OSError:
-            continue  # the process ended between listing and reading
-    return dict(seconds)
+
+    def __init__(self, own_pid: int) -> None:
+        self.own_pid = own_pid
+        self.threads: dict[tuple[int, int], tuple[str, int]] = {}
+
+    def sample(self) -> dict[str, float]:
+        seconds: dict[str, float] = defaultdict(float)
+        for pid, comm in _processes():
+            try:
+                if comm == "java":
+                    total = _cpu_ticks(Path(f"/proc/{pid}/stat"))
+                    self._read_threads(pid)
+                    seen = 0
+                    for (owner, _), (kind, ticks) in self.threads.items():
+                        if owner == pid:
+                            seen += ticks
+                            seconds[f"{pid} {kind}"] += ticks / TICKS
+                    seconds[f"{pid} {EXITED_JVM}"] += max(total - seen, 0) / TICKS
+                elif comm.startswith(("python", "dbt")) and pid != self.own_pid:
+                    seconds[f"{pid} {PYTHON}"] += _cpu_ticks(Path(f"/proc/{pid}/stat")) / TICKS
+            except OSError:
+                continue  # the process ended between listing and reading
+        return dict(seconds)
+
+    def _read_threads(self, pid: int) -> None:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                ticks = _cpu_ticks(task / "stat")
+                name = (task / "comm").read_text().strip()
+            except OSError:
+                continue
+            self.threads[(pid, int(task.name))] = (jvm_kind(name), ticks)
 
 
 def record(out: Path, every: float) -> None:
+    sampler = Sampler(os.getpid())
     with out.open("a") as sink:
         while True:
-            sink.write(json.dumps({"t": time.time(), "cpu": sample(os.getpid())}) + "\n")
+            sink.write(json.dumps({"t": time.time(), "cpu": sampler.sample()}) + "\n")
             sink.flush()
             time.sleep(every)
 

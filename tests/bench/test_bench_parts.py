@@ -487,7 +487,7 @@ def test_thread_cpu_sums_each_kind_per_invocation_and_counts_a_new_jvm_from_zero
     from tpch_bench import thread_cpu
 
     # A real sample reads this machine's /proc: its keys name a pid and a kind.
-    assert all(" " in key for key in thread_cpu.sample(own_pid=-1))
+    assert all(" " in key for key in thread_cpu.Sampler(own_pid=-1).sample())
     assert thread_cpu.jvm_kind("C2 CompilerThre") == "JIT compilation"
 
     samples = [
