@@ -124,7 +124,8 @@ def test_settings_are_reset_when_the_statement_fails():
     with pytest.raises(RuntimeError, match="the MERGE failed"):
         writes.commit(MERGE, {"refresh": "r"}, SETTINGS, answer=True)
     key = next(iter(SETTINGS))
-    assert runner.statements[-1] == confs.reset_conf(key)
+    # Both the statement's settings and the commit metadata are reset after it.
+    assert set(runner.statements[-2:]) == {confs.reset_conf(key), confs.reset_commit_metadata()}
 
 
 class CancellingRunner(SessionRunner):

@@ -102,6 +102,20 @@ def under(runner: _Executes, settings: Mapping[str, str]) -> Iterator[None]:
             runner.execute(reset_conf(key))
 
 
+@contextmanager
+def committing(
+    runner: _Executes, metadata: Mapping[str, Any], shared_session: bool
+) -> Iterator[None]:
+    """The block's Delta commits carry `metadata`: set before it and reset after it, under
+    commit_lock, so no other client's commit on a shared session takes it for its own."""
+    with commit_lock(shared_session):
+        runner.execute(set_commit_metadata(dict(metadata)))
+        try:
+            yield
+        finally:
+            runner.execute(reset_commit_metadata())
+
+
 def read_conf(key: str) -> str:
     """SET <key>: one row, (key, value); the value '<undefined>' when it is not set."""
     return f"SET {key}"

@@ -36,9 +36,7 @@ from sqlglot.errors import ParseError
 from dbt.adapters.spark_ivm.consistency.publish import Log, Runner
 from dbt.adapters.spark_ivm.delta.confs import (
     STAGE_SETTINGS,
-    commit_lock,
-    reset_commit_metadata,
-    set_commit_metadata,
+    committing,
     under,
 )
 from dbt.adapters.spark_ivm.delta.errors import error_summary
@@ -218,12 +216,8 @@ class FallbackTable:
     def _overwrite(self, rows: exp.Query, estimated_rows: int) -> None:
         """The table overwritten with `rows`, its commit saying how many rows its readers change."""
         metadata = {METADATA_MARKER: 1, RECOMPUTED_MARKER: True, ESTIMATED_ROWS_KEY: estimated_rows}
-        with commit_lock(shared_session=not self.own_session):
-            self.runner.execute(set_commit_metadata(metadata))
-            try:
-                self.runner.execute(row_difference.overwrite(self.table, rows))
-            finally:
-                self.runner.execute(reset_commit_metadata())
+        with committing(self.runner, metadata, shared_session=not self.own_session):
+            self.runner.execute(row_difference.overwrite(self.table, rows))
 
     def rebuilt_because(self, reason: str) -> None:
         self.log.info(

@@ -26,12 +26,10 @@ from dbt.adapters.spark_ivm.delta.confs import (
     NOTHING_STAGED,
     STAGE_SETTINGS,
     Staging,
-    commit_lock,
+    committing,
     conf_value,
     forget_last_commit,
     read_conf,
-    reset_commit_metadata,
-    set_commit_metadata,
     under,
 )
 from dbt.adapters.spark_ivm.delta.errors import (
@@ -176,36 +174,32 @@ class StateWrites:
         Delta skipped as a repeat is another refresh's (ConcurrentRefresh).
         """
         idempotent = log_state.TXN_APP_ID_CONF in settings
-        with commit_lock(shared_session=not self.own_session):
-            self.runner.execute(set_commit_metadata(metadata))
-            with self._under(settings):
-                if self.own_session:
-                    # Unset first: a version left by an earlier commit of this
-                    # session (the previous model's, on a reused connection) must
-                    # never pass for this statement's.
-                    self.runner.execute(forget_last_commit())
-                try:
-                    if answer:
-                        rows = self.runner.query(statement)
-                    else:
-                        self.runner.execute(statement)
-                        rows = ([], [])
-                finally:
-                    self.runner.execute(reset_commit_metadata())
+        shared = not self.own_session
+        with committing(self.runner, metadata, shared_session=shared), self._under(settings):
             if self.own_session:
-                version = conf_value(*self.runner.query(read_conf(LAST_COMMIT_CONF)))
-                if version is not None:
-                    self.committed(int(version), metadata)
-                elif idempotent:
-                    raise ConcurrentRefresh(
-                        self.model,
-                        self.state,
-                        RuntimeError(
-                            "Delta skipped the write: a write with this refresh's "
-                            "transaction id and version, or a later one, committed first"
-                        ),
-                    )
-            return rows
+                # Unset first: a version left by an earlier commit of this
+                # session (the previous model's, on a reused connection) must
+                # never pass for this statement's.
+                self.runner.execute(forget_last_commit())
+            if answer:
+                rows = self.runner.query(statement)
+            else:
+                self.runner.execute(statement)
+                rows = ([], [])
+        if self.own_session:
+            version = conf_value(*self.runner.query(read_conf(LAST_COMMIT_CONF)))
+            if version is not None:
+                self.committed(int(version), metadata)
+            elif idempotent:
+                raise ConcurrentRefresh(
+                    self.model,
+                    self.state,
+                    RuntimeError(
+                        "Delta skipped the write: a write with this refresh's "
+                        "transaction id and version, or a later one, committed first"
+                    ),
+                )
+        return rows
 
     def build(
         self,
