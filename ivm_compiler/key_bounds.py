@@ -34,6 +34,13 @@ conjuncts, and only those, both ways:
   at both versions (a partner of a kept row equals the row, which equals a
   change row).
 
+A key relation (plan.KeyRelation: the distinct keys of an EXISTS, IN or
+NOT IN subquery, or of an outer join's padded side, which the rules turn
+into inner joins) is a partner like a source: a change row meets only the
+keys equal to its own, so the relation is read within the change's keys,
+by a condition on its key column that Spark pushes through its GROUP BY
+down to the scan of its input.
+
 A comparison (`ts BETWEEN valid_from AND valid_to`) bounds nothing: the
 probe would have to know the other side's values.
 
@@ -59,7 +66,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.plan import PartnerFilter, SourceRef
+from ivm_compiler.plan import KeyRelation, PartnerFilter, SourceRef
 from ivm_compiler.sql import TableName, conjuncts
 
 # Types whose MIN/MAX cast to text and back is the same value, compared as
@@ -172,10 +179,18 @@ def partner_bounds(
     """The partners of input `position` of an inner-join term that its change keys can narrow.
 
     `inputs` are the term's FROM relations in order, then its partner
-    filters; only plain sources (SourceRef) and filters' inputs are bounded.
-    A bound's partner alias is a FROM relation's (for the term's WHERE), a
-    filter's input's (for that filter's ON), or, for a filter's own change,
-    its input's at either version (names.partner_alias).
+    filters; plain sources (SourceRef), key relations (KeyRelation, on a
+    key that is a plain column of their input) and filters' inputs are
+    bounded. A bound's partner alias is a FROM relation's (for the term's
+    WHERE), a filter's input's (for that filter's ON), or, for a filter's
+    own change, its input's at either version (names.partner_alias).
+
+    A key relation's bound is on its key column in the term's WHERE: Spark
+    pushes it through the relation's GROUP BY of that key, and through a log
+    state's consolidation, down to the input's scan, so the keys of an EXISTS
+    or NOT IN over a large input are computed only for the change's keys
+    (the warehouse's `slv_payments` read and summed every order for a day's
+    payments).
     """
     changed = inputs[position]
     if isinstance(changed, PartnerFilter):
@@ -187,7 +202,7 @@ def partner_bounds(
         partners = {
             relation.alias: relation
             for index, relation in enumerate(inputs)
-            if index != position and isinstance(relation, SourceRef)
+            if index != position and isinstance(relation, (SourceRef, KeyRelation))
         }
         found += _bounds(
             changed, partners, column_equalities(join_conditions(select)), source_columns
@@ -232,15 +247,22 @@ def _filter_change_bounds(
 
 def _bounds(
     changed: SourceRef,
-    partners: Mapping[str, SourceRef],
+    partners: Mapping[str, SourceRef | KeyRelation],
     equalities: list[tuple[exp.Column, exp.Column]],
     source_columns: Mapping[TableName, Mapping[str, str]],
 ) -> list[PartnerBound]:
     """Each (changed column, partner column) equality of one orderable type, as a bound."""
 
-    def typed(ref: SourceRef, column: exp.Column) -> str | None:
-        columns = {name.lower(): t for name, t in source_columns.get(ref.table, {}).items()}
-        return columns.get(column.name.lower())
+    def typed(ref: SourceRef | KeyRelation, column: exp.Column) -> str | None:
+        name = column.name
+        if isinstance(ref, KeyRelation):
+            # Its key columns are names.join_key(i), each the i-th key over its input.
+            key = next((k for i, k in enumerate(ref.keys) if names.join_key(i) == name), None)
+            if not isinstance(key, exp.Column) or key.table != ref.source.alias:
+                return None
+            ref, name = ref.source, key.name
+        columns = {col.lower(): t for col, t in source_columns.get(ref.table, {}).items()}
+        return columns.get(name.lower())
 
     found = []
     for mine, theirs in equalities:

@@ -133,3 +133,33 @@ class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
         merge = next(line for line in log.splitlines() if "`d`.`k` IN (1, 4)" in line)
         assert "BETWEEN CAST('1' AS INT) AND CAST('4' AS INT)" in merge, merge
         self._check(project, spark)
+
+
+SEMI_QUERY = (
+    "select s.g, s.v from {src} as s where exists (select 1 from {dim} as d where d.k = s.k)"
+)
+
+
+class TestSemiJoinReadsItsKeysWithinTheChangesKeys(TestJoinReadsPartnersWithinTheChangesKeys):
+    """An EXISTS's key relation (the dimension's distinct keys) is a partner like the dimension:
+    a change of the outer input reads only its keys' files, through the relation's GROUP BY."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return model_files(queries={"fact_by_name": SEMI_QUERY})
+
+    def _check(self, project, spark) -> None:
+        assert_model_matches_sources(
+            spark, project.test_schema, "fact_by_name", SEMI_QUERY, ["src", "dim"]
+        )
+        assert state_builds(spark, project.test_schema, "fact_by_name") == 1
+
+    def test_a_large_sources_change_keys_are_listed_for_the_partners_rows(
+        self, project, spark, sources, monkeypatch
+    ):
+        monkeypatch.setattr(key_bounds, "MAX_RANGES", 1)
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 3, 1.00), (4, 'c', 4, 1.00)")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        listed = next(line for line in log.splitlines() if "`__ivm_k0` IN (1, 4)" in line)
+        assert "`__ivm_semi0_keys`.`__ivm_k0` BETWEEN CAST('1' AS INT)" in listed, listed
+        self._check(project, spark)

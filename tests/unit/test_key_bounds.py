@@ -258,3 +258,39 @@ def test_an_inputs_change_reads_the_filters_input_within_its_keys():
         for role in ("now", "then"):
             assert f"`__ivm_partner1_{role}`.`id` BETWEEN CAST('7' AS INT)" in term
         assert "`__ivm_partner1_change`.`id` BETWEEN" not in term
+
+
+# A semi join: its key relation is read within the outer input's change keys.
+SEMI_SQL = (
+    "SELECT o.id, o.qty FROM shop.orders AS o "
+    "WHERE EXISTS (SELECT 1 FROM shop.customers AS c WHERE c.id = o.id)"
+)
+SEMI_DESCRIBE = [("id", "int"), ("qty", "int")]
+
+
+def test_a_semi_joins_key_relation_is_bounded_by_the_outer_inputs_change_keys():
+    plan, _ = compile_with(SEMI_SQL, SEMI_DESCRIBE)
+    _, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
+    assert key_bounds.KeyColumn(ORDERS_TABLE, "id", "int") in keys
+    bounds = {
+        (ORDERS_TABLE, "id"): key_bounds.ChangeKeys((("3", "4"),), listed=("3", "4")),
+        (CUSTOMERS_TABLE, "id"): key_bounds.ChangeKeys((("7", "7"),)),
+    }
+    filters = _term_filters(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark"))
+    keys_alias = "`__ivm_semi0_keys`.`__ivm_k0`"
+    # The orders' change term reads the customers' keys within the orders' keys,
+    # on the key relation's column, which Spark pushes down to the customers' scan.
+    (bounded,) = [f for f in filters if keys_alias in f]
+    assert f"{keys_alias} BETWEEN CAST('3' AS INT) AND CAST('4' AS INT)" in bounded
+    assert f"{keys_alias} IN (3, 4)" in bounded
+    # The key relation's own change term is not bounded by it (no probe of key changes).
+    assert len(filters) == 2 and "BETWEEN CAST('7'" not in " ".join(filters)
+
+
+def test_a_key_relation_on_an_expression_is_not_bounded():
+    plan, _ = compile_with(
+        "SELECT o.id FROM shop.orders AS o "
+        "WHERE EXISTS (SELECT 1 FROM shop.customers AS c WHERE c.id + 1 = o.id)",
+        [("id", "int")],
+    )
+    assert emit.probe_join_keys(plan, BOTH_CHANGED) is None
