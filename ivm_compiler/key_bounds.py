@@ -195,6 +195,8 @@ def partner_bounds(
     changed = inputs[position]
     if isinstance(changed, PartnerFilter):
         return _filter_change_bounds(select, inputs, position, source_columns)
+    if isinstance(changed, KeyRelation):
+        return _key_change_bounds(select, inputs, position, source_columns)
     if not isinstance(changed, SourceRef):
         return []
     found = []
@@ -245,6 +247,76 @@ def _filter_change_bounds(
     return found
 
 
+def _key_change_bounds(
+    select: exp.Select,
+    inputs: Sequence[object],
+    position: int,
+    source_columns: Mapping[TableName, Mapping[str, str]],
+) -> list[PartnerBound]:
+    """A key relation's change: itself and its term's partners, within its input's change keys.
+
+    The keys that gained their first partner or lost their last are keys of
+    the input's change rows, so the relation's change is read within them
+    (on its own key column: Spark pushes that through its GROUP BY to both
+    reads of its input, which otherwise count every key's rows to find the
+    touched ones), and so is each partner equal to a key column.
+    """
+    changed = inputs[position]
+    assert isinstance(changed, KeyRelation)
+    if not inner_joins_only(select):
+        return []
+    found = []
+    for index, key in enumerate(changed.keys):
+        if not isinstance(key, exp.Column) or key.table != changed.source.alias:
+            continue
+        data_type = _column_type(changed.source, key.name, source_columns)
+        if data_type is None or not bounded_type(data_type):
+            continue
+        own = KeyColumn(table=changed.source.table, column=key.name, data_type=data_type)
+        found.append(PartnerBound(own, changed.alias, names.join_key(index)))
+    partners = {
+        relation.alias: relation
+        for i, relation in enumerate(inputs)
+        if i != position and isinstance(relation, (SourceRef, KeyRelation))
+    }
+    for bound in list(found):
+        for mine, theirs in column_equalities(join_conditions(select)):
+            if mine.table != changed.alias or mine.name != bound.partner_column:
+                continue
+            partner = partners.get(theirs.table)
+            if partner is None or _partner_type(partner, theirs, source_columns) != (
+                bound.key.data_type
+            ):
+                continue
+            extra = PartnerBound(bound.key, theirs.table, theirs.name)
+            if extra not in found:
+                found.append(extra)
+    return found
+
+
+def _column_type(
+    ref: SourceRef, name: str, source_columns: Mapping[TableName, Mapping[str, str]]
+) -> str | None:
+    columns = {col.lower(): t for col, t in source_columns.get(ref.table, {}).items()}
+    return columns.get(name.lower())
+
+
+def _partner_type(
+    ref: SourceRef | KeyRelation,
+    column: exp.Column,
+    source_columns: Mapping[TableName, Mapping[str, str]],
+) -> str | None:
+    """A partner column's type: a source's column, or the input column a key relation's key is."""
+    name = column.name
+    if isinstance(ref, KeyRelation):
+        # Its key columns are names.join_key(i), each the i-th key over its input.
+        key = next((k for i, k in enumerate(ref.keys) if names.join_key(i) == name), None)
+        if not isinstance(key, exp.Column) or key.table != ref.source.alias:
+            return None
+        ref, name = ref.source, key.name
+    return _column_type(ref, name, source_columns)
+
+
 def _bounds(
     changed: SourceRef,
     partners: Mapping[str, SourceRef | KeyRelation],
@@ -252,24 +324,13 @@ def _bounds(
     source_columns: Mapping[TableName, Mapping[str, str]],
 ) -> list[PartnerBound]:
     """Each (changed column, partner column) equality of one orderable type, as a bound."""
-
-    def typed(ref: SourceRef | KeyRelation, column: exp.Column) -> str | None:
-        name = column.name
-        if isinstance(ref, KeyRelation):
-            # Its key columns are names.join_key(i), each the i-th key over its input.
-            key = next((k for i, k in enumerate(ref.keys) if names.join_key(i) == name), None)
-            if not isinstance(key, exp.Column) or key.table != ref.source.alias:
-                return None
-            ref, name = ref.source, key.name
-        columns = {col.lower(): t for col, t in source_columns.get(ref.table, {}).items()}
-        return columns.get(name.lower())
-
     found = []
     for mine, theirs in equalities:
         if mine.table != changed.alias or theirs.table not in partners:
             continue
         partner = partners[theirs.table]
-        mine_type, theirs_type = typed(changed, mine), typed(partner, theirs)
+        mine_type = _partner_type(changed, mine, source_columns)
+        theirs_type = _partner_type(partner, theirs, source_columns)
         if mine_type is None or mine_type != theirs_type or not bounded_type(mine_type):
             continue
         key = KeyColumn(table=changed.table, column=mine.name, data_type=mine_type)

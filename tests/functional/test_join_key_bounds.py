@@ -154,6 +154,21 @@ class TestSemiJoinReadsItsKeysWithinTheChangesKeys(TestJoinReadsPartnersWithinTh
         )
         assert state_builds(spark, project.test_schema, "fact_by_name") == 1
 
+    def test_a_change_of_the_subquerys_input_counts_only_its_keys_rows(
+        self, project, spark, sources
+    ):
+        # Whether key 3 turned is decided by key 3's dimension rows alone.
+        spark.sql(f"INSERT INTO {sources['dim']} VALUES (3, 'x', 1)")
+        touched = self._dim_files(spark, sources["dim"], "k = 3")
+        assert 0 < touched < self._dim_files(spark, sources["dim"])
+        scans = ScanLog(spark)
+        mark = scans.mark()
+        run_dbt(["run"])
+        refresh_scans = self._refresh_scans(scans, mark, sources["dim"])
+        assert refresh_scans, "the refresh never read the dimension"
+        assert max(s.files_read for s in refresh_scans) == touched, (refresh_scans, touched)
+        self._check(project, spark)
+
     def test_a_large_sources_change_keys_are_listed_for_the_partners_rows(
         self, project, spark, sources, monkeypatch
     ):

@@ -268,23 +268,31 @@ SEMI_SQL = (
 SEMI_DESCRIBE = [("id", "int"), ("qty", "int")]
 
 
-def test_a_semi_joins_key_relation_is_bounded_by_the_outer_inputs_change_keys():
+def test_a_semi_joins_key_relation_is_bounded_by_the_change_keys_of_either_input():
     plan, _ = compile_with(SEMI_SQL, SEMI_DESCRIBE)
     _, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
-    assert key_bounds.KeyColumn(ORDERS_TABLE, "id", "int") in keys
+    assert keys == [
+        key_bounds.KeyColumn(ORDERS_TABLE, "id", "int"),
+        key_bounds.KeyColumn(CUSTOMERS_TABLE, "id", "int"),
+    ]
     bounds = {
         (ORDERS_TABLE, "id"): key_bounds.ChangeKeys((("3", "4"),), listed=("3", "4")),
         (CUSTOMERS_TABLE, "id"): key_bounds.ChangeKeys((("7", "7"),)),
     }
     filters = _term_filters(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark"))
-    keys_alias = "`__ivm_semi0_keys`.`__ivm_k0`"
+    keys = "`__ivm_semi0_keys`.`__ivm_k0`"
     # The orders' change term reads the customers' keys within the orders' keys,
     # on the key relation's column, which Spark pushes down to the customers' scan.
-    (bounded,) = [f for f in filters if keys_alias in f]
-    assert f"{keys_alias} BETWEEN CAST('3' AS INT) AND CAST('4' AS INT)" in bounded
-    assert f"{keys_alias} IN (3, 4)" in bounded
-    # The key relation's own change term is not bounded by it (no probe of key changes).
-    assert len(filters) == 2 and "BETWEEN CAST('7'" not in " ".join(filters)
+    (orders_change,) = [f for f in filters if "CAST('3' AS INT)" in f]
+    assert orders_change == (
+        f"{keys} BETWEEN CAST('3' AS INT) AND CAST('4' AS INT) AND {keys} IN (3, 4)"
+    )
+    # The customers' change: the keys that turned are keys of changed customers,
+    # so the key relation's change and the orders meeting it are read within them.
+    (keys_change,) = [f for f in filters if "CAST('7' AS INT)" in f]
+    assert f"{keys} BETWEEN CAST('7' AS INT) AND CAST('7' AS INT)" in keys_change
+    assert "`o`.`id` BETWEEN CAST('7' AS INT) AND CAST('7' AS INT)" in keys_change
+    assert len(filters) == 2
 
 
 def test_a_key_relation_on_an_expression_is_not_bounded():
