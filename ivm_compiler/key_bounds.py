@@ -37,9 +37,11 @@ conjuncts, and only those, both ways:
 A key relation (plan.KeyRelation: the distinct keys of an EXISTS, IN or
 NOT IN subquery, or of an outer join's padded side, which the rules turn
 into inner joins) is a partner like a source: a change row meets only the
-keys equal to its own, so the relation is read within the change's keys,
-by a condition on its key column that Spark pushes through its GROUP BY
-down to the scan of its input.
+keys equal to its own, so the relation is read within the change's key
+ranges (not its list: PartnerBound.listed), by a condition on its key
+column that Spark pushes through its GROUP BY down to the scan of its
+input. Its own change, the keys that gained a first partner or lost a
+last one, is read within its input's change keys the same way.
 
 A comparison (`ts BETWEEN valid_from AND valid_to`) bounds nothing: the
 probe would have to know the other side's values.
@@ -286,14 +288,15 @@ def _key_change_bounds(
         for i, relation in enumerate(inputs)
         if i != position and isinstance(relation, (SourceRef, KeyRelation))
     }
+    equalities = column_equalities(join_conditions(select))
     for bound in list(found):
-        for mine, theirs in column_equalities(join_conditions(select)):
+        for mine, theirs in equalities:
             if mine.table != changed.alias or mine.name != bound.partner_column:
                 continue
             partner = partners.get(theirs.table)
-            if partner is None or _partner_type(partner, theirs, source_columns) != (
-                bound.key.data_type
-            ):
+            if partner is None:
+                continue
+            if _partner_type(partner, theirs, source_columns) != bound.key.data_type:
                 continue
             extra = PartnerBound(bound.key, theirs.table, theirs.name, listed=False)
             if extra not in found:
