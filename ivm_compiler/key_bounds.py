@@ -34,15 +34,6 @@ conjuncts, and only those, both ways:
   at both versions (a partner of a kept row equals the row, which equals a
   change row).
 
-A key relation (plan.KeyRelation: the distinct keys of an EXISTS, IN or
-NOT IN subquery, or of an outer join's padded side, which the rules turn
-into inner joins) is a partner like a source: a change row meets only the
-keys equal to its own, so the relation is read within the change's key
-ranges (not its list: PartnerBound.listed), by a condition on its key
-column that Spark pushes through its GROUP BY down to the scan of its
-input. Its own change, the keys that gained a first partner or lost a
-last one, is read within its input's change keys the same way.
-
 A comparison (`ts BETWEEN valid_from AND valid_to`) bounds nothing: the
 probe would have to know the other side's values.
 
@@ -68,7 +59,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.plan import KeyRelation, PartnerFilter, SourceRef
+from ivm_compiler.plan import PartnerFilter, SourceRef
 from ivm_compiler.sql import TableName, conjuncts
 
 # Types whose MIN/MAX cast to text and back is the same value, compared as
@@ -94,13 +85,6 @@ class PartnerBound:
     key: KeyColumn
     partner_alias: str
     partner_column: str
-    # Whether the change's listed keys narrow it too, not only their ranges.
-    # Not for key relations and their changes: measured on the worked
-    # example (2 M order lines, 2026-12-05), lists of 5,000 customer keys
-    # made `customers_to_chase`'s change query 300 KB of SQL where it was
-    # 16 KB, and its refresh 11.3 s where it took 7.0 s, for a relation
-    # whose input's files hold every key anyway.
-    listed: bool = True
 
 
 # A changed key column's values as sorted, disjoint (lowest, highest) ranges
@@ -188,24 +172,14 @@ def partner_bounds(
     """The partners of input `position` of an inner-join term that its change keys can narrow.
 
     `inputs` are the term's FROM relations in order, then its partner
-    filters; plain sources (SourceRef), key relations (KeyRelation, on a
-    key that is a plain column of their input) and filters' inputs are
-    bounded. A bound's partner alias is a FROM relation's (for the term's
-    WHERE), a filter's input's (for that filter's ON), or, for a filter's
-    own change, its input's at either version (names.partner_alias).
-
-    A key relation's bound is on its key column in the term's WHERE: Spark
-    pushes it through the relation's GROUP BY of that key, and through a log
-    state's consolidation, down to the input's scan, so the keys of an EXISTS
-    or NOT IN over a large input are computed only for the change's keys
-    (the warehouse's `slv_payments` read and summed every order for a day's
-    payments).
+    filters; only plain sources (SourceRef) and filters' inputs are bounded.
+    A bound's partner alias is a FROM relation's (for the term's WHERE), a
+    filter's input's (for that filter's ON), or, for a filter's own change,
+    its input's at either version (names.partner_alias).
     """
     changed = inputs[position]
     if isinstance(changed, PartnerFilter):
         return _filter_change_bounds(select, inputs, position, source_columns)
-    if isinstance(changed, KeyRelation):
-        return _key_change_bounds(select, inputs, position, source_columns)
     if not isinstance(changed, SourceRef):
         return []
     found = []
@@ -213,7 +187,7 @@ def partner_bounds(
         partners = {
             relation.alias: relation
             for index, relation in enumerate(inputs)
-            if index != position and isinstance(relation, (SourceRef, KeyRelation))
+            if index != position and isinstance(relation, SourceRef)
         }
         found += _bounds(
             changed, partners, column_equalities(join_conditions(select)), source_columns
@@ -256,96 +230,28 @@ def _filter_change_bounds(
     return found
 
 
-def _key_change_bounds(
-    select: exp.Select,
-    inputs: Sequence[object],
-    position: int,
-    source_columns: Mapping[TableName, Mapping[str, str]],
-) -> list[PartnerBound]:
-    """A key relation's change: itself and its term's partners, within its input's change keys.
-
-    The keys that gained their first partner or lost their last are keys of
-    the input's change rows, so the relation's change is read within them
-    (on its own key column: Spark pushes that through its GROUP BY to both
-    reads of its input, which otherwise count every key's rows to find the
-    touched ones), and so is each partner equal to a key column.
-    """
-    changed = inputs[position]
-    assert isinstance(changed, KeyRelation)
-    if not inner_joins_only(select):
-        return []
-    found = []
-    for index, key in enumerate(changed.keys):
-        if not isinstance(key, exp.Column) or key.table != changed.source.alias:
-            continue
-        data_type = _column_type(changed.source, key.name, source_columns)
-        if data_type is None or not bounded_type(data_type):
-            continue
-        own = KeyColumn(table=changed.source.table, column=key.name, data_type=data_type)
-        found.append(PartnerBound(own, changed.alias, names.join_key(index), listed=False))
-    partners = {
-        relation.alias: relation
-        for i, relation in enumerate(inputs)
-        if i != position and isinstance(relation, (SourceRef, KeyRelation))
-    }
-    equalities = column_equalities(join_conditions(select))
-    for bound in list(found):
-        for mine, theirs in equalities:
-            if mine.table != changed.alias or mine.name != bound.partner_column:
-                continue
-            partner = partners.get(theirs.table)
-            if partner is None:
-                continue
-            if _partner_type(partner, theirs, source_columns) != bound.key.data_type:
-                continue
-            extra = PartnerBound(bound.key, theirs.table, theirs.name, listed=False)
-            if extra not in found:
-                found.append(extra)
-    return found
-
-
-def _column_type(
-    ref: SourceRef, name: str, source_columns: Mapping[TableName, Mapping[str, str]]
-) -> str | None:
-    columns = {col.lower(): t for col, t in source_columns.get(ref.table, {}).items()}
-    return columns.get(name.lower())
-
-
-def _partner_type(
-    ref: SourceRef | KeyRelation,
-    column: exp.Column,
-    source_columns: Mapping[TableName, Mapping[str, str]],
-) -> str | None:
-    """A partner column's type: a source's column, or the input column a key relation's key is."""
-    name = column.name
-    if isinstance(ref, KeyRelation):
-        # Its key columns are names.join_key(i), each the i-th key over its input.
-        key = next((k for i, k in enumerate(ref.keys) if names.join_key(i) == name), None)
-        if not isinstance(key, exp.Column) or key.table != ref.source.alias:
-            return None
-        ref, name = ref.source, key.name
-    return _column_type(ref, name, source_columns)
-
-
 def _bounds(
     changed: SourceRef,
-    partners: Mapping[str, SourceRef | KeyRelation],
+    partners: Mapping[str, SourceRef],
     equalities: list[tuple[exp.Column, exp.Column]],
     source_columns: Mapping[TableName, Mapping[str, str]],
 ) -> list[PartnerBound]:
     """Each (changed column, partner column) equality of one orderable type, as a bound."""
+
+    def typed(ref: SourceRef, column: exp.Column) -> str | None:
+        columns = {name.lower(): t for name, t in source_columns.get(ref.table, {}).items()}
+        return columns.get(column.name.lower())
+
     found = []
     for mine, theirs in equalities:
         if mine.table != changed.alias or theirs.table not in partners:
             continue
         partner = partners[theirs.table]
-        mine_type = _partner_type(changed, mine, source_columns)
-        theirs_type = _partner_type(partner, theirs, source_columns)
+        mine_type, theirs_type = typed(changed, mine), typed(partner, theirs)
         if mine_type is None or mine_type != theirs_type or not bounded_type(mine_type):
             continue
         key = KeyColumn(table=changed.table, column=mine.name, data_type=mine_type)
-        listed = not isinstance(partner, KeyRelation)
-        bound = PartnerBound(key, theirs.table, theirs.name, listed)
+        bound = PartnerBound(key, theirs.table, theirs.name)
         if bound not in found:
             found.append(bound)
     return found
@@ -388,7 +294,7 @@ def bound_predicate(bound: PartnerBound, bounds: Bounds) -> exp.Expr | None:
         bound.partner_column, table=exp.to_identifier(bound.partner_alias, True), quoted=True
     )
     within = ranges_predicate(column, found.ranges, bound.key.data_type)
-    if not found.ranges or found.listed is None or not bound.listed:
+    if not found.ranges or found.listed is None:
         return within
     return exp.and_(within, listed_predicate(column, found.listed, bound.key.data_type))
 
