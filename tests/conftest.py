@@ -192,6 +192,28 @@ SPEED_CONF = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
 
+# Test-only JVM options of each worker's Spark driver. A test JVM runs
+# Spark's planner over hundreds of small, different queries, so HotSpot keeps
+# finding new warm methods: on test_ivm_dag.py alone (2026-12-01, `jstat
+# -compiler`) JIT compilation took 136-154 s of the JVM's 192-226 s of CPU.
+# The C2 thresholds at ten times their defaults leave lukewarm methods in C1
+# code and compile only the hot ones: compile time 136 -> 90 s at twice the
+# defaults. The parallel collector drops G1's concurrent work; this heap holds
+# little (GC took 3-4 s of that run either way). Three test files on two
+# workers, as scripts/test runs them: 375-385 s as before, 342-365 s with the
+# parallel collector, 330 s adding twice the thresholds, 299 s with ten
+# times; C1 alone (TieredStopAtLevel=1) 443 s. The larger code cache gives
+# the longer-profiled methods room: in a whole run their code reached 145 MB,
+# past the 120 MB the default code cache keeps for it.
+JIT_AND_GC_OPTIONS = (
+    "-XX:+UseParallelGC",
+    "-XX:Tier4InvocationThreshold=50000",
+    "-XX:Tier4MinInvocationThreshold=10000",
+    "-XX:Tier4CompileThreshold=150000",
+    "-XX:Tier4BackEdgeThreshold=400000",
+    "-XX:ReservedCodeCacheSize=512m",
+)
+
 
 # dbt-tests-adapter's own `prefix` (of the test schema) and `project_root`
 # do not depend on `connection`, so pytest would keep them for a class's
@@ -267,6 +289,7 @@ def spark(spark_cluster):
     configs = {**session_configs(RUNTIME_DIR), **ANSI_CONF, **SPEED_CONF}
     if spark_cluster is not None:
         configs.update(spark_cluster[1].driver_configs())
+    configs["spark.driver.extraJavaOptions"] += " " + " ".join(JIT_AND_GC_OPTIONS)
     builder = SparkSession.builder.enableHiveSupport()
     for key, value in configs.items():
         builder = builder.config(key, value)

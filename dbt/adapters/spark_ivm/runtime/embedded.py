@@ -18,27 +18,6 @@ from dbt.adapters.spark_ivm.runtime.versions import Artifact, SparkLine, install
 RUNTIME_DIR_NAME = ".spark_ivm"
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
-# The driver JVM's compiler and collector. Every dbt invocation starts its
-# own JVM, and a refresh plans, code-generates and compiles hundreds of
-# statements it runs once: on the layered warehouse's batch (scale 1500, two
-# cores, 2026-12-05, bench/tpch_bench/thread_cpu.py) the JIT took 104 of the
-# refresh's 540 CPU seconds and G1's collector 39. The C2 thresholds at ten
-# times their defaults leave lukewarm methods in C1 code and compile only
-# the hot ones (a scan's loop passes them within its first file); the
-# parallel collector drops G1's concurrent work; the larger code cache gives
-# the longer-profiled methods room (a test run's reached 145 MB, past the
-# 120 MB the default keeps for them). Measured first on the test suite
-# (2026-12-01: three test files 375-385 s, 299 s with these; C1 alone 443 s),
-# then on the worked example and the warehouse (docs/performance.md).
-JVM_OPTIONS = (
-    "-XX:+UseParallelGC",
-    "-XX:Tier4InvocationThreshold=50000",
-    "-XX:Tier4MinInvocationThreshold=10000",
-    "-XX:Tier4CompileThreshold=150000",
-    "-XX:Tier4BackEdgeThreshold=400000",
-    "-XX:ReservedCodeCacheSize=512m",
-)
-
 
 def local_maven_repository() -> Path:
     """The Maven client's local repository (``~/.m2/repository`` unless overridden)."""
@@ -86,12 +65,8 @@ def session_configs(runtime_dir: str | os.PathLike[str]) -> dict[str, str]:
             f"jdbc:derby:;databaseName={root / 'metastore_db'};create=true"
         ),
         # Derby writes derby.log into its system home, which is the cwd by default.
-        "spark.driver.extraJavaOptions": " ".join(
-            (
-                f"-Dderby.system.home={root}",
-                f"-Dlog4j2.configurationFile={LOG_CONFIG}",
-                *JVM_OPTIONS,
-            )
+        "spark.driver.extraJavaOptions": (
+            f"-Dderby.system.home={root} -Dlog4j2.configurationFile={LOG_CONFIG}"
         ),
         # Delta keeps the schema in its own log; the embedded Hive metastore would
         # otherwise reject (and log as an ERROR) the schema it is handed when a
