@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # dbt's text log: "<color>HH:MM:SS.ffffff [level] [thread]: message".
-_LINE = re.compile(
-    r"^(?:\x1b\[\d+m)?\d\d:\d\d:\d\d\.\d+ \[\w+\s*\] \[(?P<thread>[^\]]+)\]: (?P<msg>.*)$"
+# A line of a dbt debug log: its time of day, level, thread and message.
+LOG_LINE = re.compile(
+    r"^(?:\x1b\[\d+m)?(?P<time>\d\d:\d\d:\d\d\.\d+) \[\w+\s*\] \[(?P<thread>[^\]]+)\]: (?P<msg>.*)$"
 )
 _STATEMENT = re.compile(r"^On (?P<node>\S+): (?P<sql>.*)$")
 _STATUS = re.compile(r"^SQL status: .* in (?P<seconds>[\d.]+) seconds$")
@@ -87,7 +88,7 @@ def statements(lines: Iterable[str]) -> list[Statement]:
     current: Statement | None = None
     for raw in lines:
         line = raw.rstrip("\n")
-        match = _LINE.match(line)
+        match = LOG_LINE.match(line)
         if match is None:
             if current is not None:
                 current.sql += "\n" + line  # a statement's further lines

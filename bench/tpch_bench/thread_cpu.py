@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tpch_bench.profile import LOG_LINE
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 # A JVM thread's name (comm keeps its first 15 characters) -> its kind.
@@ -158,13 +160,12 @@ def invocations(log_lines: Iterable[str], day: str) -> list[Window]:
     >>> [(w.label, round(w.end - w.start, 1)) for w in invocations(lines, "2026-12-05")]
     [('1', 9.5), ('2', 30.0)]
     """
-    stamp = re.compile(r"^\x1b?\[?0?m?(\d\d:\d\d:\d\d\.\d+) ")
     windows: list[Window] = []
     for line in log_lines:
-        found = stamp.match(line)
+        found = LOG_LINE.match(line)
         if not found:
             continue
-        moment = datetime.strptime(f"{day} {found[1]}", "%Y-%m-%d %H:%M:%S.%f")
+        moment = datetime.strptime(f"{day} {found['time']}", "%Y-%m-%d %H:%M:%S.%f")
         epoch = moment.replace(tzinfo=timezone.utc).timestamp()
         if "Running with dbt=" in line:
             windows.append(Window(str(len(windows) + 1), epoch, epoch))

@@ -175,7 +175,7 @@ class StateWrites:
         """
         idempotent = log_state.TXN_APP_ID_CONF in settings
         shared = not self.own_session
-        with committing(self.runner, metadata, shared_session=shared), self._under(settings):
+        with committing(self.runner, metadata, shared_session=shared), under(self.runner, settings):
             if self.own_session:
                 # Unset first: a version left by an earlier commit of this
                 # session (the previous model's, on a reused connection) must
@@ -283,7 +283,7 @@ class StateWrites:
         """
         refresh_id = uuid.uuid4().hex
         with (
-            self._under(self.staging.settings),
+            under(self.runner, self.staging.settings),
             self.staged_feeds(plan, ranges, refresh_id) as reading,
         ):
             bounds = self.join_key_bounds(plan, reading)
@@ -324,7 +324,7 @@ class StateWrites:
         refresh_id = uuid.uuid4().hex
         guard = emit.Guard(read=guard_read, write=refresh_id)
         with (
-            self._under(self.staging.settings),
+            under(self.runner, self.staging.settings),
             self.staged_feeds(plan, ranges, refresh_id) as reading,
         ):
             bounds = self.join_key_bounds(plan, reading)
@@ -358,7 +358,7 @@ class StateWrites:
             else None
         )
         try:
-            with self._under(STAGE_SETTINGS if changes_stage or rows_stage else {}):
+            with under(self.runner, STAGE_SETTINGS if changes_stage or rows_stage else {}):
                 if changes_stage is not None:
                     self.runner.execute(
                         emit.stage_changes(
@@ -455,12 +455,6 @@ class StateWrites:
         return layout.TargetBounds(sort_key, data_type, ranges)
 
     @contextlib.contextmanager
-    def _under(self, settings: Mapping[str, str]) -> Iterator[None]:
-        """Session confs set for the statements of the block, reset after it (confs.under)."""
-        with under(self.runner, settings):
-            yield
-
-    @contextlib.contextmanager
     def staged_feeds(
         self, plan: ViewPlan, ranges: dict[TableName, VersionRange], refresh_id: str
     ) -> Iterator[dict[TableName, VersionRange]]:
@@ -536,7 +530,7 @@ class StateWrites:
         """
         staged: list[str] = []
         try:
-            with self._under(STAGE_SETTINGS if stages else {}):
+            with under(self.runner, STAGE_SETTINGS if stages else {}):
                 for stage in stages:
                     self.runner.execute(stage.statement)
                     staged.append(stage.name)
@@ -620,7 +614,7 @@ class StateWrites:
         # the MERGE (emit.stage_partition_rows).
         staged = f"{names.STAGED_PREFIX}{refresh_id}_partitions"
         try:
-            with self._under({**self.staging.settings, **STAGE_SETTINGS}):
+            with under(self.runner, {**self.staging.settings, **STAGE_SETTINGS}):
                 self.runner.execute(emit.stage_partition_rows(plan, versions, touched, staged))
                 statement = emit.merge_partitions(
                     plan, self.state, versions, touched, guard, staged
