@@ -26,7 +26,7 @@ from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
-from ivm_compiler import lineage, names, window_filters
+from ivm_compiler import lineage, names, reads, window_filters
 from ivm_compiler.errors import FALLBACK_HINT, NotMaintainable
 from ivm_compiler.parse import parse_model, parse_statement
 from ivm_compiler.plan import UpstreamModel, ViewClass, ViewPlan
@@ -94,16 +94,38 @@ def compile_model(
             plan, top_k=top, fingerprint=fingerprint[:16], query=parse_model(model, sql)
         )
     if written is None:
-        return plan
+        return _narrowed_upstreams(plan)
     written_tree = parse_statement(model, written)
     assert isinstance(written_tree, exp.Query)  # the SQL the plan was compiled from
     tables = {*source_tables(plan.query), *source_tables(written_tree)}
-    return dataclasses.replace(
-        plan,
-        sql=written,
-        query=written_tree,
-        upstreams={t: u for t, u in upstreams.items() if t in tables},
+    return _narrowed_upstreams(
+        dataclasses.replace(
+            plan,
+            sql=written,
+            query=written_tree,
+            upstreams={t: u for t, u in upstreams.items() if t in tables},
+        )
     )
+
+
+def _narrowed_upstreams(plan: ViewPlan) -> ViewPlan:
+    """The plan with each log upstream read for the columns the model reads (reads.narrowed).
+
+    The columns kept are those the compiled query reads of it, and any column
+    the model's own query names (its ORDER BY of a top-k, the written query
+    of a model read through plan nodes): more than needed is only less
+    narrow. After the fingerprint: a state's meaning does not change with
+    how its upstreams are read. A query taking every column (`*`, `t.*`)
+    reads them whole.
+    """
+    if any(not isinstance(star.parent, exp.Count) for star in plan.query.find_all(exp.Star)):
+        return plan
+    named = {column.name for column in plan.query.find_all(exp.Column)}
+    upstreams = {
+        table: reads.narrowed(upstream, {*plan.source_columns.get(table, {}), *named})
+        for table, upstream in plan.upstreams.items()
+    }
+    return dataclasses.replace(plan, upstreams=upstreams)
 
 
 def _compile(

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 from sqlglot import exp, parse_one
 
-from ivm_compiler import TableName, compile_model, emit, log_state, names
+from ivm_compiler import TableName, compile_model, emit, log_state, names, reads
 from ivm_compiler.plan import UpstreamModel
 from ivm_compiler.reads import (
     CHANGE_TYPE,
@@ -136,3 +136,31 @@ def test_a_log_of_partial_rows_is_not_read_as_a_change():
     upstream = _log_upstream("SELECT DISTINCT customer FROM shop.orders", "customer string")
     with pytest.raises(ValueError, match="is a log of partial rows.*refresh the model"):
         signed_changes(TableName("analytics", "my_model"), VersionRange(7, 9), "up", upstream)
+
+
+def test_a_reader_of_some_of_a_log_upstreams_columns_sums_it_per_those():
+    """reads.narrowed: the consolidation groups by the state columns the reader reads, only."""
+    upstream = _log_upstream(LOG_UPSTREAM, "id int, customer string")
+    up = TableName("analytics", "up")
+    reader = "SELECT customer, COUNT(*) AS n FROM analytics.up GROUP BY customer"
+    catalog = golden.FakeCatalog(
+        {"analytics.up": [("id", "int"), ("customer", "string")]},
+        reader,
+        golden.split_columns("customer string, n bigint"),
+        golden.split_columns("key_0 string"),
+    )
+    plan = compile_model("reader", reader, catalog, {up: upstream})
+    narrowed = plan.upstreams[up]
+    assert [p.alias_or_name for p in narrowed.view.expressions] == ["customer"]
+    at_version = table_at_version(up, 9, "up", narrowed).sql("spark")
+    assert f"GROUP BY `__ivm_g1` HAVING SUM(`{names.COUNT}`) <> 0" in at_version
+    # Its change and net change have the same single column.
+    changed = signed_changes(up, VersionRange(7, 9, overwritten=True), "up", narrowed)
+    assert [p.alias_or_name for p in changed.this.expressions] == ["customer", names.SIGN]
+
+
+def test_a_reader_of_every_column_or_of_a_merged_upstream_reads_it_as_it_is():
+    upstream = _log_upstream(LOG_UPSTREAM, "id int, customer string")
+    assert reads.narrowed(upstream, ["id", "customer"]) is upstream
+    assert reads.narrowed(upstream, []) is upstream
+    assert reads.narrowed(UPSTREAM, ["g"]) is UPSTREAM
