@@ -76,23 +76,55 @@ DAG = {
 }
 
 
-def _render(template: str, reference, sources: dict[str, str]) -> str:
-    refs = {f"ref_{name}": reference(name) for name in DAG}
+def _render(template: str, reference, sources: dict[str, str], dag=DAG) -> str:
+    refs = {f"ref_{name}": reference(name) for name in dag}
     return template.format(**refs, **sources)
+
+
+def _dag_files(dag: dict[str, tuple[str, str]]) -> dict[str, str]:
+    """The dbt project's files for `dag`'s models, each with its materialization."""
+    files = {"sources.yml": SOURCES_YML}
+    for name, (template, materialized) in dag.items():
+        # dbt-spark writes 'table' models as parquet unless told otherwise.
+        file_format = ", file_format='delta'" if materialized == "table" else ""
+        config = f"{{{{ config(materialized='{materialized}'{file_format}) }}}}\n"
+        files[f"{name}.sql"] = config + _render(
+            template, lambda ref: f"{{{{ ref('{ref}') }}}}", SOURCES, dag
+        )
+    return files
+
+
+def _check_dag(project, spark, dag: dict[str, tuple[str, str]]) -> None:
+    """Every ivm model of `dag` equals its query over the relations as they are now."""
+    schema = project.test_schema
+    for name, (template, materialized) in dag.items():
+        if materialized != "ivm":
+            continue
+        query = _render(
+            template,
+            lambda ref: f"{schema}.{ref}",
+            {"src": f"{schema}.src", "dim": f"{schema}.dim"},
+            dag,
+        )
+        difference = bag_difference(spark, f"SELECT * FROM {schema}.{name}", query)
+        assert difference.equal, f"{name} differs from its query: {difference}"
+
+
+def _run_random_steps(spark, sources, example_budget, steps, check) -> None:
+    """Each step's source changes, then a `dbt run` and `check()`."""
+    if not example_budget.admits_next():
+        return
+    for statements in example_budget.steps(steps):
+        for statement in statements:
+            spark.sql(statement.format(**sources))
+        run_dbt(["run"])
+        check()
 
 
 class TestIvmDag(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
-        files = {"sources.yml": SOURCES_YML}
-        for name, (template, materialized) in DAG.items():
-            # dbt-spark writes 'table' models as parquet unless told otherwise.
-            file_format = ", file_format='delta'" if materialized == "table" else ""
-            config = f"{{{{ config(materialized='{materialized}'{file_format}) }}}}\n"
-            files[f"{name}.sql"] = config + _render(
-                template, lambda ref: f"{{{{ ref('{ref}') }}}}", SOURCES
-            )
-        return files
+        return _dag_files(DAG)
 
     @pytest.fixture(scope="class")
     def sources(self, project):
@@ -101,17 +133,7 @@ class TestIvmDag(IvmProject):
         return tables
 
     def _check_every_level(self, project, spark) -> None:
-        schema = project.test_schema
-        for name, (template, materialized) in DAG.items():
-            if materialized != "ivm":
-                continue
-            query = _render(
-                template,
-                lambda ref: f"{schema}.{ref}",
-                {"src": f"{schema}.src", "dim": f"{schema}.dim"},
-            )
-            difference = bag_difference(spark, f"SELECT * FROM {schema}.{name}", query)
-            assert difference.equal, f"{name} differs from its query: {difference}"
+        _check_dag(project, spark, DAG)
 
     def test_downstream_reads_upstream_state_changes(self, project, spark, sources):
         schema = project.test_schema
@@ -245,13 +267,9 @@ class TestIvmDag(IvmProject):
     def test_every_level_equals_its_query_after_random_changes(
         self, project, spark, sources, example_budget, steps
     ):
-        if not example_budget.admits_next():
-            return
-        for statements in example_budget.steps(steps):
-            for statement in statements:
-                spark.sql(statement.format(**sources))
-            run_dbt(["run"])
-            self._check_every_level(project, spark)
+        _run_random_steps(
+            spark, sources, example_budget, steps, lambda: self._check_every_level(project, spark)
+        )
 
     # In scripts/test-extended (108 s of the README command's, 2026-11-29):
     # a state's change feed turned on when a new model first reads it. The
@@ -299,15 +317,21 @@ class TestIvmDag(IvmProject):
 # summed per the columns each reads, so duplicates, NULLs and retractions of
 # the others must add up to the same bag of what it reads.
 NARROW_DAG = {
-    "lg_rows": "select k, g, v, d from {src}",
-    "lg_sums": "select g, count(*) as n, sum(v) as sv from {ref_lg_rows} group by g",
+    "lg_rows": ("select k, g, v, d from {src}", "ivm"),
+    "lg_sums": ("select g, count(*) as n, sum(v) as sv from {ref_lg_rows} group by g", "ivm"),
     "lg_matched": (
-        "select x.k, x.name from {dim} x "
-        "where exists (select 1 from {ref_lg_rows} r where r.k = x.k and r.v > 1)"
+        (
+            "select x.k, x.name from {dim} x "
+            "where exists (select 1 from {ref_lg_rows} r where r.k = x.k and r.v > 1)"
+        ),
+        "ivm",
     ),
     "lg_unmatched": (
-        "select x.k, x.name from {dim} x "
-        "where x.k not in (select r.k from {ref_lg_rows} r where r.k is not null)"
+        (
+            "select x.k, x.name from {dim} x "
+            "where x.k not in (select r.k from {ref_lg_rows} r where r.k is not null)"
+        ),
+        "ivm",
     ),
 }
 
@@ -315,27 +339,13 @@ NARROW_DAG = {
 class TestRandomNarrowedLogReads(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
-        files = {"sources.yml": SOURCES_YML}
-        for name, template in NARROW_DAG.items():
-            refs = {f"ref_{ref}": f"{{{{ ref('{ref}') }}}}" for ref in NARROW_DAG}
-            files[f"{name}.sql"] = "{{ config(materialized='ivm') }}\n" + template.format(
-                **refs, **SOURCES
-            )
-        return files
+        return _dag_files(NARROW_DAG)
 
     @pytest.fixture(scope="class")
     def sources(self, project):
         tables = create_join_sources(project)
         run_dbt(["run"])
         return tables
-
-    def _check(self, project, spark) -> None:
-        schema = project.test_schema
-        for name, template in NARROW_DAG.items():
-            refs = {f"ref_{ref}": f"{schema}.{ref}" for ref in NARROW_DAG}
-            query = template.format(**refs, src=f"{schema}.src", dim=f"{schema}.dim")
-            difference = bag_difference(spark, f"SELECT * FROM {schema}.{name}", query)
-            assert difference.equal, f"{name} differs from its query: {difference}"
 
     def test_readers_sum_the_log_per_the_columns_they_read(self, project, spark, sources):
         schema = project.test_schema
@@ -348,7 +358,7 @@ class TestRandomNarrowedLogReads(IvmProject):
         grouped = re.escape(summed) + r" \d+ WHERE `__ivm_guard` IS NULL (GROUP BY [^H]*)HAVING"
         groupings = re.findall(grouped, log)
         assert "GROUP BY `__ivm_g0` " in groupings, groupings
-        self._check(project, spark)
+        _check_dag(project, spark, NARROW_DAG)
 
     @random_change_settings(default_examples=2)
     @given(
@@ -361,10 +371,6 @@ class TestRandomNarrowedLogReads(IvmProject):
     def test_every_reader_equals_its_query_after_random_changes(
         self, project, spark, sources, example_budget, steps
     ):
-        if not example_budget.admits_next():
-            return
-        for statements in example_budget.steps(steps):
-            for statement in statements:
-                spark.sql(statement.format(**sources))
-            run_dbt(["run"])
-            self._check(project, spark)
+        _run_random_steps(
+            spark, sources, example_budget, steps, lambda: _check_dag(project, spark, NARROW_DAG)
+        )
