@@ -457,9 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("customers", "products", "orders", "order_items", "payments")
     }
     RESULTS_DIR.mkdir(exist_ok=True)
-    report = markdown(
-        steps, args.threads, args.scale, raw_rows, args.batch_scale, warm_up=warm_up
-    )
+    report = markdown(steps, args.threads, args.scale, raw_rows, args.batch_scale, warm_up=warm_up)
     name = f"warehouse-{args.label}" if args.label else "warehouse"
     (RESULTS_DIR / f"{name}.md").write_text(report)
     payload = [
