@@ -121,16 +121,20 @@ def _run_random_steps(spark, sources, example_budget, steps, check) -> None:
         check()
 
 
-class TestIvmDag(IvmProject):
-    @pytest.fixture(scope="class")
-    def models(self):
-        return _dag_files(DAG)
+class DagProject(IvmProject):
+    """A project over the join sources (src, dim), built once before its tests."""
 
     @pytest.fixture(scope="class")
     def sources(self, project):
         tables = create_join_sources(project)
         run_dbt(["run"])
         return tables
+
+
+class TestIvmDag(DagProject):
+    @pytest.fixture(scope="class")
+    def models(self):
+        return _dag_files(DAG)
 
     def _check_every_level(self, project, spark) -> None:
         _check_dag(project, spark, DAG)
@@ -336,16 +340,10 @@ NARROW_DAG = {
 }
 
 
-class TestRandomNarrowedLogReads(IvmProject):
+class TestRandomNarrowedLogReads(DagProject):
     @pytest.fixture(scope="class")
     def models(self):
         return _dag_files(NARROW_DAG)
-
-    @pytest.fixture(scope="class")
-    def sources(self, project):
-        tables = create_join_sources(project)
-        run_dbt(["run"])
-        return tables
 
     def test_readers_sum_the_log_per_the_columns_they_read(self, project, spark, sources):
         schema = project.test_schema
