@@ -140,7 +140,8 @@ def ungrouped_build_query(
     For a projection kept as a log (log_state.py): its readers and its view
     sum a key's rows, so equal rows need not be one row yet, and the first
     build is the model's query with a count column, where grouping shuffled
-    the whole table (the warehouse's order lines).
+    the whole table (the warehouse's order lines). For rows that cannot be
+    equal (view_classes/window.py, one_row_per_key): each is its own group.
     """
     rows = rows_to_build(plan, versions, rows_filter)
     values = {

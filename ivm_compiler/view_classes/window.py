@@ -367,8 +367,74 @@ def build_query(
     versions: Mapping[TableName, int],
     rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
-    """The projection's state of the rows; `rows_filter` keeps the touched partitions' rows."""
+    """The projection's state of the rows; `rows_filter` keeps the touched partitions' rows.
+
+    Rows that one_row_per_key shows distinct are each a state row counted
+    once: grouping them by every column shuffled them all a second time for
+    counts of 1 (the warehouse's order dedupe, at its build and at each
+    refresh's recomputed partitions).
+    """
+    if isinstance(plan.rows, exp.Select) and one_row_per_key(plan.rows):
+        return state_rows.ungrouped_build_query(plan, versions, rows_filter)
     return state_rows.build_query(plan, versions, rows_filter)
+
+
+def one_row_per_key(rows: exp.Select) -> bool:
+    """Whether the rows' QUALIFY keeps at most one row of each partition whose columns they project.
+
+    The dedupe idiom, folded (window_filters.py): `ROW_NUMBER() OVER
+    (PARTITION BY p ...) = 1` (or `<= 1`) keeps one row per value of p, and
+    with every column of p projected no two kept rows are equal.
+
+    >>> import sqlglot
+    >>> rows = sqlglot.parse_one(
+    ...     "SELECT t.id AS g0, t.v AS g1 FROM t QUALIFY ROW_NUMBER() OVER "
+    ...     "(PARTITION BY t.id ORDER BY t.ts DESC) = 1 AND g1 > 0", read="duckdb")
+    >>> one_row_per_key(rows)
+    True
+    >>> rows = sqlglot.parse_one(
+    ...     "SELECT t.v AS g0 FROM t QUALIFY ROW_NUMBER() OVER "
+    ...     "(PARTITION BY t.id ORDER BY t.ts DESC) = 1", read="duckdb")
+    >>> one_row_per_key(rows)  # two ids may keep equal values
+    False
+    >>> rows = sqlglot.parse_one(
+    ...     "SELECT t.id AS g0 FROM t QUALIFY RANK() OVER (PARTITION BY t.id ORDER BY t.ts) = 1",
+    ...     read="duckdb")
+    >>> one_row_per_key(rows)  # RANK keeps every row tied first
+    False
+    """
+    qualify = rows.args.get("qualify")
+    if qualify is None:
+        return False
+    projected = {p.unalias().sql(dialect=DIALECT) for p in rows.expressions}
+    for condition in (
+        qualify.this.flatten() if isinstance(qualify.this, exp.And) else [qualify.this]
+    ):
+        window = _first_row_window(condition)
+        if window is not None and all(
+            c.sql(dialect=DIALECT) in projected for c in window.args.get("partition_by") or []
+        ):
+            return True
+    return False
+
+
+def _first_row_window(condition: exp.Expr) -> exp.Window | None:
+    """The ROW_NUMBER window a condition keeps the first row of (`= 1`, `1 =`, `<= 1`), if any."""
+    one = exp.Literal.number(1)
+    if isinstance(condition, exp.EQ):
+        sides = [(condition.this, condition.expression), (condition.expression, condition.this)]
+    elif isinstance(condition, exp.LTE):
+        sides = [(condition.this, condition.expression)]
+    else:
+        return None
+    for window, bound in sides:
+        if (
+            isinstance(window, exp.Window)
+            and isinstance(window.this, exp.RowNumber)
+            and bound == one
+        ):
+            return window
+    return None
 
 
 def change_query(
