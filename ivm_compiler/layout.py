@@ -34,9 +34,11 @@ the sort decays with every refresh; nothing sorts a state again yet but a
 rebuild (`--full-refresh`): a re-sort by `ivm_housekeeping` past a share of
 unsorted files is open (CONTRIBUTING.md, known gaps).
 
-Small states (sources under the refresh's large-source size) keep the
-plain layout: sorting them costs their build a shuffle for files there is
-nothing to skip in, and deletion vectors made a small state's MERGE slower.
+Smaller states (sources under delta.confs.SORTED_STATE_BYTES, a GB) keep
+the plain layout: sorted, they are a file or two per shuffle partition,
+so the sort costs their build (and every recompute) a sampling pass and a
+range shuffle for files there is little to skip in; deletion vectors made
+a small state's MERGE slower.
 """
 
 from __future__ import annotations
@@ -105,9 +107,9 @@ def sort_key(plan: ViewPlan) -> str | None:
     return plan.merge_keys[0] if plan.keys else None
 
 
-def layout(plan: ViewPlan, large: bool) -> Layout:
-    """The layout of a state whose sources are `large` (delta.Staging's size classes)."""
-    if not large or plan.log_state:
+def layout(plan: ViewPlan, sort: bool) -> Layout:
+    """The layout of a state: sorted by its key where `sort` (delta.Staging.sorted_states)."""
+    if not sort or plan.log_state:
         # A log's rows are appended in change order: sorting its build
         # would not outlive the first append.
         return PLAIN

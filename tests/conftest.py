@@ -198,7 +198,8 @@ SPEED_CONF = {
 # -compiler`) JIT compilation took 136-154 s of the JVM's 192-226 s of CPU.
 # The C2 thresholds at ten times their defaults leave lukewarm methods in C1
 # code and compile only the hot ones: compile time 136 -> 90 s at twice the
-# defaults. The parallel collector drops G1's concurrent work; this heap holds
+# defaults. The parallel collector (now the embedded runtime's own,
+# runtime/embedded.py) drops G1's concurrent work; this heap holds
 # little (GC took 3-4 s of that run either way). Three test files on two
 # workers, as scripts/test runs them: 375-385 s as before, 342-365 s with the
 # parallel collector, 330 s adding twice the thresholds, 299 s with ten
@@ -206,7 +207,6 @@ SPEED_CONF = {
 # the longer-profiled methods room: in a whole run their code reached 145 MB,
 # past the 120 MB the default code cache keeps for it.
 JIT_AND_GC_OPTIONS = (
-    "-XX:+UseParallelGC",
     "-XX:Tier4InvocationThreshold=50000",
     "-XX:Tier4MinInvocationThreshold=10000",
     "-XX:Tier4CompileThreshold=150000",

@@ -1,7 +1,8 @@
 """A large state is written sorted by its key, and a MERGE reads only the files of the change's keys (ivm_compiler/layout.py).
 
 The sources here are tiny; the fixtures make every source count as large
-(delta.confs.SMALL_SOURCE_BYTES) and every state file hold at most a few
+and its states sorted (delta.confs.SMALL_SOURCE_BYTES, SORTED_STATE_BYTES)
+and every state file hold at most a few
 rows (layout.ROWS_PER_FILE), so the layout a warehouse-sized state gets is
 checked on a few dozen rows: the files' key ranges, a MERGE that touches
 only the files of its keys (Spark's "number of files read", ScanLog) and
@@ -32,6 +33,7 @@ def large_sorted_states():
     """Every source counts as large; a sorted state's files hold ROWS_PER_FILE rows at most."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+        patch.setattr(confs, "SORTED_STATE_BYTES", 0)
         patch.setattr(layout, "ROWS_PER_FILE", ROWS_PER_FILE)
         yield
 

@@ -221,10 +221,11 @@ class Staging:
     # one more statement (TestRandomJoinChanges: 238 s of worker time with
     # it, 2026-12-01).
     change_rows: bool = False
-    # Whether a source is large (past SMALL_SOURCE_BYTES, or of unknown size):
-    # the state is then written sorted by its key with deletion vectors
-    # (ivm_compiler/layout.py).
+    # Whether a source is large (past SMALL_SOURCE_BYTES, or of unknown size).
     large: bool = False
+    # Whether the state is written sorted by its key (ivm_compiler/layout.py):
+    # sources of SORTED_STATE_BYTES or more, or of unknown size.
+    sorted_states: bool = False
 
 
 # No snapshot staged, each stage in as many partitions as it reads, no confs.
@@ -255,6 +256,16 @@ CHANGE_SETTINGS = {ADAPTIVE_CONF: "false"}
 # rows changed of 2.2 million) took 31.5-38.5 s in 16-17 partitions, 29.5 s
 # in 3 and 23.5-28.2 s in 2 (2026-12-02, bench/micro/replay_refresh.py).
 PARTITION_BYTES = 1024 * 1024 * 1024
+
+# Pinned sources of at least this many bytes have their states written
+# sorted by key (layout.py): there a state of their rows spans tens of files
+# of layout.ROWS_PER_FILE rows, which a MERGE bounded by the change's keys
+# can skip. Below it a sorted state is a file or two per shuffle partition,
+# and the sort a cost without a return: on the warehouse at scale 1500
+# (sources of 16-150 MB; 2026-12-05, warehouse-scale1500-batch60-warm-
+# exp-gc-nosort.md) the first build's executor tasks took 148.6 CPU s
+# unsorted where 207.7 sorted, and the day's batch 229.7 where 232.9.
+SORTED_STATE_BYTES = PARTITION_BYTES
 
 # The confs of a change over small sources: CHANGE_SETTINGS, no data
 # skipping (a large source's key-bounded reads, key_bounds.py, are what it
@@ -296,9 +307,14 @@ def staging(pinned: Mapping[TableName, SourceSnapshot], parallelism: int = 1) ->
     >>> staging({small.table: small, large.table: large}, parallelism=8).settings[SHUFFLE_PARTITIONS_CONF]
     '8'
     >>> unknown = SourceSnapshot(TableName("s", "u"), None, 3)
+    >>> staging({small.table: small, large.table: large}).sorted_states
+    True
+    >>> mid_large = SourceSnapshot(TableName("s", "b"), None, 3, size_bytes=SMALL_SOURCE_BYTES + 1)
+    >>> staging({mid_large.table: mid_large}).sorted_states
+    False
     >>> staging({large.table: large, unknown.table: unknown})  # doctest: +NORMALIZE_WHITESPACE
     Staging(snapshots=frozenset(), partitions=None, settings={'spark.sql.adaptive.enabled': 'false'},
-            change_rows=True, large=True)
+            change_rows=True, large=True, sorted_states=True)
     """
     if _all_small(pinned):
         settings = dict(SMALL_SCAN_SETTINGS)
@@ -306,10 +322,16 @@ def staging(pinned: Mapping[TableName, SourceSnapshot], parallelism: int = 1) ->
             settings = {k: v for k, v in settings.items() if k not in INTERPRETED_SETTINGS}
         return Staging(snapshot_sources(pinned), SMALL_PARTITIONS, settings)
     settings = dict(CHANGE_SETTINGS)
-    if pinned and all(s.size_bytes is not None for s in pinned.values()):
+    sized = bool(pinned) and all(s.size_bytes is not None for s in pinned.values())
+    if sized:
         partitions = -(-total_size(pinned.values()) // PARTITION_BYTES)
         settings[SHUFFLE_PARTITIONS_CONF] = str(max(parallelism, partitions))
-    return Staging(settings=settings, change_rows=True, large=bool(pinned))
+    sorted_states = bool(pinned) and (
+        not sized or total_size(pinned.values()) >= SORTED_STATE_BYTES
+    )
+    return Staging(
+        settings=settings, change_rows=True, large=bool(pinned), sorted_states=sorted_states
+    )
 
 
 def snapshot_sources(pinned: Mapping[TableName, SourceSnapshot]) -> frozenset[TableName]:

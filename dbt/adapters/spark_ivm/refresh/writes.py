@@ -220,8 +220,8 @@ class StateWrites:
         self.commit(statement, self.metadata(refresh_id, None), {**txn, **laid_out.write_settings})
 
     def state_layout(self, plan: ViewPlan) -> layout.Layout:
-        """How the state's rows lie in its files: sorted by key where a source is large (layout.py)."""
-        return layout.layout(plan, self.staging.large)
+        """How the state's rows lie in its files: sorted by key over sources of a GB (layout.py)."""
+        return layout.layout(plan, self.staging.sorted_states)
 
     def recompute(
         self,
