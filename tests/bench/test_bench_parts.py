@@ -460,6 +460,9 @@ def test_the_cpu_profile_sums_each_statements_tasks_and_splits_dbt_invocations()
         job(0, [0, 1], "model.p.a (ivm): MERGE INTO `s`.`a__ivm_state` AS t", 1_000),
         task(0, 2_000_000_000),
         task(1, 500_000_000),
+        # Delta's own job for a's MERGE: counted with it.
+        job(5, [6], "Delta: model.p.a (ivm): MERGE INTO `s`.`a__ivm_state` AS t: Writing", 1_500),
+        task(6, 1_000_000_000),
         job(1, [2], "model.p.b (ivm): INSERT INTO `s`.`b__ivm_state`", 2_000),
         task(2, 1_000_000_000),
         job(2, [3], "test.p.t (ivm): select 1", 3_000),
@@ -472,13 +475,13 @@ def test_the_cpu_profile_sums_each_statements_tasks_and_splits_dbt_invocations()
     jobs, cpu = read(json.dumps(e) for e in log)
     found = invocations(jobs, cpu)
     assert [(i.kind, i.target, round(i.seconds, 1)) for i in found] == [
-        ("model", "ivm", 3.5),
+        ("model", "ivm", 4.5),
         ("test", "ivm", 4.0),
         ("model", "table", 3.0),
     ]
     shown = render(found[0], top=5)
-    assert "3.5 CPU s" in shown and "MERGE INTO 2.5, INSERT INTO 1.0" in shown
-    assert "     2.5  a" in shown
+    assert "4.5 CPU s" in shown and "MERGE INTO 3.5, INSERT INTO 1.0" in shown
+    assert "     3.5  a" in shown
 
 
 def test_thread_cpu_sums_each_kind_per_invocation_and_counts_a_new_jvm_from_zero(tmp_path):
