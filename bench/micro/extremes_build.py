@@ -16,7 +16,7 @@ ALL has them. Each form runs `--rounds` times, alternating, written to
 Spark's `noop` sink (the work without the Delta write); the first round
 warms the JVM. Both must give the same rows (count and hash sum).
 
-    .venv/bin/python bench/micro/extremes_build.py --runtime bench/work/runtime \\
+    cd bench && PYTHONPATH=. ../.venv/bin/python micro/extremes_build.py --runtime work/runtime \\
         --table tpch_sf1.lineitem --group l_suppkey --values l_shipdate l_discount
 """
 
@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 from sqlglot import exp
+from tpch_bench.spark_session import start_session
 
 from ivm_compiler.sql import DIALECT, ident
 
@@ -120,15 +122,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
-
-    from dbt.adapters.spark_ivm.runtime.embedded import session_configs
-
-    builder = SparkSession.builder.enableHiveSupport()
-    for key, value in session_configs(args.runtime).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark, _ = start_session(Path(args.runtime))
 
     forms = {
         name: query(form, args.table, args.group, args.values)

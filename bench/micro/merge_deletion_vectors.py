@@ -14,7 +14,7 @@ copies from that version (change data feed on, as states read by ivm
 models have it), runs the stages and times the MERGE alone; both copies
 must end with the same rows.
 
-    .venv/bin/python bench/micro/merge_deletion_vectors.py \\
+    PYTHONPATH=bench .venv/bin/python bench/micro/merge_deletion_vectors.py \\
         --runtime integration_tests/warehouse/.spark_ivm \\
         --state warehouse.mart_customer_ltv__ivm_state --version 0 --statements ltv.sql
 
@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+
+from tpch_bench.spark_session import start_session
 
 VECTORS = "delta.enableDeletionVectors"
 
@@ -45,15 +47,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
-
-    from dbt.adapters.spark_ivm.runtime.embedded import session_configs
-
-    builder = SparkSession.builder.enableHiveSupport()
-    for key, value in session_configs(args.runtime).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark, _ = start_session(Path(args.runtime))
 
     statements = args.statements.read_text().split("\n;;\n")
     schema = args.state.split(".")[0]
