@@ -31,11 +31,9 @@ from pathlib import Path
 
 from tpch_bench.spark_session import start_session
 
+from ivm_compiler.sql import TableName
+
 VECTORS = "delta.enableDeletionVectors"
-
-
-def quoted(table: str) -> str:
-    return ".".join(f"`{part}`" for part in table.split("."))
 
 
 def main() -> None:
@@ -50,13 +48,13 @@ def main() -> None:
     spark, _ = start_session(Path(args.runtime))
 
     statements = args.statements.read_text().split("\n;;\n")
-    schema = args.state.split(".")[0]
-    state = quoted(args.state)
+    schema, name = args.state.split(".")
+    state = TableName(schema, name).sql()
     rows = spark.sql(f"SELECT COUNT(*) FROM {state} VERSION AS OF {args.version}").first()[0]
     print(f"{args.state} at version {args.version}: {rows:,} rows")
     for round_number in range(args.rounds):
         for form, vectors in (("without", "false"), ("with", "true")):
-            copy = quoted(f"{schema}.bench_dv_copy_{form}")
+            copy = TableName(schema, f"bench_dv_copy_{form}").sql()
             spark.sql(
                 f"CREATE OR REPLACE TABLE {copy} USING DELTA TBLPROPERTIES "
                 f"('delta.enableChangeDataFeed'='true', '{VECTORS}'='{vectors}') "

@@ -49,7 +49,7 @@ from ivm_compiler.plan import OutputColumn, PartitionColumn, ViewClass, ViewPlan
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.rules import aggregates, counting
 from ivm_compiler.rules.semi_joins import subquery_predicates
-from ivm_compiler.sql import DIALECT, TableName, from_tables
+from ivm_compiler.sql import DIALECT, TableName, conjuncts, from_tables
 from ivm_compiler.view_classes.flattening import (
     distinct_expressions,
     flattened_rows,
@@ -407,9 +407,7 @@ def one_row_per_key(rows: exp.Select) -> bool:
     if qualify is None:
         return False
     projected = {p.unalias().sql(dialect=DIALECT) for p in rows.expressions}
-    for condition in (
-        qualify.this.flatten() if isinstance(qualify.this, exp.And) else [qualify.this]
-    ):
+    for condition in conjuncts(qualify.this):
         window = _first_row_window(condition)
         if window is not None and all(
             c.sql(dialect=DIALECT) in projected for c in window.args.get("partition_by") or []

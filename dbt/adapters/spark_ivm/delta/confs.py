@@ -323,12 +323,11 @@ def staging(pinned: Mapping[TableName, SourceSnapshot], parallelism: int = 1) ->
         return Staging(snapshot_sources(pinned), SMALL_PARTITIONS, settings)
     settings = dict(CHANGE_SETTINGS)
     sized = bool(pinned) and all(s.size_bytes is not None for s in pinned.values())
-    if sized:
-        partitions = -(-total_size(pinned.values()) // PARTITION_BYTES)
+    total = total_size(pinned.values()) if sized else None
+    if total is not None:
+        partitions = -(-total // PARTITION_BYTES)
         settings[SHUFFLE_PARTITIONS_CONF] = str(max(parallelism, partitions))
-    sorted_states = bool(pinned) and (
-        not sized or total_size(pinned.values()) >= SORTED_STATE_BYTES
-    )
+    sorted_states = bool(pinned) and (total is None or total >= SORTED_STATE_BYTES)
     return Staging(
         settings=settings, change_rows=True, large=bool(pinned), sorted_states=sorted_states
     )
