@@ -7,7 +7,9 @@ rows (layout.ROWS_PER_FILE), so the layout a warehouse-sized state gets is
 checked on a few dozen rows: the files' key ranges, a MERGE that touches
 only the files of its keys (Spark's "number of files read", ScanLog) and
 copies only their rows (no deletion vectors: layout.py says why), and the
-oracle after random changes.
+oracle after random changes. Delta refuses to scan a table that may have
+deletion vectors without data skipping, which the small-source confs turn
+off: a source with vectors keeps it on (delta.confs.skips_without_statistics).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, s
 from tests.functional.ivm_project import IvmProject, create_source, model_files
 
 QUERY = "select k, count(*) as n, sum(v) as sv from {src} group by k"
+# Its refreshes read its own state's kept values (the refill of a MIN or MAX).
+EXTREMES_QUERY = "select k, min(v) as lo, max(v) as hi from {src} group by k"
 KEYS = range(1, 21)
 ROWS_PER_FILE = 4
 
@@ -112,6 +116,37 @@ class TestLargeStateLayout(IvmProject):
         spark.sql(f"INSERT INTO {source} VALUES (NULL, 'c', 7, NULL), (0, 'c', 1, 1.00)")
         run_dbt(["run"])
         self._check(project, spark)
+
+
+class TestSourceWithDeletionVectors(IvmProject):
+    """A small source whose deletes and updates leave deletion vectors in its files."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return model_files(queries={"by_key": QUERY, "extremes_by_key": EXTREMES_QUERY})
+
+    @pytest.fixture(scope="class")
+    def source(self, project):
+        table = create_source(project, ", ".join(f"({k}, 'a', {k}, 1.00)" for k in KEYS))
+        project.run_sql(
+            f"ALTER TABLE {table} SET TBLPROPERTIES (delta.enableDeletionVectors = true)"
+        )
+        run_dbt(["run"])
+        return table
+
+    def test_changes_written_as_vectors_refresh_exactly(self, project, spark, source):
+        spark.sql(f"DELETE FROM {source} WHERE k % 4 = 0")
+        spark.sql(f"UPDATE {source} SET v = NULL WHERE k = 5")
+        metrics = spark.sql(f"DESCRIBE HISTORY {source} LIMIT 1").first()["operationMetrics"]
+        assert int(metrics["numDeletionVectorsAdded"]) >= 1, metrics
+        spark.sql(f"INSERT INTO {source} VALUES (5, 'b', 5, NULL), (NULL, NULL, NULL, NULL)")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        # The small-source confs, but data skipping kept on.
+        assert confs.set_conf(confs.SHUFFLE_PARTITIONS_CONF, "1") in log
+        assert confs.set_conf(confs.DATA_SKIPPING_CONF, "false") not in log
+        for model, query in (("by_key", QUERY), ("extremes_by_key", EXTREMES_QUERY)):
+            assert_model_matches_sources(spark, project.test_schema, model, query, ["src"])
+            assert state_builds(spark, project.test_schema, model) == 1
 
 
 # In scripts/test-extended only: the random sequences of test_random_changes

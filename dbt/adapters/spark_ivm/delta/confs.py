@@ -278,12 +278,19 @@ SMALL_SCAN_SETTINGS = {
 }
 
 
-def staging(pinned: Mapping[TableName, SourceSnapshot], parallelism: int = 1) -> Staging:
+def staging(
+    pinned: Mapping[TableName, SourceSnapshot],
+    parallelism: int = 1,
+    state_deletion_vectors: bool = False,
+) -> Staging:
     """How a change over `pinned` runs: without adaptive execution, the cheapest plan if small.
 
     Where every source's size is known (SourceSnapshot.size_bytes) and at
     most SMALL_SOURCE_BYTES: SMALL_SCAN_SETTINGS (interpreted only where
-    every source is at most INTERPRETED_SOURCE_BYTES), every snapshot
+    every source is at most INTERPRETED_SOURCE_BYTES; with data skipping
+    where a source or the state may have deletion vectors,
+    `state_deletion_vectors`: Delta refuses to scan them without it,
+    tables.may_have_deletion_vectors), every snapshot
     stageable, each stage in SMALL_PARTITIONS; elsewhere CHANGE_SETTINGS,
     with a shuffle partition per PARTITION_BYTES of sources where every
     size is known, and at least `parallelism` (the engine's cores: a
@@ -298,6 +305,11 @@ def staging(pinned: Mapping[TableName, SourceSnapshot], parallelism: int = 1) ->
     [('spark.databricks.delta.stats.skipping', 'false'), ('spark.sql.adaptive.enabled', 'false'),
      ('spark.sql.codegen.factoryMode', 'NO_CODEGEN'), ('spark.sql.codegen.wholeStage', 'false'),
      ('spark.sql.shuffle.partitions', '1')]
+    >>> vectored = SourceSnapshot(small.table, None, 3, size_bytes=5_000, deletion_vectors=True)
+    >>> DATA_SKIPPING_CONF in staging({small.table: vectored}).settings
+    False
+    >>> DATA_SKIPPING_CONF in staging({small.table: small}, state_deletion_vectors=True).settings
+    False
     >>> mid = SourceSnapshot(TableName("s", "m"), None, 3, size_bytes=INTERPRETED_SOURCE_BYTES + 1)
     >>> "spark.sql.codegen.wholeStage" in staging({small.table: small, mid.table: mid}).settings
     False
@@ -320,6 +332,8 @@ def staging(pinned: Mapping[TableName, SourceSnapshot], parallelism: int = 1) ->
         settings = dict(SMALL_SCAN_SETTINGS)
         if any((s.size_bytes or 0) > INTERPRETED_SOURCE_BYTES for s in pinned.values()):
             settings = {k: v for k, v in settings.items() if k not in INTERPRETED_SETTINGS}
+        if not skips_without_statistics(pinned, state_deletion_vectors):
+            del settings[DATA_SKIPPING_CONF]
         return Staging(snapshot_sources(pinned), SMALL_PARTITIONS, settings)
     settings = dict(CHANGE_SETTINGS)
     sized = bool(pinned) and all(s.size_bytes is not None for s in pinned.values())
@@ -331,6 +345,18 @@ def staging(pinned: Mapping[TableName, SourceSnapshot], parallelism: int = 1) ->
     return Staging(
         settings=settings, change_rows=True, large=bool(pinned), sorted_states=sorted_states
     )
+
+
+def skips_without_statistics(
+    pinned: Mapping[TableName, SourceSnapshot], state_deletion_vectors: bool = False
+) -> bool:
+    """Whether a change over `pinned` turns data skipping off (SMALL_SCAN_SETTINGS).
+
+    Not where a source or the state may have deletion vectors: Delta 3.3 and
+    4.0.1 refuse to scan those without it (tables.may_have_deletion_vectors).
+    """
+    vectors = state_deletion_vectors or any(s.deletion_vectors for s in pinned.values())
+    return _all_small(pinned) and not vectors
 
 
 def snapshot_sources(pinned: Mapping[TableName, SourceSnapshot]) -> frozenset[TableName]:

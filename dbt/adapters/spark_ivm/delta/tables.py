@@ -21,6 +21,7 @@ from sqlglot import exp
 from dbt.adapters.spark_ivm.delta.history import CommitRows
 from dbt.adapters.spark_ivm.delta.schema_history import SchemaCommit
 from ivm_compiler import TableName
+from ivm_compiler.layout import DELETION_VECTORS_PROPERTY
 from ivm_compiler.sql import DIALECT
 
 # Two reads of one commit's time agree to the millisecond but for Delta's
@@ -59,6 +60,8 @@ class SourceSnapshot:
     # The Delta table read for it, where that is not `table`: the state of an
     # upstream ivm model, whose pin is named after the model's view.
     delta_table: TableName | None = None
+    # Whether its files may carry deletion vectors (may_have_deletion_vectors).
+    deletion_vectors: bool = False
 
     def _window(self, after: int) -> list[CommitRows] | None:
         """The commits after version `after` up to this pin; None if not all were read."""
@@ -222,6 +225,30 @@ def source_identity(source: SourceSnapshot) -> dict[str, Any]:
 DELTA_PROTOCOL_PROPERTY = "delta.minReaderVersion"
 
 CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
+
+# Listed by SHOW TBLPROPERTIES where the table's protocol supports deletion
+# vectors; it stays after the vectors are turned off (their files may still
+# carry some), and a CREATE OR REPLACE keeps it, as it keeps the protocol.
+DELETION_VECTORS_FEATURE = "delta.feature.deletionVectors"
+
+
+def may_have_deletion_vectors(properties: Mapping[str, str]) -> bool:
+    """Whether a table's files may carry deletion vectors, by its SHOW TBLPROPERTIES.
+
+    Delta 3.3 and 4.0.1 refuse to scan such a table without data skipping
+    ("Cannot work with a non-pinned table snapshot of the TahoeFileIndex":
+    only data skipping pins the snapshot a scan reads deletion vectors
+    from), vectors written or not (delta.confs.staging keeps it on).
+
+    >>> may_have_deletion_vectors({"delta.feature.deletionVectors": "supported"})
+    True
+    >>> may_have_deletion_vectors({"delta.enableDeletionVectors": "true"})
+    True
+    >>> may_have_deletion_vectors({"delta.minReaderVersion": "1"})
+    False
+    """
+    enabled = properties.get(DELETION_VECTORS_PROPERTY, "false").lower() == "true"
+    return enabled or DELETION_VECTORS_FEATURE in properties
 
 
 def describe_detail(table: TableName) -> str:

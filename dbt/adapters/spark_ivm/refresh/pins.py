@@ -320,7 +320,8 @@ class Pins:
         # the change for ivm_strategy: auto without reading any data.
         history = self._history(table, limit=RECENT_COMMITS)
         newest = max(commit.version for commit in history.recent_commits)
-        return replace(history, version=newest)
+        vectors = tables.may_have_deletion_vectors(properties)
+        return replace(history, version=newest, deletion_vectors=vectors)
 
     def complete(
         self, snapshot: tables.SourceSnapshot, entry: Mapping[str, Any] | None, needs_size: bool

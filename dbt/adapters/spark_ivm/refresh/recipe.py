@@ -30,12 +30,13 @@ from sqlglot import exp
 from dbt.adapters.spark_ivm.consistency.groups import Staged
 from dbt.adapters.spark_ivm.consistency.publish import Log, Publisher, Runner
 from dbt.adapters.spark_ivm.consistency.strict import view_select
-from dbt.adapters.spark_ivm.delta.confs import staging
+from dbt.adapters.spark_ivm.delta.confs import skips_without_statistics, staging
 from dbt.adapters.spark_ivm.delta.errors import error_summary, is_change_history_unavailable
 from dbt.adapters.spark_ivm.delta.records import RecordedState, commit_metadata
 from dbt.adapters.spark_ivm.delta.tables import (
     DELTA_PROTOCOL_PROPERTY,
     SourceSnapshot,
+    may_have_deletion_vectors,
     show_views_like,
     total_size,
     versions_of,
@@ -676,8 +677,24 @@ class Refresh:
             metadata,
             own_session=self.own_session,
             committed=self.history.committed,
-            staging=staging(pinned, self.engine().parallelism if self.engine else 1),
+            staging=staging(
+                pinned,
+                self.engine().parallelism if self.engine else 1,
+                self._state_deletion_vectors(pinned),
+            ),
         )
+
+    def _state_deletion_vectors(self, pinned: Mapping[TableName, SourceSnapshot]) -> bool:
+        """Whether the state's files may carry deletion vectors, where that decides the confs.
+
+        Read (SHOW TBLPROPERTIES) only where the change would otherwise run
+        without data skipping (delta.confs.skips_without_statistics): a state
+        written with vectors over large sources keeps them after its sources
+        shrink, and Delta refuses to scan it without data skipping.
+        """
+        if not skips_without_statistics(pinned) or self.relations.exists(self.state) is None:
+            return False
+        return may_have_deletion_vectors(properties(self.runner, self.state))
 
     def _build(
         self,
