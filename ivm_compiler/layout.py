@@ -7,9 +7,9 @@ over every file, so a MERGE of a few thousand change rows into a state of
 millions reads and rewrites every file (the warehouse at scale 6000:
 `slv_orders`' window node rewrote 12 million rows for 8,399 changes).
 
-A large state is therefore written
+A state over large sources is therefore written
 
-- sorted by its sort key (`sort_key`: a window's partition column, else
+- over sources of delta.confs.SORTED_STATE_BYTES or more, sorted by its sort key (`sort_key`: a window's partition column, else
   the first column its MERGE matches on: an aggregate's first group key, a
   projection's first column), in files of at most `ROWS_PER_FILE` rows, so
   each file holds one range of keys. A refresh's MERGE carries the change's
@@ -17,28 +17,30 @@ A large state is therefore written
   which Delta's MERGE uses to prune the files it searches for matches: a
   change whose keys lie in a few ranges (new keys above the top, the
   recent rows a day's batch touches) reads and rewrites only those files;
-- without deletion vectors, for now (`Layout.deletion_vectors`): with
-  them a MERGE that changes a few rows of a file marks them deleted
-  instead of copying the file's other rows, but on Delta 4.0.1 a MERGE
-  whose source reads a state that has deletion vectors failed ("Cannot
-  work with a non-pinned table snapshot of the TahoeFileIndex", from
-  `PreprocessTableWithDVs`): the warehouse at scale 6000 (2026-12-03),
-  where `mart_products_never_delivered`'s node read `slv_orders`' state
-  after its MERGE had written vectors, so the gold group published
-  nothing. Delta relaxed that check in 2026 (delta-io/delta#5841); until
-  the engine probe can tell a Delta that has the fix, states are written
-  without vectors, and their benefit is unmeasured alone.
+- with deletion vectors where a source is past SMALL_SOURCE_BYTES
+  (`Layout.deletion_vectors`, delta.Staging.large): a MERGE that changes
+  a few rows of a file marks them deleted instead of copying the file's
+  other rows. Replayed on the warehouse at scale 1500,
+  `mart_customer_ltv`'s batch MERGE (3.68 M state rows, 17,735 changed,
+  spread over every file) took 6.6-8.1 s with them against 14.5-18.5 s
+  (bench/micro/merge_deletion_vectors.py). On small states they made each
+  MERGE slower (a file rewritten is cheap; a vector is one more file).
+  Delta 3.3 and 4.0.1 refuse to scan a table that may have vectors
+  without data skipping ("Cannot work with a non-pinned table snapshot of
+  the TahoeFileIndex", which failed `mart_products_never_delivered` at
+  scale 6000, 2026-12-03, reading `slv_orders`' state): the small-source
+  confs keep data skipping on where a source or the state may have them
+  (delta.confs.skips_without_statistics).
 
 Rows a MERGE inserts or rewrites land in new files whatever their keys, so
 the sort decays with every refresh; nothing sorts a state again yet but a
 rebuild (`--full-refresh`): a re-sort by `ivm_housekeeping` past a share of
 unsorted files is open (CONTRIBUTING.md, known gaps).
 
-Smaller states (sources under delta.confs.SORTED_STATE_BYTES, a GB) keep
-the plain layout: sorted, they are a file or two per shuffle partition,
+Smaller states (sources under delta.confs.SORTED_STATE_BYTES, a GB) are
+not sorted: sorted, they are a file or two per shuffle partition,
 so the sort costs their build (and every recompute) a sampling pass and a
-range shuffle for files there is little to skip in; deletion vectors made
-a small state's MERGE slower.
+range shuffle for files there is little to skip in.
 """
 
 from __future__ import annotations
@@ -107,13 +109,15 @@ def sort_key(plan: ViewPlan) -> str | None:
     return plan.merge_keys[0] if plan.keys else None
 
 
-def layout(plan: ViewPlan, sort: bool) -> Layout:
-    """The layout of a state: sorted by its key where `sort` (delta.Staging.sorted_states)."""
-    if not sort or plan.log_state:
+def layout(plan: ViewPlan, sort: bool, deletion_vectors: bool = False) -> Layout:
+    """The layout of a state: sorted by its key where `sort` (delta.Staging.sorted_states),
+    with deletion vectors where `deletion_vectors` (delta.Staging.large)."""
+    if plan.log_state:
         # A log's rows are appended in change order: sorting its build
-        # would not outlive the first append.
+        # would not outlive the first append, and no MERGE rewrites its
+        # files for a vector to spare.
         return PLAIN
-    return Layout(sort_key=sort_key(plan))
+    return Layout(sort_key=sort_key(plan) if sort else None, deletion_vectors=deletion_vectors)
 
 
 def sorted_rows(rows: exp.Query, by: str | None) -> exp.Query:

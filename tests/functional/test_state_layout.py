@@ -1,4 +1,4 @@
-"""A large state is written sorted by its key, and a MERGE reads only the files of the change's keys (ivm_compiler/layout.py).
+"""A large state is written sorted by its key with deletion vectors, and a MERGE reads only the files of the change's keys (ivm_compiler/layout.py).
 
 The sources here are tiny; the fixtures make every source count as large
 and its states sorted (delta.confs.SMALL_SOURCE_BYTES, SORTED_STATE_BYTES)
@@ -6,10 +6,11 @@ and every state file hold at most a few
 rows (layout.ROWS_PER_FILE), so the layout a warehouse-sized state gets is
 checked on a few dozen rows: the files' key ranges, a MERGE that touches
 only the files of its keys (Spark's "number of files read", ScanLog) and
-copies only their rows (no deletion vectors: layout.py says why), and the
+marks their changed rows deleted instead of copying the others, and the
 oracle after random changes. Delta refuses to scan a table that may have
 deletion vectors without data skipping, which the small-source confs turn
-off: a source with vectors keeps it on (delta.confs.skips_without_statistics).
+off: a state with vectors refreshed once its sources count as small again,
+and a source with vectors, keep it on (delta.confs.skips_without_statistics).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def large_sorted_states():
 class TestLargeStateLayout(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
-        files = model_files(queries={"by_key": QUERY})
+        files = model_files(queries={"by_key": QUERY, "extremes_by_key": EXTREMES_QUERY})
         return {
             **files,
             "by_key.sql": "{{ config(ivm_state_form='merged') }}\n" + files["by_key.sql"],
@@ -73,15 +74,16 @@ class TestLargeStateLayout(IvmProject):
         ]
 
     def _check(self, project, spark) -> None:
-        assert_model_matches_sources(spark, project.test_schema, "by_key", QUERY, ["src"])
-        assert state_builds(spark, project.test_schema, "by_key") == 1
+        for model, query in (("by_key", QUERY), ("extremes_by_key", EXTREMES_QUERY)):
+            assert_model_matches_sources(spark, project.test_schema, model, query, ["src"])
+            assert state_builds(spark, project.test_schema, model) == 1
 
-    def test_the_build_writes_sorted_files_without_deletion_vectors(self, project, spark, source):
+    def test_the_build_writes_sorted_files_with_deletion_vectors(self, project, spark, source):
         properties = {
             row[0]: row[1]
             for row in spark.sql(f"SHOW TBLPROPERTIES {self._state(project)}").collect()
         }
-        assert layout.DELETION_VECTORS_PROPERTY not in properties, properties
+        assert properties.get(layout.DELETION_VECTORS_PROPERTY) == "true", properties
         assert properties.get(layout.SORT_KEY_PROPERTY) == "__ivm_g0", properties
         ranges = self._file_ranges(spark, self._state(project))
         # 20 keys in files of at most 4 rows.
@@ -105,9 +107,10 @@ class TestLargeStateLayout(IvmProject):
         # The file of the top key range, and the guard row's and NULL key's file.
         assert max(s.files_read for s in merge_scans) <= 2 < total, (merge_scans, total)
         metrics = spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").first()["operationMetrics"]
-        # Only the touched files' other rows are copied, not the state's.
-        assert int(metrics["numTargetRowsCopied"]) <= 2 * ROWS_PER_FILE, metrics
-        assert metrics["numTargetDeletionVectorsAdded"] == "0", metrics
+        # The updated key's old row is marked deleted in a vector; no other
+        # row of its file is copied.
+        assert int(metrics["numTargetDeletionVectorsAdded"]) >= 1, metrics
+        assert metrics["numTargetRowsCopied"] == "0", metrics
         self._check(project, spark)
 
     def test_changes_spread_over_every_key_stay_exact(self, project, spark, source):
@@ -115,6 +118,32 @@ class TestLargeStateLayout(IvmProject):
         spark.sql(f"DELETE FROM {source} WHERE k % 5 = 1")
         spark.sql(f"INSERT INTO {source} VALUES (NULL, 'c', 7, NULL), (0, 'c', 1, 1.00)")
         run_dbt(["run"])
+        self._check(project, spark)
+
+    def test_a_compacted_state_refreshes_incrementally(self, project, spark, source):
+        # docs/housekeeping.md: OPTIMIZE rewrites the files with vectors and
+        # keeps the rows, so the next refresh applies its change.
+        state = self._state(project)
+        spark.sql(f"OPTIMIZE {state}")
+        optimized = spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").first()
+        assert optimized["operation"] == "OPTIMIZE", optimized
+        spark.sql(f"UPDATE {source} SET v = v * 3 WHERE k = 4")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        assert "model.test.by_key: IVM incremental" in log
+        self._check(project, spark)
+
+    def test_states_with_vectors_refresh_once_their_sources_are_small(
+        self, project, spark, source, monkeypatch
+    ):
+        # The sources count as small again: the change runs with the
+        # small-source confs, which would turn data skipping off.
+        monkeypatch.setattr(confs, "SMALL_SOURCE_BYTES", 16 * 1024 * 1024)
+        spark.sql(f"UPDATE {source} SET v = v - 10 WHERE k IN (2, 7)")
+        spark.sql(f"DELETE FROM {source} WHERE k = 11")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        # The small-source confs, but data skipping kept on.
+        assert confs.set_conf(confs.SHUFFLE_PARTITIONS_CONF, "1") in log
+        assert confs.set_conf(confs.DATA_SKIPPING_CONF, "false") not in log
         self._check(project, spark)
 
 

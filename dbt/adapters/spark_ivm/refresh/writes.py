@@ -220,8 +220,9 @@ class StateWrites:
         self.commit(statement, self.metadata(refresh_id, None), {**txn, **laid_out.write_settings})
 
     def state_layout(self, plan: ViewPlan) -> layout.Layout:
-        """How the state's rows lie in its files: sorted by key over sources of a GB (layout.py)."""
-        return layout.layout(plan, self.staging.sorted_states)
+        """How the state's rows lie in its files (layout.py): sorted by key over sources of a GB,
+        with deletion vectors over sources past delta.confs.SMALL_SOURCE_BYTES."""
+        return layout.layout(plan, self.staging.sorted_states, self.staging.large)
 
     def recompute(
         self,
