@@ -16,7 +16,7 @@ from dbt.adapters.spark_ivm.consistency.groups import Group, why_grouped
 from dbt.adapters.spark_ivm.delta import confs, records, tables
 from dbt.adapters.spark_ivm.refresh import decision
 from dbt.adapters.spark_ivm.refresh.recipe import Refresh
-from dbt.adapters.spark_ivm.refresh.upstreams import published_version
+from dbt.adapters.spark_ivm.refresh.upstreams import properties, published_version
 from ivm_compiler import (
     TableName,
     ViewClass,
@@ -25,6 +25,7 @@ from ivm_compiler import (
     emit,
     join_states,
     key_bounds,
+    layout,
     log_state,
     names,
 )
@@ -316,17 +317,14 @@ def _statements(
         read=(recorded.guard if recorded and recorded.guard else EXPLAIN_REFRESH_ID),
         write=EXPLAIN_REFRESH_ID,
     )
+    staged = _staging(refresh, pinned, recorded)
+    # The layout a build now would give the state (layout.layout, as StateWrites decides it).
+    laid_out = layout.layout(plan, staged.sorted_states)
     return {
-        "create_state": emit.create_state(plan, refresh.state, current, EXPLAIN_REFRESH_ID),
-        **_change_statements(
-            plan,
-            refresh,
-            windows,
-            current,
-            guard,
-            pending,
-            _staging(refresh, pinned, recorded),
+        "create_state": emit.create_state(
+            plan, refresh.state, current, EXPLAIN_REFRESH_ID, state_layout=laid_out
         ),
+        **_change_statements(plan, refresh, windows, current, guard, pending, staged),
         "create_view": emit.create_view(
             plan,
             refresh.state,
@@ -432,11 +430,28 @@ def _argument_position(plan: ViewPlan, flat_name: str) -> int:
 def _state_size(refresh: Refresh, plan: ViewPlan) -> list[str]:
     columns, rows = refresh.runner.query(tables.describe_detail(refresh.state))
     detail = dict(zip(columns, rows[0]))
-    lines = [f"  state table:  {detail.get('numFiles')} files, {detail.get('sizeInBytes')} bytes"]
+    lines = [
+        f"  state table:  {detail.get('numFiles')} files, {detail.get('sizeInBytes')} bytes",
+        f"    layout: {_layout_phrase(properties(refresh.runner, refresh.state))}",
+    ]
     counted = _count_rows(refresh, plan)
     for label, count in counted:
         lines.append(f"    {label}: {count} rows")
     return lines
+
+
+def _layout_phrase(shown: dict[str, str]) -> str:
+    """How the state's rows lie in its files, by its properties (ivm_compiler/layout.py).
+
+    >>> _layout_phrase({"spark_ivm.sort_key": "__ivm_g0", "delta.enableDeletionVectors": "true"})
+    'sorted by __ivm_g0, with deletion vectors'
+    >>> _layout_phrase({})
+    'unsorted, without deletion vectors'
+    """
+    sort_key = shown.get(layout.SORT_KEY_PROPERTY)
+    order = f"sorted by {sort_key}" if sort_key else "unsorted"
+    vectors = "with" if tables.may_have_deletion_vectors(shown) else "without"
+    return f"{order}, {vectors} deletion vectors"
 
 
 def _count_rows(refresh: Refresh, plan: ViewPlan) -> list[tuple[str, int]]:
