@@ -7,30 +7,33 @@ over every file, so a MERGE of a few thousand change rows into a state of
 millions reads and rewrites every file (the warehouse at scale 6000:
 `slv_orders`' window node rewrote 12 million rows for 8,399 changes).
 
-A state over large sources is therefore written
+A large state is therefore written
 
-- over sources of delta.confs.SORTED_STATE_BYTES or more, sorted by its sort key (`sort_key`: a window's partition column, else
-  the first column its MERGE matches on: an aggregate's first group key, a
+- over sources of delta.confs.SORTED_STATE_BYTES or more, sorted by its
+  sort key (`sort_key`: a window's partition column, else the first
+  column its MERGE matches on: an aggregate's first group key, a
   projection's first column), in files of at most `ROWS_PER_FILE` rows, so
   each file holds one range of keys. A refresh's MERGE carries the change's
   key ranges in its ON (`target_bounds`), a condition on the state alone,
   which Delta's MERGE uses to prune the files it searches for matches: a
   change whose keys lie in a few ranges (new keys above the top, the
   recent rows a day's batch touches) reads and rewrites only those files;
-- with deletion vectors where a source is past SMALL_SOURCE_BYTES
-  (`Layout.deletion_vectors`, delta.Staging.large): a MERGE that changes
-  a few rows of a file marks them deleted instead of copying the file's
-  other rows. Replayed on the warehouse at scale 1500,
-  `mart_customer_ltv`'s batch MERGE (3.68 M state rows, 17,735 changed,
-  spread over every file) took 6.6-8.1 s with them against 14.5-18.5 s
-  (bench/micro/merge_deletion_vectors.py). On small states they made each
-  MERGE slower (a file rewritten is cheap; a vector is one more file).
-  Delta 3.3 and 4.0.1 refuse to scan a table that may have vectors
-  without data skipping ("Cannot work with a non-pinned table snapshot of
-  the TahoeFileIndex", which failed `mart_products_never_delivered` at
-  scale 6000, 2026-12-03, reading `slv_orders`' state): the small-source
-  confs keep data skipping on where a source or the state may have them
-  (delta.confs.skips_without_statistics).
+- with deletion vectors where the built state holds at least
+  `DELETION_VECTOR_STATE_BYTES` (`deletion_vectors_pay`; turned on right
+  after the build, whose size is known only then, over sources past
+  delta.confs.SMALL_SOURCE_BYTES): a MERGE that changes a few rows of a
+  file marks them deleted instead of copying the file's other rows. On the
+  warehouse at scale 1500, vectors on every state over such sources took
+  the day's batch's MERGEs from 124.5 to 77.5 task CPU s
+  (`mart_customer_ltv`'s, 3.68 M state rows, 21.3 -> 4.9). On a state of a few files they cost more
+  than they spare: TPC-H SF 5's `lineitem_supplier_extremes` (2.2 M rows
+  in 3.5 MB) refreshed in 26.9 s with them where 19.1 s without, and a
+  small state's MERGE took twice as long. Delta 3.3 and 4.0.1 refuse to
+  scan a table that may have vectors without data skipping ("Cannot work
+  with a non-pinned table snapshot of the TahoeFileIndex", which failed
+  `mart_products_never_delivered` at scale 6000, 2026-12-03): the
+  small-source confs keep data skipping on where a source or the state may
+  have them (delta.confs.skips_without_statistics).
 
 Rows a MERGE inserts or rewrites land in new files whatever their keys, so
 the sort decays with every refresh; nothing sorts a state again yet but a
@@ -58,6 +61,14 @@ ROWS_PER_FILE_CONF = "spark.sql.files.maxRecordsPerFile"
 ROWS_PER_FILE = 1_000_000
 
 DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
+# A built state of at least this many bytes gets deletion vectors. Measured
+# on both sides of it: TPC-H SF 5's 3.5 MB MIN/MAX state refreshed slower
+# with them (26.9 s against 19.1 s); the warehouse's 8.1 MB
+# `mart_category_sales` state merged faster (under 4 task CPU s against 8.5
+# to 9.4), and with vectors on its states of 16 MB and more alone the
+# batch's MERGEs took 92.1 task CPU s where 77.5 with them on every state
+# over a source past 16 MB (ivm_compiler/layout.py's docstring, 2026-12-05).
+DELETION_VECTOR_STATE_BYTES = 4 * 1024 * 1024
 # Recorded on a sorted state: the column its files are sorted by, which the
 # refresh bounds its MERGEs by and housekeeping sorts again.
 SORT_KEY_PROPERTY = "spark_ivm.sort_key"
@@ -109,15 +120,27 @@ def sort_key(plan: ViewPlan) -> str | None:
     return plan.merge_keys[0] if plan.keys else None
 
 
-def layout(plan: ViewPlan, sort: bool, deletion_vectors: bool = False) -> Layout:
-    """The layout of a state: sorted by its key where `sort` (delta.Staging.sorted_states),
-    with deletion vectors where `deletion_vectors` (delta.Staging.large)."""
-    if plan.log_state:
+def layout(plan: ViewPlan, sort: bool) -> Layout:
+    """The layout of a state: sorted by its key where `sort` (delta.Staging.sorted_states)."""
+    if not sort or plan.log_state:
         # A log's rows are appended in change order: sorting its build
-        # would not outlive the first append, and no MERGE rewrites its
-        # files for a vector to spare.
+        # would not outlive the first append.
         return PLAIN
-    return Layout(sort_key=sort_key(plan) if sort else None, deletion_vectors=deletion_vectors)
+    return Layout(sort_key=sort_key(plan))
+
+
+def deletion_vectors_pay(state_bytes: int | None) -> bool:
+    """Whether a merged state just built should have deletion vectors: one of at least
+    DELETION_VECTOR_STATE_BYTES (a log's appends rewrite no file: logs get none).
+
+    >>> deletion_vectors_pay(8_100_000), deletion_vectors_pay(3_500_000)
+    (True, False)
+    >>> deletion_vectors_pay(None)
+    False
+    """
+    if state_bytes is None:
+        return False
+    return state_bytes >= DELETION_VECTOR_STATE_BYTES
 
 
 def sorted_rows(rows: exp.Query, by: str | None) -> exp.Query:

@@ -1,7 +1,8 @@
 """A large state is written sorted by its key with deletion vectors, and a MERGE reads only the files of the change's keys (ivm_compiler/layout.py).
 
 The sources here are tiny; the fixtures make every source count as large
-and its states sorted (delta.confs.SMALL_SOURCE_BYTES, SORTED_STATE_BYTES)
+and its states sorted and with deletion vectors (delta.confs.SMALL_SOURCE_BYTES,
+SORTED_STATE_BYTES, layout.DELETION_VECTOR_STATE_BYTES)
 and every state file hold at most a few
 rows (layout.ROWS_PER_FILE), so the layout a warehouse-sized state gets is
 checked on a few dozen rows: the files' key ranges, a MERGE that touches
@@ -16,6 +17,7 @@ and a source with vectors, keep it on (delta.confs.skips_without_statistics).
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
@@ -35,11 +37,13 @@ ROWS_PER_FILE = 4
 
 @pytest.fixture(scope="class")
 def large_sorted_states():
-    """Every source counts as large; a sorted state's files hold ROWS_PER_FILE rows at most."""
+    """Every source counts as large, every state gets deletion vectors; a sorted state's files
+    hold ROWS_PER_FILE rows at most."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
         patch.setattr(confs, "SORTED_STATE_BYTES", 0)
         patch.setattr(layout, "ROWS_PER_FILE", ROWS_PER_FILE)
+        patch.setattr(layout, "DELETION_VECTOR_STATE_BYTES", 0)
         yield
 
 
@@ -91,6 +95,13 @@ class TestLargeStateLayout(IvmProject):
         for (_, high), (low, _) in itertools.pairwise(ranges):
             assert high < low, f"files' key ranges overlap: {ranges}"
         self._check(project, spark)
+
+    def test_explain_shows_the_layout(self, project, source):
+        _, log = run_dbt_and_capture(["run-operation", "ivm_explain", "--args", "{model: by_key}"])
+        assert "layout: sorted by __ivm_g0, with deletion vectors" in log
+        written = Path(project.project_root, "target", "ivm_explain", "by_key")
+        create = (written / "create_state.sql").read_text()
+        assert "'spark_ivm.sort_key'='__ivm_g0'" in create.replace(" ", ""), create
 
     def test_a_change_at_the_top_reads_and_copies_only_its_files(self, project, spark, source):
         state = self._state(project)

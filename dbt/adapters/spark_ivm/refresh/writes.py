@@ -37,7 +37,12 @@ from dbt.adapters.spark_ivm.delta.errors import (
     is_concurrent_refresh,
     is_exhausted,
 )
-from dbt.adapters.spark_ivm.delta.history import ESTIMATED_ROWS_KEY, RECOMPUTED_MARKER
+from dbt.adapters.spark_ivm.delta.history import (
+    ESTIMATED_ROWS_KEY,
+    RECOMPUTED_MARKER,
+    commit_rows,
+    describe_history,
+)
 from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot, versions_of
 from dbt.adapters.spark_ivm.refresh import join_states
 from ivm_compiler import (
@@ -218,11 +223,28 @@ class StateWrites:
         laid_out = self.state_layout(plan)
         statement = emit.create_state(plan, self.state, versions, refresh_id, change_feed, laid_out)
         self.commit(statement, self.metadata(refresh_id, None), {**txn, **laid_out.write_settings})
+        if self.staging.large and not plan.log_state:
+            self._vectors_if_large(refresh_id)
+
+    def _vectors_if_large(self, refresh_id: str) -> None:
+        """Deletion vectors on the state just built, if it is large (layout.deletion_vectors_pay).
+
+        Its size is known only once it is written. The property's commit
+        carries the build's record, so it stands as the build's last commit
+        (the refresh's record, the guard and the version the view shows).
+        """
+        columns, rows = self.runner.query(describe_history(self.state, limit=1))
+        built = commit_rows(columns, rows)[0]
+        if not layout.deletion_vectors_pay(built.bytes_added):
+            return
+        vectors = {layout.DELETION_VECTORS_PROPERTY: "true"}
+        self.commit(
+            emit.set_properties(self.state, "TABLE", vectors), self.metadata(refresh_id, None)
+        )
 
     def state_layout(self, plan: ViewPlan) -> layout.Layout:
-        """How the state's rows lie in its files (layout.py): sorted by key over sources of a GB,
-        with deletion vectors over sources past delta.confs.SMALL_SOURCE_BYTES."""
-        return layout.layout(plan, self.staging.sorted_states, self.staging.large)
+        """How the state's rows lie in its files: sorted by key over sources of a GB (layout.py)."""
+        return layout.layout(plan, self.staging.sorted_states)
 
     def recompute(
         self,
