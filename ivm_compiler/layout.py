@@ -25,8 +25,8 @@ A large state is therefore written
   file marks them deleted instead of copying the file's other rows. On the
   warehouse at scale 1500, vectors on every state over such sources took
   the day's batch's MERGEs from 124.5 to 77.5 task CPU s
-  (`mart_customer_ltv`'s, 3.68 M state rows, 21.3 -> 4.9). On a state of a few files they cost more
-  than they spare: TPC-H SF 5's `lineitem_supplier_extremes` (2.2 M rows
+  (`mart_customer_ltv`'s, 3.68 M state rows, 21.3 -> 4.9); at 4 MiB,
+  81.1. On a state of a few files they cost more than they spare: TPC-H SF 5's `lineitem_supplier_extremes` (2.2 M rows
   in 3.5 MB) refreshed in 26.9 s with them where 19.1 s without, and a
   small state's MERGE took twice as long. Delta 3.3 and 4.0.1 refuse to
   scan a table that may have vectors without data skipping ("Cannot work
@@ -67,7 +67,7 @@ DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
 # `mart_category_sales` state merged faster (under 4 task CPU s against 8.5
 # to 9.4), and with vectors on its states of 16 MB and more alone the
 # batch's MERGEs took 92.1 task CPU s where 77.5 with them on every state
-# over a source past 16 MB (ivm_compiler/layout.py's docstring, 2026-12-05).
+# over a source past 16 MB (2026-12-05; the module docstring).
 DELETION_VECTOR_STATE_BYTES = 4 * 1024 * 1024
 # Recorded on a sorted state: the column its files are sorted by, which the
 # refresh bounds its MERGEs by and housekeeping sorts again.
@@ -76,26 +76,23 @@ SORT_KEY_PROPERTY = "spark_ivm.sort_key"
 
 @dataclass(frozen=True)
 class Layout:
-    """How a state is written: sorted by a column or not, with deletion vectors or not."""
+    """How a state is written: sorted by a column or not. (Deletion vectors are
+    turned on after the build, by its size: deletion_vectors_pay.)"""
 
     sort_key: str | None = None
-    deletion_vectors: bool = False
 
     @property
     def properties(self) -> dict[str, str]:
         """The state table's properties that keep this layout.
 
-        >>> Layout("__ivm_g0", True).properties
-        {'delta.enableDeletionVectors': 'true', 'spark_ivm.sort_key': '__ivm_g0'}
+        >>> Layout("__ivm_g0").properties
+        {'spark_ivm.sort_key': '__ivm_g0'}
         >>> Layout().properties
         {}
         """
-        found = {}
-        if self.deletion_vectors:
-            found[DELETION_VECTORS_PROPERTY] = "true"
-        if self.sort_key is not None:
-            found[SORT_KEY_PROPERTY] = self.sort_key
-        return found
+        if self.sort_key is None:
+            return {}
+        return {SORT_KEY_PROPERTY: self.sort_key}
 
     @property
     def write_settings(self) -> dict[str, str]:
