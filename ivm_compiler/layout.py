@@ -26,8 +26,8 @@ A large state is therefore written
   warehouse at scale 1500, vectors on every state over such sources took
   the day's batch's MERGEs from 124.5 to 77.5 task CPU s
   (`mart_customer_ltv`'s, 3.68 M state rows, 21.3 -> 4.9); at 4 MiB,
-  81.1. On a state of a few files they cost more than they spare: TPC-H SF 5's `lineitem_supplier_extremes` (2.2 M rows
-  in 3.5 MB) refreshed in 26.9 s with them where 19.1 s without, and a
+  81.1. On a state of a few files they cost more than they spare: TPC-H
+  SF 5's `lineitem_supplier_extremes` (2.2 M rows in 3.5 MB) refreshed in 26.9 s with them where 19.1 s without, and a
   small state's MERGE took twice as long. Delta 3.3 and 4.0.1 refuse to
   scan a table that may have vectors without data skipping ("Cannot work
   with a non-pinned table snapshot of the TahoeFileIndex", which failed

@@ -3,9 +3,9 @@
 A MERGE without deletion vectors copies every file holding a row it
 changes; a day's change spread over a state's key range touches them all,
 so it rewrites the state whole. With vectors it marks the changed rows
-deleted and writes only them anew. The states are written without vectors
-for now (ivm_compiler/layout.py says why); this measures what they would
-save, by state size, before the layout chooses by it.
+deleted and writes only them anew. This measured what they save on one
+state before states got them (ivm_compiler/layout.py chooses by the
+state's size).
 
 Input: the refresh's statements as the dbt log holds them (its `SET`s, the
 `CACHE TABLE` stages and the `MERGE` last), separated by lines of `;;`,
@@ -31,9 +31,8 @@ from pathlib import Path
 
 from tpch_bench.spark_session import start_session
 
+from ivm_compiler.layout import DELETION_VECTORS_PROPERTY as VECTORS
 from ivm_compiler.sql import TableName
-
-VECTORS = "delta.enableDeletionVectors"
 
 
 def main() -> None:

@@ -221,6 +221,9 @@ class Refresh:
     # The properties of the model's view, read once (None: not yet), and of
     # the upstream ivm models' views, as the compile read them.
     _view_properties: dict[str, str] | None = field(default=None, init=False, repr=False)
+    # _state_deletion_vectors' answer, read once per refresh: only the
+    # build, a refresh's last write, turns vectors on.
+    _state_vectors: bool | None = field(default=None, init=False, repr=False)
     _upstream_properties: dict[TableName, dict[str, str]] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -694,7 +697,9 @@ class Refresh:
         """
         if not skips_without_statistics(pinned) or self.relations.exists(self.state) is None:
             return False
-        return may_have_deletion_vectors(properties(self.runner, self.state))
+        if self._state_vectors is None:
+            self._state_vectors = may_have_deletion_vectors(properties(self.runner, self.state))
+        return self._state_vectors
 
     def _build(
         self,
