@@ -11,6 +11,7 @@ from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot
 from dbt.adapters.spark_ivm.refresh.strategy import (
     AUTO,
     DEFAULT_ROW_COST_FACTOR,
+    FLOOR_MARGIN,
     HISTORY_LENGTH,
     INCREMENTAL,
     MIN_RECOMPUTE_ROWS,
@@ -194,4 +195,30 @@ def test_small_changes_are_always_applied():
     choice = choose(AUTO, history, change)
     assert choice.way == INCREMENTAL
     # The log says why the dearer way was taken.
-    assert choice.reason.endswith("; a change under 10,000 rows is always applied")
+    assert choice.reason.endswith(
+        "; a change under 10,000 rows is applied unless its cheapest incremental refresh "
+        "took 1.5 times the recompute"
+    )
+
+
+def test_a_small_change_is_recomputed_where_the_models_floor_is_dearer():
+    # The worked example's customers_to_chase at 2 M lines: built in 2.4 s over
+    # 23 MB of sources, its refresh of 5,000 changed lines took 5.5 s.
+    size = 23 * 10**6
+    change = ChangeSize(rows=5_000, source_bytes=size)
+    built = _records((RECOMPUTE, 0, size, 2.4))
+    # Without an incremental refresh seen, a small change is applied.
+    assert choose(AUTO, built, change).way == INCREMENTAL
+    history = [*built, *_records((INCREMENTAL, 5_000, size, 5.5))]
+    choice = choose(AUTO, history, change)
+    assert choice.way == RECOMPUTE
+    assert "its cheapest incremental refresh took 5.5s" in choice.reason
+    # Within FLOOR_MARGIN of the recompute, the floor is run-to-run spread.
+    close = [*built, *_records((INCREMENTAL, 5_000, size, FLOOR_MARGIN * 2.4 - 0.1))]
+    assert choose(AUTO, close, change).way == INCREMENTAL
+    # The cheapest incremental refresh is the floor: one cheap run keeps it applied.
+    mixed = [*history, *_records((INCREMENTAL, 4_000, size, 3.0))]
+    assert choose(AUTO, mixed, change).way == INCREMENTAL
+    # Sources under MIN_WEIGHED_BYTES: every way costs its floor, applied.
+    tiny = [RefreshRecord(r.way, r.changed_rows, 2_000, r.seconds) for r in history]
+    assert choose(AUTO, tiny, ChangeSize(rows=5_000, source_bytes=2_000)).way == INCREMENTAL

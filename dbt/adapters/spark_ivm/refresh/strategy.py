@@ -12,6 +12,10 @@ both from the model's own history of refreshes:
   close for a slope), the cheapest one seen plus a default cost per changed
   row (below).
 
+A change under MIN_RECOMPUTE_ROWS is applied (its estimates are noise),
+unless the model's cheapest incremental refresh seen took FLOOR_MARGIN
+times the recompute estimate: then its floor, not its change, is the cost.
+
 The change's size is the number of change-feed rows the window holds, read
 from the sources' commit metrics (DESCRIBE HISTORY's operationMetrics): no
 data is read to estimate it. Each refresh appends (way, changed rows, source
@@ -46,8 +50,18 @@ DEFAULT_ROW_COST_FACTOR = 10.0
 # Below this many changed rows an incremental refresh runs at its floor on
 # this machine (bench/: the 0.1 % TPC-H batches at SF 1, 15k change rows, cost
 # about what a no-op MERGE does), and on small tables fixed costs make both
-# ways' estimates noise: such changes are always applied.
+# ways' estimates noise: such changes are applied, unless the floor itself
+# is known to be dearer (FLOOR_MARGIN).
 MIN_RECOMPUTE_ROWS = 10_000
+# A change under MIN_RECOMPUTE_ROWS is recomputed where the model's own
+# cheapest incremental refresh took this many times the recompute estimate
+# (sources of MIN_WEIGHED_BYTES or more): its fixed work, not the change, is
+# then what a refresh costs. The worked example at 2 M order lines
+# (2026-12-05): customers_to_chase refreshed 5,000 changed lines in 5.4-6.2 s
+# and was built in 2.3-2.6 s, revenue_by_segment 8.0-9.7 s against
+# 4.3-5.4 s, every run. A margin, not 1: the seconds come from different
+# runs, and one refresh seen dearer by a tenth is within their spread.
+FLOOR_MARGIN = 1.5
 # A line needs changes of clearly different sizes: through refreshes of about
 # the same size (a benchmark's batches, a daily load) the least-squares slope
 # is run-to-run noise. Measured (bench/, SF 1): two batches of about 15k rows
@@ -168,7 +182,8 @@ def choose(strategy: str, history: Sequence[RefreshRecord], change: ChangeSize |
     if found is None:
         return Choice(INCREMENTAL, None, "no recompute in the model's history to compare with")
     cheaper = found.incremental_seconds > found.recompute_seconds
-    small = change.rows < MIN_RECOMPUTE_ROWS
+    dear_floor = _dear_floor(history, found, change)
+    small = change.rows < MIN_RECOMPUTE_ROWS and dear_floor is None
     way = RECOMPUTE if cheaper and not small else INCREMENTAL
     counted = (
         "changed rows (an upstream's recompute as it estimated)"
@@ -181,8 +196,40 @@ def choose(strategy: str, history: Sequence[RefreshRecord], change: ChangeSize |
     )
     if cheaper and small:
         # Otherwise the log would show a cheaper recompute and an incremental refresh.
-        reason += f"; a change under {MIN_RECOMPUTE_ROWS:,} rows is always applied"
+        reason += (
+            f"; a change under {MIN_RECOMPUTE_ROWS:,} rows is applied unless its cheapest "
+            f"incremental refresh took {FLOOR_MARGIN:g} times the recompute"
+        )
+    elif dear_floor is not None and change.rows < MIN_RECOMPUTE_ROWS:
+        reason += (
+            f"; its cheapest incremental refresh took {dear_floor:.1f}s, over "
+            f"{FLOOR_MARGIN:g} times the recompute"
+        )
     return Choice(way, found, reason)
+
+
+def _dear_floor(
+    history: Sequence[RefreshRecord], found: Estimate, change: ChangeSize
+) -> float | None:
+    """The cheapest incremental refresh's seconds, where FLOOR_MARGIN times the recompute's.
+
+    None where the model ran no incremental refresh, or its sources are under
+    MIN_WEIGHED_BYTES (every way costs about its floor there, and seconds
+    taken from floors say nothing of the next write).
+
+    >>> history = [RefreshRecord(RECOMPUTE, 0, 10**8, 2.0), RefreshRecord(INCREMENTAL, 9, 10**8, 5.0)]
+    >>> found = Estimate(incremental_seconds=5.0, recompute_seconds=2.0, basis="history")
+    >>> _dear_floor(history, found, ChangeSize(rows=9, source_bytes=10**8))
+    5.0
+    >>> _dear_floor(history, found, ChangeSize(rows=9, source_bytes=1_000)) is None
+    True
+    """
+    if change.source_bytes < MIN_WEIGHED_BYTES:
+        return None
+    floor = min((r.seconds for r in history if r.way == INCREMENTAL), default=None)
+    if floor is None or floor <= FLOOR_MARGIN * found.recompute_seconds:
+        return None
+    return floor
 
 
 def _line(records: Sequence[RefreshRecord]) -> tuple[float, float] | None:
