@@ -219,6 +219,10 @@ def test_a_small_change_is_recomputed_where_the_models_floor_is_dearer():
     # The cheapest incremental refresh is the floor: one cheap run keeps it applied.
     mixed = [*history, *_records((INCREMENTAL, 4_000, size, 3.0))]
     assert choose(AUTO, mixed, change).way == INCREMENTAL
+    # Where ivm models read it, a recompute also hands them its change, which
+    # the builds it is estimated from never paid: applied.
+    read = choose(AUTO, history, change, read_by_ivm_models=True)
+    assert read.way == INCREMENTAL and "where ivm models read the state" in read.reason
     # Sources under MIN_WEIGHED_BYTES: every way costs its floor, applied.
     tiny = [RefreshRecord(r.way, r.changed_rows, 2_000, r.seconds) for r in history]
     assert choose(AUTO, tiny, ChangeSize(rows=5_000, source_bytes=2_000)).way == INCREMENTAL

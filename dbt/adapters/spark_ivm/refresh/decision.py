@@ -125,7 +125,9 @@ def decide(
     if costlier is not None:
         return Decision(Action.RECOMPUTE, costlier, ranges)
     change = change_size(pinned, changed, net_rows)
-    choice = strategy.choose(settings.strategy, facts.history, change)
+    choice = strategy.choose(
+        settings.strategy, facts.history, change, read_by_ivm_models=settings.change_feed
+    )
     action = Action.RECOMPUTE if choice.way == Strategy.RECOMPUTE else Action.INCREMENTAL
     return Decision(action, choice.reason, ranges, choice, change)
 
