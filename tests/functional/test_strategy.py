@@ -248,9 +248,6 @@ class TestRecomputeUnderAnIvmModel(OneSourceProject):
         run and to find the MERGE dearer than what the readers would spend.
         """
         monkeypatch.setattr(strategy, "MIN_WEIGHED_BYTES", 0)
-        # Weighed on this tiny table, a model's incremental floor against its
-        # recompute is timing noise, and the last step asks a small change applied.
-        monkeypatch.setattr(strategy, "FLOOR_MARGIN", float("inf"))
         monkeypatch.setattr(handoff, "MERGE_OVER_OVERWRITE", 1_000.0)
         schema = project.test_schema
         groups = MIN_RECOMPUTE_ROWS + 5_000

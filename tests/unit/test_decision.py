@@ -336,3 +336,20 @@ def test_version_ranges_start_a_source_the_state_never_read_at_its_pin(plan):
     state_record = recorded(plan, sources={})
     ranges = version_ranges(pin(7), state_record)
     assert ranges == {ORDERS_TABLE: VersionRange(recorded=7, pinned=7)}
+
+
+def test_a_models_dear_floor_recomputes_a_small_change_unless_ivm_models_read_it(plan):
+    # 100 MB of sources, a 6-row change; built in 2 s, its one refresh took 5 s.
+    size = 100 * 10**6
+    pinned = pin(7, commits=[timed(6, 6), timed(7, 7)], size=size)
+    history = (
+        strategy.RefreshRecord(strategy.RECOMPUTE, 0, size, 2.0),
+        strategy.RefreshRecord(strategy.INCREMENTAL, 6, size, 5.0),
+    )
+    found = decide(plan, pinned, facts(plan, history=history), RefreshSettings(change_feed=False))
+    assert found.action is Action.RECOMPUTE
+    assert "its cheapest incremental refresh took 5.0s" in found.reason
+    # Read by ivm models (dbt's graph names them, or may: change_feed), it applies.
+    read = decide(plan, pinned, facts(plan, history=history), RefreshSettings(change_feed=True))
+    assert read.action is Action.INCREMENTAL
+    assert "where ivm models read the state" in read.reason

@@ -12,6 +12,7 @@ from dbt.adapters.spark_ivm.refresh.strategy import (
     AUTO,
     DEFAULT_ROW_COST_FACTOR,
     FLOOR_MARGIN,
+    FLOOR_WEIGHED_BYTES,
     HISTORY_LENGTH,
     INCREMENTAL,
     MIN_RECOMPUTE_ROWS,
@@ -223,6 +224,7 @@ def test_a_small_change_is_recomputed_where_the_models_floor_is_dearer():
     # the builds it is estimated from never paid: applied.
     read = choose(AUTO, history, change, read_by_ivm_models=True)
     assert read.way == INCREMENTAL and "where ivm models read the state" in read.reason
-    # Sources under MIN_WEIGHED_BYTES: every way costs its floor, applied.
-    tiny = [RefreshRecord(r.way, r.changed_rows, 2_000, r.seconds) for r in history]
-    assert choose(AUTO, tiny, ChangeSize(rows=5_000, source_bytes=2_000)).way == INCREMENTAL
+    # Sources of at most FLOOR_WEIGHED_BYTES (16 MB): which way is dearer is chance, applied.
+    small = FLOOR_WEIGHED_BYTES
+    tiny = [RefreshRecord(r.way, r.changed_rows, small, r.seconds) for r in history]
+    assert choose(AUTO, tiny, ChangeSize(rows=5_000, source_bytes=small)).way == INCREMENTAL

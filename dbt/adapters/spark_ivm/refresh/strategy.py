@@ -31,6 +31,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from dbt.adapters.spark_ivm.delta.confs import SMALL_SOURCE_BYTES
 from dbt.adapters.spark_ivm.settings import Strategy
 
 AUTO, INCREMENTAL, RECOMPUTE = Strategy.AUTO, Strategy.INCREMENTAL, Strategy.RECOMPUTE
@@ -56,19 +57,23 @@ DEFAULT_ROW_COST_FACTOR = 10.0
 MIN_RECOMPUTE_ROWS = 10_000
 # A change under MIN_RECOMPUTE_ROWS is recomputed where the model's own
 # cheapest incremental refresh took this many times the recompute estimate
-# (sources of MIN_WEIGHED_BYTES or more): its fixed work, not the change, is
+# (sources past FLOOR_WEIGHED_BYTES): its fixed work, not the change, is
 # then what a refresh costs. The worked example at 2 M order lines
 # (2026-12-05): customers_to_chase refreshed 5,000 changed lines in 5.4-6.2 s
-# and was built in 2.3-2.6 s, revenue_by_segment 8.0-9.7 s against
-# 4.3-5.4 s, every run. A margin, not 1: the seconds come from different
-# runs, and one refresh seen dearer by a tenth is within their spread.
-# Not where ivm models read the state: its recompute then hands them its
-# change (refresh/handoff.py: the difference merged by key, or an overwrite
-# each reader sums), which its builds, the estimate's measure, never paid.
-# On the warehouse at scale 1500 (2026-12-06, f647a6e, a second day's batch)
-# the rule recomputed six silver models with readers: four took 23.7-39.0 s
-# against estimates of 3.8-16.0 s and incremental refreshes of 18.1-31.4 s.
+# and was built in 2.3-2.6 s, every run. A margin, not 1: the seconds come
+# from different runs, and one refresh seen dearer by a tenth is within
+# their spread. Not where ivm models read the state: its recompute then
+# hands them its change (refresh/handoff.py: the difference merged by key,
+# or an overwrite each reader sums), which its builds, the estimate's
+# measure, never paid. On the warehouse at scale 1500 (2026-12-05, f647a6e,
+# a second day's batch) the rule recomputed six silver models with readers:
+# four took 23.7-39.0 s against estimates of 3.8-16.0 s and incremental
+# refreshes of 18.1-31.4 s.
 FLOOR_MARGIN = 1.5
+# Over sources of at most this many bytes (the small sources of
+# delta.confs) both ways cost a few statements' fixed work, and which is
+# dearer in one run is chance: the floor rule weighs only larger sources.
+FLOOR_WEIGHED_BYTES = SMALL_SOURCE_BYTES
 # A line needs changes of clearly different sizes: through refreshes of about
 # the same size (a benchmark's batches, a daily load) the least-squares slope
 # is run-to-run noise. Measured (bench/, SF 1): two batches of about 15k rows
@@ -227,18 +232,17 @@ def _dear_floor(
 ) -> float | None:
     """The cheapest incremental refresh's seconds, where FLOOR_MARGIN times the recompute's.
 
-    None where the model ran no incremental refresh, or its sources are under
-    MIN_WEIGHED_BYTES (every way costs about its floor there, and seconds
-    taken from floors say nothing of the next write).
+    None where the model ran no incremental refresh, or its sources are at
+    most FLOOR_WEIGHED_BYTES (both ways cost a few statements there).
 
     >>> history = [RefreshRecord(RECOMPUTE, 0, 10**8, 2.0), RefreshRecord(INCREMENTAL, 9, 10**8, 5.0)]
     >>> found = Estimate(incremental_seconds=5.0, recompute_seconds=2.0, basis="history")
     >>> _dear_floor(history, found, ChangeSize(rows=9, source_bytes=10**8))
     5.0
-    >>> _dear_floor(history, found, ChangeSize(rows=9, source_bytes=1_000)) is None
+    >>> _dear_floor(history, found, ChangeSize(rows=9, source_bytes=10**6)) is None
     True
     """
-    if change.source_bytes < MIN_WEIGHED_BYTES:
+    if change.source_bytes <= FLOOR_WEIGHED_BYTES:
         return None
     floor = min((r.seconds for r in history if r.way == INCREMENTAL), default=None)
     if floor is None or floor <= FLOOR_MARGIN * found.recompute_seconds:
