@@ -156,7 +156,8 @@ def estimate(history: Sequence[RefreshRecord], change: ChangeSize) -> Estimate |
     if not recomputes:
         return None
     incrementals = [r for r in history if r.way == INCREMENTAL]
-    floor = min((r.seconds for r in incrementals), default=0.0)
+    cheapest = _cheapest_incremental(history)
+    floor = 0.0 if cheapest is None else cheapest
     seconds_per_byte = statistics.median(r.seconds / r.source_bytes for r in recomputes)
     bytes_per_row = change.bytes_per_row or DEFAULT_BYTES_PER_ROW
     default_per_row = seconds_per_byte * bytes_per_row * DEFAULT_ROW_COST_FACTOR
@@ -200,8 +201,10 @@ def choose(
     if found is None:
         return Choice(INCREMENTAL, None, "no recompute in the model's history to compare with")
     cheaper = found.incremental_seconds > found.recompute_seconds
-    dear_floor = None if read_by_ivm_models else _dear_floor(history, found, change)
-    small = change.rows < MIN_RECOMPUTE_ROWS and dear_floor is None
+    under = change.rows < MIN_RECOMPUTE_ROWS
+    weighed = under and not read_by_ivm_models
+    dear_floor = _dear_floor(history, found, change) if weighed else None
+    small = under and dear_floor is None
     way = RECOMPUTE if cheaper and not small else INCREMENTAL
     counted = (
         "changed rows (an upstream's recompute as it estimated)"
@@ -219,7 +222,7 @@ def choose(
             if read_by_ivm_models
             else f" unless its cheapest incremental refresh took {FLOOR_MARGIN:g} times the recompute"
         )
-    elif dear_floor is not None and change.rows < MIN_RECOMPUTE_ROWS:
+    elif dear_floor is not None:
         reason += (
             f"; its cheapest incremental refresh took {dear_floor:.1f}s, over "
             f"{FLOOR_MARGIN:g} times the recompute"
@@ -244,10 +247,15 @@ def _dear_floor(
     """
     if change.source_bytes <= FLOOR_WEIGHED_BYTES:
         return None
-    floor = min((r.seconds for r in history if r.way == INCREMENTAL), default=None)
+    floor = _cheapest_incremental(history)
     if floor is None or floor <= FLOOR_MARGIN * found.recompute_seconds:
         return None
     return floor
+
+
+def _cheapest_incremental(history: Sequence[RefreshRecord]) -> float | None:
+    """The seconds of the model's cheapest incremental refresh kept in its history (None: none)."""
+    return min((r.seconds for r in history if r.way == INCREMENTAL), default=None)
 
 
 def _line(records: Sequence[RefreshRecord]) -> tuple[float, float] | None:
