@@ -147,7 +147,8 @@ ROWS_ALIAS = f"{RESERVED_PREFIX}rows"  # the model's FROM/JOIN/WHERE rows, flatt
 CHANGES_CTE = f"{RESERVED_PREFIX}changes"  # the signed change rows of one refresh
 # The temporary view a refresh caches its signed change rows in (emit.stage_changes).
 STAGED_PREFIX = f"{RESERVED_PREFIX}staged_"
-SLOT = f"{RESERVED_PREFIX}slot"  # 0 on a group's row, i + 1 on argument i's pre-aggregation rows
+# 0 on a group's row, the pre-aggregation's slot on its (group, value, count) rows.
+SLOT = f"{RESERVED_PREFIX}slot"
 PREAGG_ALIAS = f"{RESERVED_PREFIX}p"
 UPSTREAM_CHANGES_ALIAS = f"{RESERVED_PREFIX}uc"  # an upstream ivm model's state changes
 # An overwritten upstream's view rows with their signs, and their sum per row
@@ -206,6 +207,16 @@ def preaggregated_value_of(argument_index: int, kind: str | None = None) -> str:
     `kind`: MIN or MAX for a bounded pre-aggregation (plan.PreAggregation.kept).
     """
     return f"{RESERVED_PREFIX}pv_a{argument_index}{_bounded(kind)}"
+
+
+def kept_values_of(argument_index: int, kind: str) -> str:
+    """On a group's row: a bounded MIN or MAX's kept values, an array of (value, count)."""
+    return f"{RESERVED_PREFIX}kv_a{argument_index}{_bounded(kind)}"
+
+
+# The fields of a kept value (kept_values_of).
+KEPT_VALUE = "v"
+KEPT_COUNT = "n"
 
 
 def preaggregation_cte(argument_index: int, kind: str | None = None) -> str:

@@ -182,16 +182,23 @@ class PreAggregation:
     # The RECOMPUTED state columns this pre-aggregation feeds: (state column, MIN | MAX | COUNT).
     recomputed: tuple[tuple[str, str], ...]
     touched_flag: str
-    # None: every distinct value of the group. A number k: one MIN or MAX
-    # (its one `recomputed` entry) kept from the group's most extreme values
-    # alone, at least k of them unless the group has fewer, at most 2k
-    # (rules/extremes.py, "Bounded pre-aggregations").
+    # None: every distinct value of the group, one state row each (under
+    # names.SLOT = `slot`). A number k: one MIN or MAX (its one `recomputed`
+    # entry) kept from the group's most extreme values alone, at least k of
+    # them unless the group has fewer, at most 2k, as an array on the group's
+    # row (`values_column`; rules/extremes.py, "Bounded pre-aggregations").
     kept: int | None = None
 
     @property
     def bounded_kind(self) -> str | None:
         """MIN or MAX for a bounded pre-aggregation; None for one that keeps every value."""
         return self.recomputed[0][1] if self.kept is not None else None
+
+    @property
+    def values_column(self) -> str:
+        """A bounded pre-aggregation's column of kept (value, count) pairs on the group row."""
+        assert self.bounded_kind is not None
+        return names.kept_values_of(self.argument_index, self.bounded_kind)
 
 
 @dataclass(frozen=True)
@@ -290,14 +297,16 @@ class ViewPlan:
         return tuple(dict.fromkeys(ref.table for ref in self.sources))
 
     @property
+    def row_preaggregations(self) -> tuple[PreAggregation, ...]:
+        """The pre-aggregations kept as state rows of their own (the unbounded ones)."""
+        return tuple(p for p in self.preaggregations if p.kept is None)
+
+    @property
     def merge_keys(self) -> tuple[str, ...]:
         """The state columns MERGE matches on: the row key, then the pre-aggregation's slot and value."""
-        extra = (names.SLOT,) if self.preaggregations else ()
-        return (
-            *self.keys,
-            *extra,
-            *(p.value_column for p in self.preaggregations),
-        )
+        rows = self.row_preaggregations
+        extra = (names.SLOT,) if rows else ()
+        return (*self.keys, *extra, *(p.value_column for p in rows))
 
     @property
     def key_columns(self) -> tuple[StateColumn, ...]:

@@ -24,11 +24,11 @@ from ivm_compiler.sql import TableName
 
 
 def state_table_columns(plan: ViewPlan) -> list[str]:
-    """Every column of the state table, in order: group rows' columns, then pre-aggregations'."""
+    """Every column of the state table, in order: group rows' columns, then pre-aggregation rows'."""
     columns = [c.name for c in plan.state_columns if c.rule is not MergeRule.CHANGE_ONLY]
-    if plan.preaggregations:
+    if plan.row_preaggregations:
         columns.append(names.SLOT)
-        columns.extend(p.value_column for p in plan.preaggregations)
+        columns.extend(p.value_column for p in plan.row_preaggregations)
     return columns
 
 

@@ -2,11 +2,13 @@
 
 None of the three is additive: deleting a group's current minimum, or the
 last row carrying a value, cannot be applied to the stored result alone. The
-state therefore also keeps, for each such argument x, one row per (group,
-distinct non-NULL x) with the number of source rows carrying it (the
-KV-store paper's PRE-AGGREGATION view). These rows live in the model's own
-state table, told apart by names.SLOT, so one MERGE commits them together with
-the group rows: a refresh can never leave the two disagreeing.
+state therefore also keeps, for each such argument x, the (distinct non-NULL
+x, count) pairs of each group, the count the number of source rows carrying
+it (the KV-store paper's PRE-AGGREGATION view): as one row per pair, told
+apart from the group rows by names.SLOT, or for a bounded MIN or MAX (below)
+as an array of the pairs on the group's row. Either way they live in the
+model's own state table, so one MERGE commits them together with the group
+rows: a refresh can never leave the two disagreeing.
 
 On refresh, for every group whose x-values changed, the new result is
 recomputed from that group's pre-aggregation rows plus the change (never
@@ -17,7 +19,9 @@ large as the source (per supplier and ship date: 27 M rows for a table of
 60 k groups). A MIN or MAX whose argument no COUNT(DISTINCT) also reads keeps
 instead, per kind, only the group's most extreme values (top-k view
 maintenance: Yi et al., "Efficient maintenance of materialized top-k
-views"), under one invariant: every value of the group on the kept side of
+views"), as an array on the group's row (plan.PreAggregation.values_column;
+a row per value made the state many times the groups, and each refresh
+ranked the touched groups' rows with windows), under one invariant: every value of the group on the kept side of
 the largest kept one (for MIN; the smallest for MAX) is kept, with its exact
 count. So the kept set's best value is the group's, and
 - a change's value on the kept side of that edge, or any value while the
@@ -119,6 +123,18 @@ def columns(
                 )
             )
             recomputed.append((name, kind))
+        if bounded_kind is not None:
+            values = names.kept_values_of(argument.index, bounded_kind)
+            state_columns.append(
+                StateColumn(
+                    name=values,
+                    rule=MergeRule.RECOMPUTED,
+                    # Built beside the group rows (build_query), refreshed with the extreme.
+                    build=None,
+                    change=exp.column(values, quoted=True),
+                    preaggregation=slot,
+                )
+            )
         preaggregations.append(
             PreAggregation(
                 argument_index=argument.index,
@@ -151,15 +167,13 @@ def build_query(
     versions: Mapping[TableName, int],
     rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
-    """The group rows (slot 0) and every pre-aggregation's (group, value, count) rows."""
+    """The group rows (slot 0, with the bounded pre-aggregations' kept values) and every
+    other pre-aggregation's (group, value, count) rows."""
     rows = rows_to_build(plan, versions, rows_filter)
-    group_rows = group_select(plan, names.ROWS_ALIAS, from_changes=False)
-    group_values = {e.alias: e.this for e in group_rows.expressions}
-    group_values[names.SLOT] = exp.Literal.number(0)
     union = union_all(
         [
-            group_rows.select(*in_state_order(plan, group_values), append=False),
-            *[_preaggregation_rows(plan, pre) for pre in plan.preaggregations],
+            _group_rows(plan),
+            *[_preaggregation_rows(plan, pre) for pre in plan.row_preaggregations],
         ]
     )
     # Every part is built here for this query alone: assembled without copies.
@@ -170,20 +184,67 @@ def build_query(
     )
 
 
+_GROUPS_ALIAS = f"{names.RESERVED_PREFIX}groups"
+
+
+def _group_rows(plan: ViewPlan) -> exp.Select:
+    """Each group's row of the flattened rows (names.ROWS_ALIAS), its kept values joined on."""
+    grouped = group_select(plan, names.ROWS_ALIAS, from_changes=False)
+    bounded = [p for p in plan.preaggregations if p.kept is not None]
+    if not bounded:
+        values = {e.alias: e.this for e in grouped.expressions}
+        values[names.SLOT] = exp.Literal.number(0)
+        return grouped.select(*in_state_order(plan, values), append=False)
+    values = {e.alias: _column(e.alias, _GROUPS_ALIAS) for e in grouped.expressions}
+    values[names.SLOT] = exp.Literal.number(0)
+    select = exp.select().from_(grouped.subquery(ident(_GROUPS_ALIAS)))
+    everything = exp.select(exp.Star()).from_(exp.to_table(names.ROWS_ALIAS, quoted=True))
+    for pre in bounded:
+        alias = f"{names.RESERVED_PREFIX}best_s{pre.slot}"
+        best = _best_rows(plan, pre, everything.copy())
+        select = select.join(
+            _kept_per_group(plan, pre, best).subquery(ident(alias)),
+            on=_same_group(plan, _GROUPS_ALIAS, alias),
+            join_type="LEFT",
+        )
+        values[pre.values_column] = _column(pre.values_column, alias)
+    return select.select(*in_state_order(plan, values))
+
+
+def _kept_per_group(plan: ViewPlan, pre: PreAggregation, kept: exp.Select) -> exp.Select:
+    """Per group of `kept` ((group keys, count, value) rows), its array of kept values."""
+    select = exp.select(
+        *_keys(plan),
+        exp.alias_(_kept_array(pre), pre.values_column, quoted=True),
+    ).from_(kept.subquery(ident(_COUNTED_ALIAS)))
+    return select.group_by(*_keys(plan)) if plan.keys else select
+
+
+def _kept_array(pre: PreAggregation, keeps: exp.Expr | None = None) -> exp.Expr:
+    """The (value, count) pairs of the rows (where `keeps` holds), as one array, smallest first.
+
+    Sorted so that equal sets are equal arrays (a MERGE writes a group's
+    row only when its columns differ); which end is the extreme is the
+    pre-aggregation's kind, read by the refresh with its values exploded.
+    """
+    pair = exp.Struct(
+        expressions=[
+            exp.PropertyEQ(this=ident(names.KEPT_VALUE), expression=_column(pre.value_column)),
+            exp.PropertyEQ(this=ident(names.KEPT_COUNT), expression=_column(names.COUNT)),
+        ]
+    )
+    kept = pair if keeps is None else exp.If(this=keeps, true=pair, false=exp.null())
+    collected = exp.ArrayAgg(this=kept)
+    collected.set("nulls_excluded", True)
+    return exp.ArraySort(this=collected)
+
+
 def _preaggregation_rows(plan: ViewPlan, pre: PreAggregation) -> exp.Select:
-    """(group, value, count) of the flattened rows (names.ROWS_ALIAS); a bounded one's best `kept`."""
+    """(group, value, count) of the flattened rows (names.ROWS_ALIAS) for an unbounded one."""
+    assert pre.kept is None
     value = exp.column(pre.argument, quoted=True)
     pre_values: dict[str, exp.Expr] = {k: exp.column(k, quoted=True) for k in plan.keys}
     pre_values[names.SLOT] = exp.Literal.number(pre.slot)
-    if pre.kept is not None:
-        pre_values[names.COUNT] = _column(names.COUNT)
-        pre_values[pre.value_column] = _column(pre.value_column)
-        best = _best_rows(
-            plan, pre, exp.select(exp.Star()).from_(exp.to_table(names.ROWS_ALIAS, quoted=True))
-        )
-        return exp.select(*in_state_order(plan, pre_values)).from_(
-            best.subquery(ident(_COUNTED_ALIAS))
-        )
     pre_values[names.COUNT] = exp.Count(this=exp.Star(), big_int=True)
     pre_values[pre.value_column] = value.copy()
     return (
@@ -347,7 +408,6 @@ def _add_preaggregation(
         kept_cte = names.kept_values_cte(pre.argument_index, kind)
         parts.ctes.append((kept_cte, _kept_values(plan, pre, state)))
         parts.ctes.append((recomputed_cte, _recomputed_kept(plan, pre, kept_cte)))
-        parts.branches.append(_kept_change_rows(plan, pre, kept_cte))
     parts.join_per_group(plan, recomputed_cte)
     touched_flag = exp.column(pre.touched_flag, table=ident(recomputed_cte), quoted=True)
     parts.changed_groups.append(
@@ -357,6 +417,7 @@ def _add_preaggregation(
     parts.group_values.update(_recomputed_values(pre, recomputed_cte))
     if kind is None:
         return
+    parts.group_values[pre.values_column] = _column(pre.values_column, recomputed_cte)
     ran_out = _ran_out(pre, GROUP_CHANGES_CTE, recomputed_cte)
     if refilling:
         _add_refill(parts, plan, pre, recomputed_cte, ran_out)
@@ -376,7 +437,6 @@ def _add_refill(
     parts.ctes.append(
         (refill_cte, _refilled(plan, pre, GROUP_CHANGES_CTE, recomputed_cte, ran_out))
     )
-    parts.branches.append(_refill_rows(plan, pre, refill_cte))
     best_cte = f"{refill_cte}_best"
     parts.ctes.append((best_cte, _refilled_extreme(plan, pre, refill_cte)))
     parts.join_per_group(plan, best_cte)
@@ -384,6 +444,11 @@ def _add_refill(
     parts.group_values[name] = exp.Coalesce(
         this=parts.group_values[name],
         expressions=[exp.column(name, table=ident(best_cte), quoted=True)],
+    )
+    # A ran-out group's kept values are an empty array, not NULL: the refilled come first.
+    parts.group_values[pre.values_column] = exp.Coalesce(
+        this=_column(pre.values_column, best_cte),
+        expressions=[parts.group_values[pre.values_column]],
     )
 
 
@@ -545,6 +610,10 @@ _GROUP_VALUES_ALIAS = f"{names.RESERVED_PREFIX}group_values"
 # Per touched group: the stored non-NULL count, the edge of the kept values
 # and their total count, and whether any value is kept after the change.
 _STORED_NON_NULL = f"{names.RESERVED_PREFIX}stored_nn"
+# A touched group's kept values, exploded from its state row.
+_PAIRS_ALIAS = f"{names.RESERVED_PREFIX}pairs"
+_PAIR_VALUE = f"{names.RESERVED_PREFIX}pair_v"
+_PAIR_COUNT = f"{names.RESERVED_PREFIX}pair_n"
 _EDGE = f"{names.RESERVED_PREFIX}edge"
 _KEPT_TOTAL = f"{names.RESERVED_PREFIX}kept_total"
 _ANY_KEPT = f"{names.RESERVED_PREFIX}any_kept"
@@ -567,10 +636,11 @@ def _kept_values(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.S
     (their counts add up to its non-NULL count); then each group's kept
     values past 2 * kept are cut back to the best `kept`.
 
-    The state is read once: the touched groups' rows of this slot and their
-    group rows (slot 0, for the stored non-NULL count, under a NULL value),
-    beside the change's; the group's edge and totals are windows over them.
-    (A join with a second read of the state cost a scan and a shuffle more.)
+    The state is read once: the touched groups' rows, their kept values
+    exploded beside the change's, each carrying the group's stored non-NULL
+    count; the group's edge and totals are windows over them. A group that
+    keeps no value has none (the build and every refresh leave one kept
+    while it has any), so its missing count is its 0.
     """
     assert pre.kept is not None
     counts = _counts_by_value(plan, pre, state)
@@ -578,36 +648,20 @@ def _kept_values(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.S
 
 
 def _counts_by_value(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.Select:
-    """Per touched group and value: its stored count, its count after the change, and (on
-    the group row) the stored non-NULL count."""
+    """Per touched group and value: its stored count, its count after the change, and the
+    group's stored non-NULL count."""
     changes_cte = names.preaggregation_cte(pre.argument_index, pre.bounded_kind)
     value = _column(pre.value_column)
-    slot = _column(names.SLOT, "s")
     zero = exp.Literal.number(0)
-
-    def on_slot(number: int, then: exp.Expr, otherwise: exp.Expr) -> exp.Expr:
-        return exp.If(
-            this=exp.EQ(this=slot.copy(), expression=exp.Literal.number(number)),
-            true=then,
-            false=otherwise,
-        )
-
+    kept_count = _column(_PAIR_COUNT, _PAIRS_ALIAS)
     stored = (
         exp.select(
             *_keys(plan, "s"),
+            exp.alias_(_column(_PAIR_VALUE, _PAIRS_ALIAS), pre.value_column, quoted=True),
+            exp.alias_(kept_count.copy(), _STORED, quoted=True),
+            exp.alias_(kept_count.copy(), names.COUNT, quoted=True),
             exp.alias_(
-                on_slot(pre.slot, _column(pre.value_column, "s"), exp.null()),
-                pre.value_column,
-                quoted=True,
-            ),
-            exp.alias_(
-                on_slot(pre.slot, _column(names.COUNT, "s"), zero.copy()), _STORED, quoted=True
-            ),
-            exp.alias_(
-                on_slot(pre.slot, _column(names.COUNT, "s"), zero.copy()), names.COUNT, quoted=True
-            ),
-            exp.alias_(
-                on_slot(0, _column(names.non_null_count_of(pre.argument_index), "s"), exp.null()),
+                _column(names.non_null_count_of(pre.argument_index), "s"),
                 _STORED_NON_NULL,
                 quoted=True,
             ),
@@ -618,7 +672,17 @@ def _counts_by_value(plan: ViewPlan, pre: PreAggregation, state: TableName) -> e
             on=_same_group(plan, "s", "c"),
             join_type="LEFT SEMI",
         )
-        .where(exp.In(this=slot.copy(), expressions=[zero.copy(), exp.Literal.number(pre.slot)]))
+        .where(exp.Is(this=_column(names.GUARD, "s"), expression=exp.null()))
+    )
+    stored.append(
+        "laterals",
+        exp.Lateral(
+            this=exp.Inline(this=_column(pre.values_column, "s")),
+            view=True,
+            alias=exp.TableAlias(
+                this=ident(_PAIRS_ALIAS), columns=[ident(_PAIR_VALUE), ident(_PAIR_COUNT)]
+            ),
+        ),
     )
     changed = exp.select(
         *_keys(plan),
@@ -737,7 +801,8 @@ def _cut_back(plan: ViewPlan, pre: PreAggregation, judged: exp.Select) -> exp.Se
 
 
 def _recomputed_kept(plan: ViewPlan, pre: PreAggregation, kept_cte: str) -> exp.Select:
-    """Per touched group: the extreme of its kept values, the touched flag, whether any is kept."""
+    """Per touched group: the extreme of its kept values and the values themselves, the
+    touched flag, whether any is kept."""
     ((name, kind),) = pre.recomputed
     is_kept = exp.GT(this=_column(names.COUNT), expression=exp.Literal.number(0))
     recomputed = exp.select(
@@ -749,6 +814,7 @@ def _recomputed_kept(plan: ViewPlan, pre: PreAggregation, kept_cte: str) -> exp.
             name,
             quoted=True,
         ),
+        exp.alias_(_kept_array(pre, is_kept.copy()), pre.values_column, quoted=True),
         exp.alias_(exp.true(), pre.touched_flag, quoted=True),
         exp.alias_(
             exp.GT(this=exp.CountIf(this=is_kept.copy()), expression=exp.Literal.number(0)),
@@ -782,20 +848,6 @@ def _ran_out(pre: PreAggregation, main: str, recomputed_cte: str) -> exp.Expr:
     )
 
 
-def _kept_change_rows(plan: ViewPlan, pre: PreAggregation, kept_cte: str) -> exp.Select:
-    """The pre-aggregation's change rows: each kept count's difference from the stored one."""
-    difference = exp.Sub(this=_column(names.COUNT), expression=_column(_STORED))
-    values: dict[str, exp.Expr] = {k: _column(k) for k in plan.keys}
-    values[names.COUNT] = difference
-    values[names.SLOT] = exp.Literal.number(pre.slot)
-    values[pre.value_column] = _column(pre.value_column)
-    return (
-        exp.select(*in_change_order(plan, values))
-        .from_(exp.to_table(kept_cte, quoted=True))
-        .where(exp.NEQ(this=difference.copy(), expression=exp.Literal.number(0)))
-    )
-
-
 def _refilled(
     plan: ViewPlan, pre: PreAggregation, main: str, recomputed_cte: str, ran_out: exp.Expr
 ) -> exp.Select:
@@ -822,21 +874,13 @@ def _refilled(
     return _best_rows(plan, pre, rows)
 
 
-def _refill_rows(plan: ViewPlan, pre: PreAggregation, refill_cte: str) -> exp.Select:
-    """The refilled values as change rows: inserted, as the groups kept none of them."""
-    values: dict[str, exp.Expr] = {k: _column(k) for k in plan.keys}
-    values[names.COUNT] = _column(names.COUNT)
-    values[names.SLOT] = exp.Literal.number(pre.slot)
-    values[pre.value_column] = _column(pre.value_column)
-    return exp.select(*in_change_order(plan, values)).from_(exp.to_table(refill_cte, quoted=True))
-
-
 def _refilled_extreme(plan: ViewPlan, pre: PreAggregation, refill_cte: str) -> exp.Select:
-    """Per refilled group, its new MIN or MAX."""
+    """Per refilled group, its new MIN or MAX and its kept values."""
     ((name, kind),) = pre.recomputed
     select = exp.select(
         *_keys(plan),
         exp.alias_(_OVER_DISTINCT_VALUES[kind](this=_column(pre.value_column)), name, quoted=True),
+        exp.alias_(_kept_array(pre), pre.values_column, quoted=True),
     ).from_(exp.to_table(refill_cte, quoted=True))
     if plan.keys:
         return select.group_by(*_keys(plan))

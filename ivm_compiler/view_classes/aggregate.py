@@ -120,11 +120,15 @@ def plan(model: QualifiedModel) -> ViewPlan:
 
 
 def _bounded_fingerprint(fingerprint: str, preaggregations: list[PreAggregation]) -> str:
-    """The fingerprint, changed by how many values a bounded MIN/MAX keeps (a new number rebuilds)."""
+    """The fingerprint, changed by how many values a bounded MIN/MAX keeps (a new number rebuilds).
+
+    "as arrays": a state that kept them as rows of their own (before
+    2026-12-06) is rebuilt in the array form, never patched.
+    """
     kept = {p.kept for p in preaggregations if p.kept is not None}
     if not kept:
         return fingerprint
-    return hashlib.sha256(f"{fingerprint} kept {kept.pop()}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{fingerprint} kept {kept.pop()} as arrays".encode()).hexdigest()[:16]
 
 
 def _group_keys(group: exp.Group | None, projections: list[exp.Expr]) -> list[exp.Expr]:
@@ -376,7 +380,7 @@ def leaves_state(plan: ViewPlan, emptied: exp.Expr) -> exp.Expr | None:
     """
     if plan.view_class is ViewClass.GROUPED_AGGREGATE:
         return emptied
-    if not plan.preaggregations:
+    if not plan.row_preaggregations:
         return None
     slot = exp.column(names.SLOT, table=ident(names.CHANGE_ALIAS), quoted=True)
     return exp.and_(emptied, exp.GT(this=slot, expression=exp.Literal.number(0)))
@@ -387,7 +391,7 @@ def view(plan: ViewPlan, rows: exp.Select) -> exp.Select:
 
     A global aggregate shows its one row even with no rows: the query does.
     """
-    if plan.preaggregations:
+    if plan.row_preaggregations:
         group_rows = exp.EQ(
             this=exp.column(names.SLOT, quoted=True), expression=exp.Literal.number(0)
         )

@@ -131,11 +131,33 @@ def spark_type(duckdb_type: str) -> str:
     text = duckdb_type.upper()
     if text.startswith("DECIMAL"):
         return text.lower().replace(" ", "")
+    if text.endswith("[]"):
+        # A bounded MIN/MAX's kept values: an array of (value, count) structs.
+        return f"array<{spark_type(duckdb_type[:-2])}>"
+    if text.startswith("STRUCT(") and text.endswith(")"):
+        fields = _top_level_split(duckdb_type[len("STRUCT(") : -1])
+        named = (f.strip().split(" ", 1) for f in fields)
+        return "struct<" + ",".join(f"{n.strip(chr(34))}:{spark_type(t)}" for n, t in named) + ">"
     if text not in _SPARK_TYPES:
         # HUGEINT included: Spark has no such type, so it means a SUM this
         # module forgot to cast to Spark's BIGINT.
         raise NotImplementedError(f"no Spark type for DuckDB's {duckdb_type}")
     return _SPARK_TYPES[text]
+
+
+def _top_level_split(text: str) -> list[str]:
+    """`text` split at its commas outside parentheses.
+
+    >>> _top_level_split("v DECIMAL(10,2), n BIGINT")
+    ['v DECIMAL(10,2)', ' n BIGINT']
+    """
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def duckdb_type(spark_type_name: str) -> str:
@@ -433,7 +455,8 @@ class Engine:
         if rows:
             # One statement with every row's values as literals (three times
             # faster than parameters, and executemany runs one per row).
-            values = exp.values([tuple(exp.convert(value) for value in row) for row in rows])
+            types = [exp.DataType.build(t, dialect=SPARK) for _, t in columns]
+            values = exp.values([tuple(map(_literal, row, types)) for row in rows])
             self._run(exp.insert(values, table.copy()))
         self._materialized.add(name)
         return name
@@ -690,7 +713,7 @@ class Engine:
         """(column names, rows) of a DuckDB query."""
         cursor = self.connection.execute(sql)
         columns = [d[0] for d in cursor.description or []]
-        return columns, [tuple(r) for r in cursor.fetchall()]
+        return columns, [tuple(_hashable(v) for v in r) for r in cursor.fetchall()]
 
     def describe(self, statement: str) -> list[tuple[str, str]]:
         """(name, Spark type) of a Spark query's output columns, as Spark's DESCRIBE QUERY answers."""
@@ -962,3 +985,29 @@ class Catalog:
 
     def describe_query(self, sql: str) -> list[tuple[str, str]]:
         return self.engine.describe(sql)
+
+
+def _hashable(value: object) -> object:
+    """A fetched value rows can be counted by: an array (a bounded MIN/MAX's kept
+    (value, count) pairs) as a tuple, each struct as the tuple of its fields."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(_hashable(v) for v in value.values())
+    return value
+
+
+def _literal(value: object, data_type: exp.DataType) -> exp.Expr:
+    """A fetched value as a literal of its column's type (_hashable's tuples as arrays
+    of structs again)."""
+    if isinstance(value, tuple) and data_type.is_type(exp.DataType.Type.ARRAY):
+        (element,) = data_type.expressions
+        return exp.Array(expressions=[_literal(v, element) for v in value])
+    if isinstance(value, tuple) and data_type.is_type(exp.DataType.Type.STRUCT):
+        return exp.Struct(
+            expressions=[
+                exp.PropertyEQ(this=field.this.copy(), expression=_literal(v, field.args["kind"]))
+                for v, field in zip(value, data_type.expressions)
+            ]
+        )
+    return exp.convert(value)

@@ -309,12 +309,14 @@ def state_rows(plan: ViewPlan, columns: Sequence[str], rows: Sequence[Row]) -> l
 
 
 def history_columns(plan: ViewPlan) -> list[str]:
-    """The state columns that tell the rows' history, not the rows (MergeRule.MASS).
+    """The state columns that tell the rows' history, not the rows (MergeRule.MASS), and a
+    bounded MIN/MAX's kept values (the build keeps `kept`, a refresh 1 to 2 * `kept`).
 
     A rebuild's differ from a refreshed state's: state_rows leaves them out,
     and _check_state compares the MERGE's with the Python rule's instead.
     """
-    return [c.name for c in plan.state_columns if c.rule is MergeRule.MASS]
+    kept = [p.values_column for p in plan.preaggregations if p.kept is not None]
+    return [c.name for c in plan.state_columns if c.rule is MergeRule.MASS] + kept
 
 
 # -- (+) in Python ----------------------------------------------------------------------
@@ -350,7 +352,7 @@ def apply_changes(plan: ViewPlan, state: list[dict], delta: list[dict]) -> list[
             continue
         count = stored[names.COUNT] + change[names.COUNT]
         keeps_group = plan.view_class is ViewClass.GLOBAL_AGGREGATE and (
-            not plan.preaggregations or change[names.SLOT] == 0
+            not plan.row_preaggregations or change[names.SLOT] == 0
         )
         if count == 0 and not keeps_group:
             del result[key]
@@ -383,7 +385,7 @@ def _combined(plan: ViewPlan, stored: dict, change: dict) -> dict[str, object]:
     NULL counts are NULL, as the build leaves them.
     """
     values: dict[str, object] = {}
-    if plan.preaggregations and change[names.SLOT] != 0:
+    if plan.row_preaggregations and change[names.SLOT] != 0:
         return {c.name: None for c in plan.value_columns if c.rule in COMBINED}
     for column in plan.value_columns:
         index = column.argument
@@ -895,28 +897,26 @@ class Refreshes:
     def _check_state(self, applied: list[dict]) -> None:
         """The state equals the build, its bounded MIN/MAX values each group's best ones.
 
-        A bounded pre-aggregation's rows are not the build's (that keeps
-        exactly `kept` values, a refresh between 1 and 2 * `kept`): they are
-        checked against the group's values by _check_kept, and the MERGE's
-        against the Python rule's.
+        A bounded pre-aggregation's kept values are not the build's (that
+        keeps exactly `kept` values, a refresh between 1 and 2 * `kept`):
+        they are checked against the group's values by _check_kept, and the
+        MERGE's against the Python rule's (history_columns).
         """
         columns = state_queries.state_table_columns(self.plan)
         merged = self._state()
         bounded = {p.slot: p for p in self.plan.preaggregations if p.kept is not None}
 
         def as_rows(rows: list[dict]) -> list[Row]:
-            unbounded = [r for r in rows if not bounded or r[names.SLOT] not in bounded]
-            return state_rows(self.plan, columns, [[r[c] for c in columns] for r in unbounded])
+            return state_rows(self.plan, columns, [[r[c] for c in columns] for r in rows])
 
         expected_columns, rebuilt = self._rebuilt()
         rebuilt_rows = as_rows([dict(zip(expected_columns, row)) for row in rebuilt])
         if bounded:
             self._check_kept(merged, bounded)
-            groups = Counter((r[names.SLOT], *(r[k] for k in self.plan.keys)) for r in merged)
             self.most_kept.append(
                 {
-                    slot: max((n for g, n in groups.items() if g[0] == slot), default=0)
-                    for slot in bounded
+                    slot: max((len(r[pre.values_column] or ()) for r in merged), default=0)
+                    for slot, pre in bounded.items()
                 }
             )
             whole = [*self.plan.merge_keys, names.COUNT]
@@ -971,9 +971,9 @@ class Refreshes:
                     values[tuple(row[k] for k in self.plan.keys)][row[pre.argument]] += 1
             kept: dict[tuple, dict] = collections.defaultdict(dict)
             for row in merged:
-                if row[names.SLOT] == slot:
+                if row.get(names.SLOT, 0) == 0:
                     group = tuple(row[k] for k in self.plan.keys)
-                    kept[group][row[pre.value_column]] = row[names.COUNT]
+                    kept[group].update(row[pre.values_column] or ())
             descending = pre.bounded_kind == "MAX"
             for group in values.keys() | kept.keys():
                 best = sorted(values[group].items(), reverse=descending)

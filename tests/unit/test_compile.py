@@ -360,10 +360,13 @@ def test_min_max_and_count_distinct_plan() -> None:
         ("__ivm_g0", MergeRule.KEY, None),
         ("__ivm_count", MergeRule.ADD, None),
         # COUNT(qty) is additive (a bounded MIN/MAX reads it too); MIN and MAX
-        # of qty keep their best values, each in a pre-aggregation ...
+        # of qty keep their best values, each in a pre-aggregation kept as an
+        # array on the group row ...
         ("__ivm_nn_a0", MergeRule.ADD, None),
         ("__ivm_min_a0", MergeRule.RECOMPUTED, 1),
+        ("__ivm_kv_a0_min", MergeRule.RECOMPUTED, 1),
         ("__ivm_max_a0", MergeRule.RECOMPUTED, 2),
+        ("__ivm_kv_a0_max", MergeRule.RECOMPUTED, 2),
         # ... and COUNT(DISTINCT amount) keeps every value.
         ("__ivm_cd_a1", MergeRule.RECOMPUTED, 3),
     ]
@@ -395,13 +398,8 @@ def test_min_max_and_count_distinct_plan() -> None:
             touched_flag="__ivm_touched_a1",
         ),
     )
-    assert plan.merge_keys == (
-        "__ivm_g0",
-        "__ivm_slot",
-        "__ivm_pv_a0_min",
-        "__ivm_pv_a0_max",
-        "__ivm_pv_a1",
-    )
+    # Only COUNT(DISTINCT)'s values are rows of their own, matched by value.
+    assert plan.merge_keys == ("__ivm_g0", "__ivm_slot", "__ivm_pv_a1")
     assert [o.expression.sql("spark") for o in plan.outputs] == [
         "`__ivm_g0`",
         "`__ivm_min_a0`",
@@ -473,7 +471,7 @@ def test_min_max_keeping_every_value_share_one_pre_aggregation() -> None:
     ]
 
 
-def test_global_max_keeps_its_group_row_and_drops_emptied_values() -> None:
+def test_global_max_keeps_its_group_row_and_its_values_on_it() -> None:
     plan, catalog = compile_with(
         "SELECT MAX(amount) AS highest FROM shop.orders",
         [("highest", "decimal(10,2)")],
@@ -481,19 +479,16 @@ def test_global_max_keeps_its_group_row_and_drops_emptied_values() -> None:
     )
     assert plan.view_class is ViewClass.GLOBAL_AGGREGATE
     assert plan.keys == ()
-    assert plan.merge_keys == ("__ivm_slot", "__ivm_pv_a0_max")
+    # The one group row holds the kept values: nothing else to match or delete.
+    assert plan.merge_keys == ()
     assert catalog.probes == [
         "SELECT FIRST(`orders`.`amount`) AS value_0 FROM `shop`.`orders` AS `orders`"
     ]
     merge = emit.merge_changes(plan, STATE, {ORDERS_TABLE: Window(recorded=1, pinned=2)}, GUARD)
-    assert (
-        "WHEN MATCHED AND `__ivm_t`.`__ivm_count` + `__ivm_d`.`__ivm_count` = 0 "
-        "AND `__ivm_d`.`__ivm_slot` > 0 THEN DELETE"
-    ) in merge
+    assert "THEN DELETE" not in merge.replace("WHEN NOT MATCHED BY SOURCE", "")
+    assert "`__ivm_kv_a0_max` = IF(`__ivm_d`.`__ivm_touched_a0_max` = TRUE" in merge
     view = emit.create_view(plan, STATE, TableName(db="analytics", name="my_model"))
-    assert view.endswith(
-        "FROM `analytics`.`my_model__ivm_state` WHERE `__ivm_guard` IS NULL AND `__ivm_slot` = 0"
-    )
+    assert view.endswith("FROM `analytics`.`my_model__ivm_state` WHERE `__ivm_guard` IS NULL")
 
 
 def test_record_refresh() -> None:

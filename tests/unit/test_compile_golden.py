@@ -141,13 +141,14 @@ def test_merge_matches_state_rows_null_safely(case: golden.Case) -> None:
     plan, statements = _statements(case)
     merge = statements["merge_changes"]
     assert isinstance(merge, exp.Merge)
-    # A state row is its row key, then (with pre-aggregations) its slot and value.
+    # A state row is its row key, then (with pre-aggregation rows) its slot and value;
+    # a bounded MIN/MAX keeps its values on the group row.
     assert plan.keys == tuple(k.name for k in plan.key_columns)
-    if plan.preaggregations:
+    if plan.row_preaggregations:
         assert plan.merge_keys == (
             *plan.keys,
             SLOT,
-            *(p.value_column for p in plan.preaggregations),
+            *(p.value_column for p in plan.row_preaggregations),
         )
     else:
         assert plan.merge_keys == plan.keys
@@ -184,7 +185,7 @@ def test_merge_deletes_emptied_rows_except_the_global_row(case: golden.Case) -> 
     if plan.view_class is ViewClass.GLOBAL_AGGREGATE:
         # SELECT COUNT(*) FROM empty answers one row with 0: the group row stays;
         # only pre-aggregation rows whose value lost its last row leave.
-        if plan.preaggregations:
+        if plan.row_preaggregations:
             assert len(deletes) == 1
             assert deletes[0].args["condition"].sql(DIALECT) == (
                 f"{emptied} AND `__ivm_d`.`{SLOT}` > 0"
@@ -197,7 +198,7 @@ def test_merge_deletes_emptied_rows_except_the_global_row(case: golden.Case) -> 
         assert deletes[0].args["condition"].sql(DIALECT) == emptied
         assert populated_filter
     # The view shows group rows only, never the pre-aggregation rows beside them.
-    assert (f"`{SLOT}` = 0" in _where(view)) == bool(plan.preaggregations)
+    assert (f"`{SLOT}` = 0" in _where(view)) == bool(plan.row_preaggregations)
 
 
 @pytest.mark.parametrize("case", CORRECT_CASES, ids=_ids(CORRECT_CASES))

@@ -412,13 +412,17 @@ def _preaggregation_lines(plan: ViewPlan) -> list[str]:
             kind if kind != "COUNT" else "COUNT(DISTINCT)" for _, kind in pre.recomputed
         )
         argument = plan.rows.expressions[_argument_position(plan, pre.argument)].this
-        kept = ""
         if pre.kept is not None:
             side = "smallest" if pre.bounded_kind == "MIN" else "largest"
-            kept = f", its {pre.kept} to {2 * pre.kept} {side} values per group"
+            lines.append(
+                f"  pre-aggregation (on the group row, {pre.values_column}): (value, count) of "
+                f"{argument.sql(dialect=DIALECT)} for {kinds}, its {pre.kept} to "
+                f"{2 * pre.kept} {side} values per group"
+            )
+            continue
         lines.append(
             f"  pre-aggregation (slot {pre.slot}): (group, value, count) of "
-            f"{argument.sql(dialect=DIALECT)} for {kinds}{kept}"
+            f"{argument.sql(dialect=DIALECT)} for {kinds}"
         )
     return lines
 
@@ -457,7 +461,7 @@ def _layout_phrase(shown: dict[str, str]) -> str:
 def _count_rows(refresh: Refresh, plan: ViewPlan) -> list[tuple[str, int]]:
     state = refresh.state.sql()
     model_rows = f"`{names.GUARD}` IS NULL"  # the guard row is no model row
-    if not plan.preaggregations:
+    if not plan.row_preaggregations:
         _, rows = refresh.runner.query(f"SELECT COUNT(*) FROM {state} WHERE {model_rows}")
         return [("group rows" if plan.keys else "rows", int(rows[0][0]))]
     _, rows = refresh.runner.query(
