@@ -402,7 +402,12 @@ def _add_preaggregation(
     recomputed_cte = names.recomputed_cte(pre.argument_index, kind)
     parts.ctes.append((changes_cte, _value_changes(plan, pre)))
     if kind is None:
-        parts.ctes.append((recomputed_cte, _recomputed(plan, pre, _new_counts(plan, pre, state))))
+        recomputed = (
+            _recounted(plan, pre, state)
+            if counts_distinct_only(pre)
+            else _recomputed(plan, pre, _new_counts(plan, pre, state))
+        )
+        parts.ctes.append((recomputed_cte, recomputed))
         parts.branches.append(_value_change_rows(plan, pre, changes_cte))
     else:
         kept_cte = names.kept_values_cte(pre.argument_index, kind)
@@ -544,6 +549,104 @@ def _new_counts(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.Se
         )
         .from_(exp.union(stored, touched, distinct=False).subquery(ident("u")))
         .group_by(*_keys(plan), exp.column(pre.value_column, quoted=True))
+    )
+
+
+def counts_distinct_only(pre: PreAggregation) -> bool:
+    """Whether the pre-aggregation feeds a COUNT(DISTINCT) alone (no MIN or MAX of its values)."""
+    return pre.kept is None and all(kind == "COUNT" for _, kind in pre.recomputed)
+
+
+# Per touched (group, value) of a COUNT(DISTINCT): its stored count; per touched
+# group: its stored distinct count (names.PREAGG_ALIAS's group row).
+_STORED_PAIRS = f"{names.RESERVED_PREFIX}stored_pairs"
+_STORED_GROUPS = f"{names.RESERVED_PREFIX}stored_groups"
+
+
+def _recounted(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.Select:
+    """Per touched group: its COUNT(DISTINCT) after the change, and the touched flag.
+
+    The stored distinct count plus the values that gained their first row
+    less those that lost their last: only the touched (group, value) rows
+    and group rows are read from the state, each through a semi join with
+    the change (which Spark broadcasts), where recomputing from every value
+    of a touched group read and grouped them all (a day's orders touch most
+    days of mart_daily_active_customers, whose state is a row per day and
+    customer).
+    """
+    changes_cte = names.preaggregation_cte(pre.argument_index)
+    ((name, _),) = pre.recomputed
+
+    def touched_rows(slot: int, columns: list[exp.Expr], by_value: bool) -> exp.Select:
+        on = _same_group(plan, "s", "c")
+        if by_value:
+            on = exp.and_(
+                on,
+                exp.NullSafeEQ(
+                    this=_column(pre.value_column, "s"), expression=_column(pre.value_column, "c")
+                ),
+            )
+        return (
+            exp.select(*_keys(plan, "s"), *columns)
+            .from_(state.to_table().as_("s", quoted=True))
+            .join(
+                exp.to_table(changes_cte, quoted=True).as_("c", quoted=True),
+                on=on,
+                join_type="LEFT SEMI",
+            )
+            .where(exp.EQ(this=_column(names.SLOT, "s"), expression=exp.Literal.number(slot)))
+        )
+
+    pairs = touched_rows(
+        pre.slot,
+        [
+            _column(pre.value_column, "s"),
+            exp.alias_(_column(names.COUNT, "s"), _STORED, quoted=True),
+        ],
+        by_value=True,
+    )
+    groups = touched_rows(0, [_column(name, "s")], by_value=False)
+    stored = exp.Coalesce(this=_column(_STORED, "p"), expressions=[exp.Literal.number(0)])
+
+    def counted(rows: exp.Expr) -> exp.Expr:
+        return exp.If(
+            this=exp.GT(this=rows, expression=exp.Literal.number(0)),
+            true=exp.Literal.number(1),
+            false=exp.Literal.number(0),
+        )
+
+    appeared = exp.Sub(
+        this=counted(exp.Add(this=stored.copy(), expression=_column(names.COUNT, "c"))),
+        expression=counted(stored.copy()),
+    )
+    recounted = exp.select(
+        *_keys(plan, "c"),
+        exp.alias_(
+            exp.Add(
+                this=exp.Coalesce(
+                    this=exp.Max(this=_column(name, "g")), expressions=[exp.Literal.number(0)]
+                ),
+                expression=exp.Sum(this=appeared),
+            ),
+            name,
+            quoted=True,
+        ),
+        exp.alias_(exp.true(), pre.touched_flag, quoted=True),
+    ).from_(exp.to_table(changes_cte, quoted=True).as_("c", quoted=True))
+    recounted = recounted.join(
+        pairs.subquery(ident("p")),
+        on=exp.and_(
+            _same_group(plan, "c", "p"),
+            exp.NullSafeEQ(
+                this=_column(pre.value_column, "c"), expression=_column(pre.value_column, "p")
+            ),
+        ),
+        join_type="LEFT",
+    ).join(groups.subquery(ident("g")), on=_same_group(plan, "c", "g"), join_type="LEFT")
+    if plan.keys:
+        return recounted.group_by(*_keys(plan, "c"))
+    return recounted.having(
+        exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
     )
 
 
