@@ -223,9 +223,10 @@ def _kept_per_group(plan: ViewPlan, pre: PreAggregation, kept: exp.Select) -> ex
 def _kept_array(pre: PreAggregation, keeps: exp.Expr | None = None) -> exp.Expr:
     """The (value, count) pairs of the rows (where `keeps` holds), as one array, smallest first.
 
-    Sorted so that equal sets are equal arrays (a MERGE writes a group's
-    row only when its columns differ); which end is the extreme is the
-    pre-aggregation's kind, read by the refresh with its values exploded.
+    Sorted so that equal sets are equal arrays (a recompute merged by key,
+    emit.merge_recomputed, rewrites only the rows whose columns differ);
+    which end is the extreme is the pre-aggregation's kind, read by the
+    refresh with the values exploded.
     """
     pair = exp.Struct(
         expressions=[
