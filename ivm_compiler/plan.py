@@ -206,7 +206,8 @@ class StateColumn:
     name: str
     rule: MergeRule
     # The column computed from source rows at one version (first build, full
-    # refresh); None for CHANGE_ONLY columns, which are never stored.
+    # refresh); None for CHANGE_ONLY columns, which are never stored, and for
+    # a bounded MIN/MAX's kept values, which its rule's build query computes.
     build: exp.Expr | None
     # The column computed from signed change rows (each carries names.SIGN = +1/-1).
     change: exp.Expr

@@ -112,29 +112,12 @@ def columns(
                 )
             else:
                 build = _OVER_DISTINCT_VALUES[kind](this=argument.flat)
-            state_columns.append(
-                StateColumn(
-                    name=name,
-                    rule=MergeRule.RECOMPUTED,
-                    build=build,
-                    # Filled in by the refresh from the pre-aggregation (change_query).
-                    change=exp.column(name, quoted=True),
-                    preaggregation=slot,
-                )
-            )
+            state_columns.append(_recomputed_column(name, build, slot))
             recomputed.append((name, kind))
         if bounded_kind is not None:
+            # Its kept values: built beside the group rows (build_query), refreshed with it.
             values = names.kept_values_of(argument.index, bounded_kind)
-            state_columns.append(
-                StateColumn(
-                    name=values,
-                    rule=MergeRule.RECOMPUTED,
-                    # Built beside the group rows (build_query), refreshed with the extreme.
-                    build=None,
-                    change=exp.column(values, quoted=True),
-                    preaggregation=slot,
-                )
-            )
+            state_columns.append(_recomputed_column(values, None, slot))
         preaggregations.append(
             PreAggregation(
                 argument_index=argument.index,
@@ -147,6 +130,17 @@ def columns(
             )
         )
     return state_columns, preaggregations
+
+
+def _recomputed_column(name: str, build: exp.Expr | None, slot: int) -> StateColumn:
+    """A column of the group row the refresh fills in from the pre-aggregation (change_query)."""
+    return StateColumn(
+        name=name,
+        rule=MergeRule.RECOMPUTED,
+        build=build,
+        change=exp.column(name, quoted=True),
+        preaggregation=slot,
+    )
 
 
 def over_surviving_values(kind: str, value: exp.Expr) -> exp.Expr:
@@ -405,7 +399,7 @@ def _add_preaggregation(
     if kind is None:
         recomputed = (
             _recounted(plan, pre, state)
-            if counts_distinct_only(pre)
+            if _counts_distinct_only(pre)
             else _recomputed(plan, pre, _new_counts(plan, pre, state))
         )
         parts.ctes.append((recomputed_cte, recomputed))
@@ -553,15 +547,9 @@ def _new_counts(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.Se
     )
 
 
-def counts_distinct_only(pre: PreAggregation) -> bool:
+def _counts_distinct_only(pre: PreAggregation) -> bool:
     """Whether the pre-aggregation feeds a COUNT(DISTINCT) alone (no MIN or MAX of its values)."""
     return pre.kept is None and all(kind == "COUNT" for _, kind in pre.recomputed)
-
-
-# Per touched (group, value) of a COUNT(DISTINCT): its stored count; per touched
-# group: its stored distinct count (names.PREAGG_ALIAS's group row).
-_STORED_PAIRS = f"{names.RESERVED_PREFIX}stored_pairs"
-_STORED_GROUPS = f"{names.RESERVED_PREFIX}stored_groups"
 
 
 def _recounted(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.Select:
