@@ -490,6 +490,37 @@ def _same_group(plan: ViewPlan, left: str, right: str) -> exp.Expr:
     )
 
 
+def _touched_state_rows(
+    plan: ViewPlan,
+    state: TableName,
+    changes_cte: str,
+    columns: list[exp.Expr],
+    where: exp.Expr,
+    same_value: str | None = None,
+) -> exp.Select:
+    """`columns` of the state rows (alias s) in a group the change (`changes_cte`, alias c)
+    touches, and with `same_value`, of that value column too: a semi join Spark broadcasts."""
+    on = _same_group(plan, "s", "c")
+    if same_value is not None:
+        on = exp.and_(
+            on, exp.NullSafeEQ(this=_column(same_value, "s"), expression=_column(same_value, "c"))
+        )
+    return (
+        exp.select(*_keys(plan, "s"), *columns)
+        .from_(state.to_table().as_("s", quoted=True))
+        .join(
+            exp.to_table(changes_cte, quoted=True).as_("c", quoted=True),
+            on=on,
+            join_type="LEFT SEMI",
+        )
+        .where(where)
+    )
+
+
+def _on_slot(slot: int) -> exp.Expr:
+    return exp.EQ(this=_column(names.SLOT, "s"), expression=exp.Literal.number(slot))
+
+
 def _value_changes(plan: ViewPlan, pre: PreAggregation) -> exp.Select:
     """(group, value, net count change) for the values this refresh touched."""
     value = exp.column(pre.argument, quoted=True)
@@ -510,24 +541,12 @@ def _value_changes(plan: ViewPlan, pre: PreAggregation) -> exp.Select:
 def _new_counts(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.Select:
     """The touched groups' stored pre-aggregation rows plus the change: each value's new count."""
     changes_cte = names.preaggregation_cte(pre.argument_index)
-    stored = (
-        exp.select(
-            *_keys(plan, "s"),
-            exp.column(pre.value_column, table=ident("s"), quoted=True),
-            exp.column(names.COUNT, table=ident("s"), quoted=True),
-        )
-        .from_(state.to_table().as_("s", quoted=True))
-        .join(
-            exp.to_table(changes_cte, quoted=True).as_("c", quoted=True),
-            on=_same_group(plan, "s", "c"),
-            join_type="LEFT SEMI",
-        )
-        .where(
-            exp.EQ(
-                this=exp.column(names.SLOT, table=ident("s"), quoted=True),
-                expression=exp.Literal.number(pre.slot),
-            )
-        )
+    stored = _touched_state_rows(
+        plan,
+        state,
+        changes_cte,
+        [_column(pre.value_column, "s"), _column(names.COUNT, "s")],
+        _on_slot(pre.slot),
     )
     touched = exp.select(
         *_keys(plan),
@@ -566,35 +585,18 @@ def _recounted(plan: ViewPlan, pre: PreAggregation, state: TableName) -> exp.Sel
     changes_cte = names.preaggregation_cte(pre.argument_index)
     ((name, _),) = pre.recomputed
 
-    def touched_rows(slot: int, columns: list[exp.Expr], by_value: bool) -> exp.Select:
-        on = _same_group(plan, "s", "c")
-        if by_value:
-            on = exp.and_(
-                on,
-                exp.NullSafeEQ(
-                    this=_column(pre.value_column, "s"), expression=_column(pre.value_column, "c")
-                ),
-            )
-        return (
-            exp.select(*_keys(plan, "s"), *columns)
-            .from_(state.to_table().as_("s", quoted=True))
-            .join(
-                exp.to_table(changes_cte, quoted=True).as_("c", quoted=True),
-                on=on,
-                join_type="LEFT SEMI",
-            )
-            .where(exp.EQ(this=_column(names.SLOT, "s"), expression=exp.Literal.number(slot)))
-        )
-
-    pairs = touched_rows(
-        pre.slot,
+    pairs = _touched_state_rows(
+        plan,
+        state,
+        changes_cte,
         [
             _column(pre.value_column, "s"),
             exp.alias_(_column(names.COUNT, "s"), _STORED, quoted=True),
         ],
-        by_value=True,
+        _on_slot(pre.slot),
+        same_value=pre.value_column,
     )
-    groups = touched_rows(0, [_column(name, "s")], by_value=False)
+    groups = _touched_state_rows(plan, state, changes_cte, [_column(name, "s")], _on_slot(0))
     stored = exp.Coalesce(this=_column(_STORED, "p"), expressions=[exp.Literal.number(0)])
 
     def counted(rows: exp.Expr) -> exp.Expr:
@@ -746,9 +748,11 @@ def _counts_by_value(plan: ViewPlan, pre: PreAggregation, state: TableName) -> e
     value = _column(pre.value_column)
     zero = exp.Literal.number(0)
     kept_count = _column(_PAIR_COUNT, _PAIRS_ALIAS)
-    stored = (
-        exp.select(
-            *_keys(plan, "s"),
+    stored = _touched_state_rows(
+        plan,
+        state,
+        changes_cte,
+        [
             exp.alias_(_column(_PAIR_VALUE, _PAIRS_ALIAS), pre.value_column, quoted=True),
             exp.alias_(kept_count.copy(), _STORED, quoted=True),
             exp.alias_(kept_count.copy(), names.COUNT, quoted=True),
@@ -757,14 +761,8 @@ def _counts_by_value(plan: ViewPlan, pre: PreAggregation, state: TableName) -> e
                 _STORED_NON_NULL,
                 quoted=True,
             ),
-        )
-        .from_(state.to_table().as_("s", quoted=True))
-        .join(
-            exp.to_table(changes_cte, quoted=True).as_("c", quoted=True),
-            on=_same_group(plan, "s", "c"),
-            join_type="LEFT SEMI",
-        )
-        .where(exp.Is(this=_column(names.GUARD, "s"), expression=exp.null()))
+        ],
+        exp.Is(this=_column(names.GUARD, "s"), expression=exp.null()),
     )
     stored.append(
         "laterals",
