@@ -7,7 +7,7 @@ descending for MAX, and joins the two arrays. Ranked once ascending
 beside each group's number of distinct values, the largest are those
 whose rank is within 16 of that number, so one sort serves both:
 
-- `pair`: two windows, one per side, joined by group (the build's form);
+- `pair`: two windows, one per side, joined by group (the build's form before 2026-12-06);
 - `shared`: one window and a count per group, both arrays collected from it.
 
 Both must give the same rows (count and hash sum); each form runs ROUNDS
@@ -18,8 +18,8 @@ times, alternating, over a loaded TPC-H lineitem (l_suppkey, l_shipdate).
 
 Measured 2026-12-06 at SF 5 (30 M lineitems, 50,000 suppliers), alone,
 8 shuffle partitions, two runs of two rounds: pair 79.97, 58.03, 77.25 and
-63.92 s; shared 44.20, 40.25, 42.62 and 43.99 s; the same rows. Not yet
-the build's form.
+63.92 s; shared 44.20, 40.25, 42.62 and 43.99 s; the same rows. The
+build's form from 2026-12-06 on (rules/extremes.py, `_kept_per_group`).
 """
 
 from __future__ import annotations
