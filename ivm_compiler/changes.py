@@ -359,14 +359,16 @@ def _term_sign(term_sign: int, aliases: list[str]) -> exp.Expr:
 
 
 def repeated_feeds(plan: ViewPlan, ranges: Mapping[TableName, VersionRange]) -> list[TableName]:
-    """The sources whose change feed one refresh reads more than once: worth staging first.
+    """The relations whose change one refresh reads more than once: worth staging first.
 
     Counted on the statements' trees: the key-bounds probe reads a source's
     feed once per key column it bounds, and the sum above reads input i's
     change in term i and, as R_i' - dR_i, in each earlier changed input's
-    term. Only the plan's own sources whose columns it knows
-    (plan.source_columns) are staged; an upstream ivm model's change is
-    read through its view (reads.signed_changes).
+    term. A source is staged if the plan knows the columns it reads
+    (plan.source_columns); an upstream ivm model's change (the feed of its
+    state, read through its view) is staged as its view's signed rows
+    (reads.stage_upstream_change). A range staged already (an overwritten
+    relation's summed change) is left as it is.
     """
     if not any(ranges[table].changed for table in plan.tables):
         return []
@@ -380,12 +382,17 @@ def repeated_feeds(plan: ViewPlan, ranges: Mapping[TableName, VersionRange]) -> 
             if call.name.lower() == "table_changes" and call.expressions:
                 feed = call.expressions[0].name
                 reads_of[feed] = reads_of.get(feed, 0) + 1
+
+    def feed_of(table: TableName) -> str:
+        upstream = plan.upstreams.get(table)
+        return (upstream.state if upstream is not None else table).sql()
+
     return [
         table
         for table in plan.tables
-        if table not in plan.upstreams
-        and table in plan.source_columns
-        and reads_of.get(table.sql(), 0) > 1
+        if ranges[table].staged is None
+        and (table in plan.upstreams or table in plan.source_columns)
+        and reads_of.get(feed_of(table), 0) > 1
     ]
 
 

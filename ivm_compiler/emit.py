@@ -633,7 +633,8 @@ def stage_feeds(
     """Each change feed the refresh reads more than once, staged as `<prefix>_<n>`.
 
     The stages (changes.repeated_feeds) cache the source's change rows, only
-    the columns the model reads and `_change_type`, with CACHE TABLE; the
+    the columns the model reads and `_change_type`, or an upstream ivm
+    model's change as its view's signed rows, with CACHE TABLE; the
     ranges returned name them (`staged=`), so the probe and the change rows
     read the stage (reads.signed_changes). The refresh runs the statements
     first and frees the relations after the write (drop_staged).
@@ -644,8 +645,12 @@ def stage_feeds(
         ranges,
         prefix,
         changes.repeated_feeds(plan, ranges),
-        lambda table, columns, name: reads.stage_feed(
-            table, ranges[table], columns, name, partitions
+        lambda table, columns, name: (
+            reads.stage_upstream_change(
+                table, ranges[table], name, plan.upstreams[table], partitions
+            )
+            if table in plan.upstreams
+            else reads.stage_feed(table, ranges[table], columns, name, partitions)
         ),
         lambda versions, name: replace(versions, staged=name),
     )
@@ -746,7 +751,7 @@ def _staged(
     for index, table in enumerate(tables):
         name = f"{prefix}_{index}"
         stages.append(
-            Stage(table, name, _sql(cache(table, list(plan.source_columns[table]), name)))
+            Stage(table, name, _sql(cache(table, list(plan.source_columns.get(table, {})), name)))
         )
         reading[table] = reading_stage(ranges[table], name)
     return stages, reading

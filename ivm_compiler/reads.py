@@ -432,6 +432,36 @@ def stage_feed(
     return _cache(name, rows, partitions)
 
 
+def stage_upstream_change(
+    table: TableName,
+    versions: VersionRange,
+    name: str,
+    upstream: UpstreamModel,
+    partitions: int | None = None,
+) -> exp.Cache:
+    """CACHE TABLE <name> AS an upstream ivm model's change: its view's rows, signed.
+
+    What signed_changes reads for the upstream, computed once: its state's
+    change feed turned into view rows (a log state's consolidated first).
+    A change statement reads an upstream's change once per term and probe,
+    each time planning and scanning the feed and turning it into view rows
+    again (the warehouse's `mart_unpaid_orders` read `fct_payments`' 16
+    times in one statement). signed_changes reads the stage as it reads an
+    overwritten upstream's (stage_net_change).
+
+    >>> up = UpstreamModel(TableName("m", "up__ivm_state"), exp.select("k").from_("m.up__ivm_state"))
+    >>> sql = stage_upstream_change(TableName("m", "up"), VersionRange(2, 5), "s", up).sql("spark")
+    >>> sql[: sql.index(" FROM")]
+    'CACHE TABLE `s` AS SELECT k, `__ivm_uc`.`__ivm_sign` AS `__ivm_sign`'
+    >>> "TABLE_CHANGES('`m`.`up__ivm_state`', 3, 5)" in sql
+    True
+    """
+    assert versions.staged is None
+    signed = signed_changes(table, versions, name, upstream).this
+    assert isinstance(signed, exp.Select)
+    return _cache(name, signed, partitions)
+
+
 def stage_snapshot(
     table: TableName,
     version: int,

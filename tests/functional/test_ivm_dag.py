@@ -248,7 +248,15 @@ class TestIvmDag(DagProject):
         assert "because it is read by l3_by_name" in log
         written = Path(project.project_root) / "target" / "ivm_explain" / "l2_joined"
         merge = (written / "merge_changes.sql").read_text()
-        assert merge.startswith("MERGE INTO") and "TABLE_CHANGES" in merge
+        # l1_rows' pending change, read by the key-bounds probe and its term,
+        # is staged once (as its view's signed rows) and the MERGE reads the stage.
+        assert merge.startswith("MERGE INTO") and "TABLE_CHANGES" not in merge
+        stages = {path.stem: path.read_text() for path in written.glob("stage_feed_*.sql")}
+        assert {re.sub(r"^stage_feed_\d+_", "", name) for name in stages} == {"l1_rows"}
+        for name, stage in stages.items():
+            upstream = re.sub(r"^stage_feed_\d+_", "", name)
+            assert f"TABLE_CHANGES('`{project.test_schema}`.`{upstream}__ivm_state`'" in stage
+        assert f"FROM `{names.STAGED_PREFIX}" in merge
         assert (written / "plan.txt").read_text().startswith("ivm plan of model.test.l2_joined")
 
         _, log = run_dbt_and_capture(

@@ -287,6 +287,31 @@ def test_a_stage_missing_its_rows_is_caught(
         run(MODEL_BY_NAME[name], Scenario(SEED, BOTH_INPUTS), log=log)
 
 
+# A plan node (an upstream ivm model) joined to a changed dimension: its change
+# is read by the key-bounds probe, its own term and the dimension's term.
+@pytest.mark.parametrize("log", [False, True])
+def test_an_upstreams_change_read_twice_is_read_from_its_stage(
+    log: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    staged: list[TableName] = []
+    stage = reads.stage_upstream_change
+
+    def counted(table: TableName, *args: object, **kwargs: object) -> exp.Cache:
+        staged.append(table)
+        return stage(table, *args, **kwargs)
+
+    monkeypatch.setattr(reads, "stage_upstream_change", counted)
+    run(MODEL_BY_NAME["cte_totals"], Scenario(SEED, BOTH_INPUTS), log=log)
+    assert staged
+
+
+def test_an_upstream_stage_missing_its_rows_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statements read the upstream's stage, not its state's feed."""
+    _empty_stages(monkeypatch, "stage_upstream_change")
+    with pytest.raises(Mismatch, match=CAUGHT):
+        run(MODEL_BY_NAME["cte_totals"], Scenario(SEED, BOTH_INPUTS))
+
+
 # -- small sources' snapshots staged once (writes.StateWrites.staged_snapshots) ---------
 
 # The seed with tags for both dimension names, so the three-way join has rows.

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ivm_compiler import emit, log_state
+from sqlglot import parse_one
+
+from ivm_compiler import emit, log_state, reads
+from ivm_compiler.plan import UpstreamModel
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.sql import TableName
 from tests.unit.test_compile import (
@@ -77,6 +80,52 @@ def test_a_staged_range_is_read_from_its_stage_by_the_probe_and_every_write():
         assert "FROM `__ivm_staged_r_0`" in sql
         # The unstaged input still reads its change feed.
         assert "TABLE_CHANGES('`shop`.`customers`', 8, 8)" in sql
+
+
+# An upstream ivm model in place of the customers source: its view over its state.
+CUSTOMERS_STATE = TableName(db="shop", name="customers__ivm_state")
+CUSTOMERS_VIEW = parse_one(
+    "SELECT CAST(__ivm_g0 AS INT) AS id, CAST(__ivm_g1 AS STRING) AS name, "
+    "CAST(__ivm_g2 AS STRING) AS country FROM shop.customers__ivm_state "
+    "LATERAL VIEW EXPLODE(ARRAY_REPEAT(1, __ivm_count)) AS c WHERE __ivm_guard IS NULL",
+    read="spark",
+)
+
+
+def _join_over_an_upstream():
+    return dataclasses.replace(
+        _join_plan(), upstreams={CUSTOMERS_TABLE: UpstreamModel(CUSTOMERS_STATE, CUSTOMERS_VIEW)}
+    )
+
+
+def test_an_upstream_models_change_read_more_than_once_is_staged_as_its_signed_view_rows():
+    plan = _join_over_an_upstream()
+    stages, reading = emit.stage_feeds(plan, BOTH_CHANGED, "__ivm_staged_r")
+    assert [stage.table for stage in stages] == [ORDERS_TABLE, CUSTOMERS_TABLE]
+    staged = stages[1].statement
+    assert staged.startswith("CACHE TABLE `__ivm_staged_r_1` AS SELECT ")
+    assert "TABLE_CHANGES('`shop`.`customers__ivm_state`', 8, 8)" in staged
+    # The view's rows, each with the sign of its state change row.
+    assert "AS name," in staged and "AS `__ivm_sign`" in staged
+    merge = emit.merge_changes(plan, STATE, reading, GUARD)
+    probe, _ = emit.probe_join_keys(plan, reading)
+    for sql in (merge, probe):
+        assert "customers__ivm_state`'" not in sql
+        assert "FROM `__ivm_staged_r_1`" in sql
+    # Read once (its own term only when orders did not change): not staged.
+    assert [s.table for s in emit.stage_feeds(plan, ORDERS_CHANGED, "r")[0]] == [ORDERS_TABLE]
+
+
+def test_a_staged_upstream_reads_the_same_rows_as_its_feed():
+    plan = _join_over_an_upstream()
+    ranges = {ORDERS_TABLE: VersionRange(5, 5), CUSTOMERS_TABLE: VersionRange(7, 8)}
+    stage = reads.stage_upstream_change(
+        CUSTOMERS_TABLE, ranges[CUSTOMERS_TABLE], "s", plan.upstreams[CUSTOMERS_TABLE]
+    )
+    inline = reads.signed_changes(
+        CUSTOMERS_TABLE, ranges[CUSTOMERS_TABLE], "s", plan.upstreams[CUSTOMERS_TABLE]
+    )
+    assert stage.expression.sql("spark") == inline.this.sql("spark")
 
 
 # -- pinned snapshots of small sources (emit.stage_snapshots) ---------------------------
