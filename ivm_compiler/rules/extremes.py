@@ -219,9 +219,12 @@ def _kept_per_group(plan: ViewPlan, together: list[PreAggregation], rows: exp.Se
     Each group's distinct values are counted, then ranked once. A MIN and a
     MAX of one argument share that ranking: ranked ascending beside the
     group's number of distinct values, the largest are those ranked within
-    `kept` of that number. Measured at TPC-H SF 5 (`l_shipdate` per
-    supplier, bench/micro/extremes_pair_build.py, 2026-12-06): 40.3-44.2 s
-    where one ranking per side took 58.0-80.0 s, the same arrays.
+    `kept` of that number. Measured at TPC-H SF 5 (2026-12-06, the same
+    arrays): `l_shipdate` per supplier alone (bench/micro/extremes_pair_build.py)
+    40.3-44.2 s where one ranking per side took 58.0-80.0 s; the whole
+    build query of `lineitem_supplier_extremes` 63 s where 80-92 s, though
+    its dbt build (72-83 s in three runs, 81 s before) moved within its
+    spread (docs/performance.md, Open work 4).
     """
     argument = _column(together[0].argument)
     lone = together[0] if len(together) == 1 else None

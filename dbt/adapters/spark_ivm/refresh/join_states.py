@@ -239,7 +239,7 @@ class JoinStates:
                 at_pinned = self._upkeep(
                     join_input,
                     pinned[join_input.table],
-                    VersionRange(recorded=latest.source_version, pinned=window.pinned),
+                    _upkeep_range(latest.source_version, window),
                     latest,
                     # The probe's bounds hold for the refresh's window; an upkeep
                     # from a later version (after a failed refresh) reads a
@@ -347,3 +347,20 @@ class JoinStates:
     def _latest_version(self, relation: TableName) -> int:
         columns, rows = self.runner.query(describe_history(relation, limit=1))
         return int(rows[0][columns.index("version")])
+
+
+def _upkeep_range(held: int, window: VersionRange) -> VersionRange:
+    """The source's versions a join state holding `held` is brought over to `window`'s pin.
+
+    From the window's recorded version, as a refresh after a successful one
+    finds it, the upkeep reads the change from the refresh's stage of it,
+    if it staged one (emit.stage_feeds: the columns the model reads, which
+    hold the join state's), where it would read the feed once more.
+
+    >>> _upkeep_range(4, VersionRange(4, 6, staged="s")).staged
+    's'
+    >>> _upkeep_range(5, VersionRange(4, 6, staged="s"))
+    VersionRange(recorded=5, pinned=6)
+    """
+    upkeep = VersionRange(recorded=held, pinned=window.pinned)
+    return replace(upkeep, staged=window.staged) if held == window.recorded else upkeep
