@@ -229,19 +229,20 @@ def _kept_per_group(plan: ViewPlan, together: list[PreAggregation], rows: exp.Se
     argument = _column(together[0].argument)
     lone = together[0] if len(together) == 1 else None
     descending = lone is not None and lone.bounded_kind == "MAX"
-    ranked_columns: list[exp.Expr] = [
-        *_keys(plan),
-        *[exp.alias_(argument.copy(), pre.value_column, quoted=True) for pre in together],
-        _column(names.COUNT),
-        exp.alias_(_ranked(plan, argument, descending), _RANK, quoted=True),
-    ]
+    ranked = _ranked_values(
+        plan,
+        argument,
+        rows,
+        [exp.alias_(argument.copy(), pre.value_column, quoted=True) for pre in together],
+        descending,
+    )
     rank = _column(_RANK)
     keeps: dict[str, exp.Expr] = {}
     if lone is not None:
         keeps[lone.values_column] = exp.LTE(this=rank, expression=exp.Literal.number(lone.kept))
     else:
         total = exp.Window(this=exp.Count(this=exp.Star()), partition_by=_keys(plan) or None)
-        ranked_columns.append(exp.alias_(total, _DISTINCT_VALUES, quoted=True))
+        ranked = ranked.select(exp.alias_(total, _DISTINCT_VALUES, quoted=True))
         from_last = exp.Sub(this=_column(_DISTINCT_VALUES), expression=rank.copy())
         for pre in together:
             kept = exp.Literal.number(pre.kept)
@@ -249,9 +250,6 @@ def _kept_per_group(plan: ViewPlan, together: list[PreAggregation], rows: exp.Se
                 keeps[pre.values_column] = exp.LTE(this=rank.copy(), expression=kept)
             else:
                 keeps[pre.values_column] = exp.LT(this=from_last.copy(), expression=kept)
-    ranked = exp.select(*ranked_columns).from_(
-        _counted_values(plan, argument, rows).subquery(ident(_GROUP_VALUES_ALIAS))
-    )
     select = (
         exp.select(
             *_keys(plan),
@@ -310,12 +308,7 @@ def _best_rows(plan: ViewPlan, pre: PreAggregation, rows: exp.Select) -> exp.Sel
     """(group keys, count, value) of each group's `pre.kept` best distinct values among `rows`."""
     assert pre.kept is not None
     argument = _column(pre.argument)
-    ranked = exp.select(
-        *_keys(plan),
-        argument.copy(),
-        _column(names.COUNT),
-        exp.alias_(_ranked(plan, argument, pre.bounded_kind == "MAX"), _RANK, quoted=True),
-    ).from_(_counted_values(plan, argument, rows).subquery(ident(_GROUP_VALUES_ALIAS)))
+    ranked = _ranked_values(plan, argument, rows, [argument.copy()], pre.bounded_kind == "MAX")
     return (
         exp.select(
             *_keys(plan),
@@ -325,6 +318,23 @@ def _best_rows(plan: ViewPlan, pre: PreAggregation, rows: exp.Select) -> exp.Sel
         .from_(ranked.subquery(ident(_RANKED_ALIAS)))
         .where(exp.LTE(this=_column(_RANK), expression=exp.Literal.number(pre.kept)))
     )
+
+
+def _ranked_values(
+    plan: ViewPlan,
+    argument: exp.Column,
+    rows: exp.Select,
+    values: list[exp.Expr],
+    descending: bool,
+) -> exp.Select:
+    """Each group's distinct values of `argument` among `rows` (as `values` select them), with
+    their count and their place in the group (`_RANK`, the smallest first unless `descending`)."""
+    return exp.select(
+        *_keys(plan),
+        *values,
+        _column(names.COUNT),
+        exp.alias_(_ranked(plan, argument, descending), _RANK, quoted=True),
+    ).from_(_counted_values(plan, argument, rows).subquery(ident(_GROUP_VALUES_ALIAS)))
 
 
 def _counted_values(plan: ViewPlan, argument: exp.Column, rows: exp.Select) -> exp.Select:
