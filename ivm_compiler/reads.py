@@ -312,9 +312,8 @@ def stage_net_change(
     assert versions.overwritten and versions.staged is None
     assert not (versions.replaced and upstream is not None), "a replaced ivm state is rebuilt"
     if upstream is not None:
-        signed = signed_changes(table, versions, names.OVERWRITTEN_ALIAS, upstream).this
-        assert isinstance(signed, exp.Select)
-        return _cache(name, signed, None)
+        # signed_changes sums an overwritten upstream's change per row (net_rows).
+        return stage_upstream_change(table, versions, name, upstream)
     read = [exp.column(c, quoted=True) for c in columns]
     feed = (
         _versions_signed(table, versions, columns)
@@ -446,8 +445,8 @@ def stage_upstream_change(
     A change statement reads an upstream's change once per term and probe,
     each time planning and scanning the feed and turning it into view rows
     again (the warehouse's `mart_unpaid_orders` read `fct_payments`' 16
-    times in one statement). signed_changes reads the stage as it reads an
-    overwritten upstream's (stage_net_change).
+    times in one statement). An overwritten upstream's summed change
+    (stage_net_change) is staged by it too; signed_changes reads either.
 
     >>> up = UpstreamModel(TableName("m", "up__ivm_state"), exp.select("k").from_("m.up__ivm_state"))
     >>> sql = stage_upstream_change(TableName("m", "up"), VersionRange(2, 5), "s", up).sql("spark")
