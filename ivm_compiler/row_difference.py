@@ -13,7 +13,9 @@ they apply as any change (refresh/fallback.py):
 2. count_difference: its rows and copies, which size the write (none: no
    write at all);
 3. merge_difference: one MERGE that deletes every old copy of a changed row
-   and inserts its new copies. Rows have no key but themselves, and Delta
+   and inserts its new copies (or, for a difference too large to merge,
+   overwrite_with_difference: the table's unchanged rows and the changed
+   rows' new copies, written over it). Rows have no key but themselves, and Delta
    cannot delete k of n equal rows, so a row going from 3 copies to 2 is
    written as 3 deleted and 2 inserted: its net change, as the readers sum
    it, is the one copy.
@@ -39,6 +41,9 @@ SIDE = f"{names.RESERVED_PREFIX}side"
 # The MERGE source's action for a row: delete its old copies, or insert one new copy.
 ACTION = f"{names.RESERVED_PREFIX}action"
 DELETE, INSERT = "delete", "insert"
+# A changed row's new copies, one per element of an array of `__ivm_new` ones.
+COPY = f"{names.RESERVED_PREFIX}copy"
+COPIES = f"{names.RESERVED_PREFIX}copies"
 
 
 def _columns(columns: Sequence[str], table: str | None = None) -> list[exp.Column]:
@@ -170,6 +175,51 @@ def merge_difference(table: TableName, staged: str, columns: Sequence[str]) -> s
 def _repeat(action: str, times: exp.Expr) -> exp.Expr:
     count = exp.cast(times, exp.DataType.build("INT"))
     return exp.Anonymous(this="ARRAY_REPEAT", expressions=[exp.Literal.string(action), count])
+
+
+def overwrite_with_difference(table: TableName, staged: str, columns: Sequence[str]) -> str:
+    """INSERT OVERWRITE `table` with its rows the staged difference leaves, and the new copies.
+
+    The query's rows, without running the query again: every copy of a row
+    the difference does not name (NULL-safe on every column) is as the query
+    gives it, and each row it names has `__ivm_new` copies. Delta reads the
+    table at the version the overwrite replaces.
+
+    >>> sql = overwrite_with_difference(TableName("m", "t"), "d", ["a"])
+    >>> unchanged, changed = sql.split(" UNION ALL ")
+    >>> unchanged
+    'INSERT OVERWRITE TABLE `m`.`t` SELECT `a` FROM `m`.`t` AS __ivm_t LEFT ANTI JOIN `d` AS __ivm_d ON `__ivm_t`.`a` IS NOT DISTINCT FROM `__ivm_d`.`a`'
+    >>> changed
+    'SELECT `a` FROM (SELECT `a`, EXPLODE(ARRAY_REPEAT(1, CAST(`__ivm_new` AS INT))) AS `__ivm_copy` FROM `d`) AS `__ivm_copies`'
+    """
+    target, change = names.TARGET_ALIAS, names.CHANGE_ALIAS
+    unchanged = (
+        exp.select(*_columns(columns))
+        .from_(exp.alias_(table.to_table(), target, table=True))
+        .join(
+            exp.alias_(exp.Table(this=ident(staged)), change, table=True),
+            on=exp.and_(
+                *[
+                    exp.NullSafeEQ(this=t, expression=d)
+                    for t, d in zip(_columns(columns, target), _columns(columns, change))
+                ]
+            ),
+            join_type="LEFT ANTI",
+        )
+    )
+    repeat = exp.Anonymous(
+        this="ARRAY_REPEAT",
+        expressions=[
+            exp.Literal.number(1),
+            exp.cast(exp.column(NEW, quoted=True), exp.DataType.build("INT")),
+        ],
+    )
+    copies = exp.select(
+        *_columns(columns), exp.alias_(exp.Explode(this=repeat), COPY, quoted=True)
+    ).from_(exp.Table(this=ident(staged)))
+    changed = exp.select(*_columns(columns)).from_(copies.subquery(ident(COPIES)))
+    rows = exp.union(unchanged, changed, distinct=False)
+    return exp.Insert(this=table.to_table(), expression=rows, overwrite=True).sql(dialect=DIALECT)
 
 
 def overwrite(table: TableName, query: exp.Query) -> str:

@@ -364,6 +364,13 @@ class TestFallbackChain(IvmProject):
         )
         metadata = spark.sql(f"DESCRIBE HISTORY {schema}.ranked LIMIT 1").first()["userMetadata"]
         assert json.loads(metadata)["estimated_change_rows"] == inserted + deleted > 0
+        # Written from its unchanged rows and the difference's new copies, the
+        # table equals its query (its readers' queries read the table itself).
+        ranked = (
+            f"SELECT k, ntile(2) OVER (PARTITION BY g ORDER BY k) AS quantile FROM {source_table}"
+        )
+        difference = bag_difference(spark, f"SELECT * FROM {schema}.ranked", ranked)
+        assert difference.equal, f"ranked after its overwrite: {difference}"
         # Read as a change, the overwrite's deleted and inserted rows summed.
         for model, query in queries.items():
             assert responses[model]["code"] == "INCREMENTAL", responses[model]

@@ -183,11 +183,15 @@ class FallbackTable:
         past that a whole-row MERGE rewrites most of the table's files and
         readers recompute by their estimates, so an overwrite costs less
         (warehouse scale 1500: a 21,475-row difference merged in 42.6 s where
-        the model's own rebuild took 12.7 s). The overwrite runs the query
-        again: caching its rows for both took longer alone (20.5 s against
-        15.7-16.8 s, bench/micro/fallback_write.py). It records the
-        difference's size for its readers (delta.history.ESTIMATED_ROWS_KEY),
-        who would otherwise sum the whole table to size it.
+        the model's own rebuild took 12.7 s). The overwrite writes the table's
+        rows the difference leaves and its rows' new copies
+        (row_difference.overwrite_with_difference): it ran the query again,
+        which at scale 6000 cost as much as the difference (46.8 of the
+        batch's 506 executor CPU s; caching the query's rows for both took
+        longer than running it twice, bench/micro/fallback_write.py). It
+        records the difference's size for its readers
+        (delta.history.ESTIMATED_ROWS_KEY), who would otherwise sum the whole
+        table to size it.
         """
         stage = f"{names.STAGED_PREFIX}{uuid.uuid4().hex}_difference"
         try:
@@ -207,17 +211,20 @@ class FallbackTable:
             if chosen.merges:
                 self.runner.execute(row_difference.merge_difference(self.table, stage, columns))
             else:
-                self._overwrite(query, estimated_rows=inserted + deleted)
+                self._overwrite(
+                    row_difference.overwrite_with_difference(self.table, stage, columns),
+                    estimated_rows=inserted + deleted,
+                )
             return Written(inserted=inserted, deleted=deleted, chosen=chosen)
         finally:
             for statement in emit.drop_staged(stage):
                 self.runner.execute(statement)
 
-    def _overwrite(self, rows: exp.Query, estimated_rows: int) -> None:
-        """The table overwritten with `rows`, its commit saying how many rows its readers change."""
+    def _overwrite(self, statement: str, estimated_rows: int) -> None:
+        """The table overwritten by `statement`, its commit saying how many rows its readers change."""
         metadata = {METADATA_MARKER: 1, RECOMPUTED_MARKER: True, ESTIMATED_ROWS_KEY: estimated_rows}
         with committing(self.runner, metadata, shared_session=not self.own_session):
-            self.runner.execute(row_difference.overwrite(self.table, rows))
+            self.runner.execute(statement)
 
     def rebuilt_because(self, reason: str) -> None:
         self.log.info(
