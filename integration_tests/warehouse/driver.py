@@ -256,8 +256,7 @@ def run_warehouse(
             execute(spark, statement, Path(scratch))
         if warm_up:
             rebuild_as_tables(dbt, Step("warm-up"))
-        first = build(dbt, "first build", "--full-refresh", *selection, test=test_first_build)
-        steps = [first]
+        steps = [build(dbt, "first build", "--full-refresh", *selection, test=test_first_build)]
         if compare_tables:
             rebuild_as_tables(dbt, steps[0])
         for number in range(1, batches + 1):
