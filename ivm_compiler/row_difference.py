@@ -128,7 +128,7 @@ def merge_difference(table: TableName, staged: str, columns: Sequence[str]) -> s
     actions = exp.Concat(
         expressions=[
             _repeat(
-                DELETE,
+                exp.Literal.string(DELETE),
                 exp.If(
                     this=exp.GT(
                         this=exp.column(OLD, quoted=True), expression=exp.Literal.number(0)
@@ -137,7 +137,7 @@ def merge_difference(table: TableName, staged: str, columns: Sequence[str]) -> s
                     false=exp.Literal.number(0),
                 ),
             ),
-            _repeat(INSERT, exp.column(NEW, quoted=True)),
+            _repeat(exp.Literal.string(INSERT), exp.column(NEW, quoted=True)),
         ]
     )
     source = exp.select(
@@ -147,10 +147,7 @@ def merge_difference(table: TableName, staged: str, columns: Sequence[str]) -> s
     action = exp.column(ACTION, table=ident(change), quoted=True)
     on = exp.and_(
         exp.EQ(this=action.copy(), expression=exp.Literal.string(DELETE)),
-        *[
-            exp.NullSafeEQ(this=t, expression=d)
-            for t, d in zip(_columns(columns, target), _columns(columns, change))
-        ],
+        *_same_row(columns, target, change),
     )
     whens = [
         exp.When(matched=True, then=exp.var("DELETE")),
@@ -172,9 +169,18 @@ def merge_difference(table: TableName, staged: str, columns: Sequence[str]) -> s
     return merge.sql(dialect=DIALECT)
 
 
-def _repeat(action: str, times: exp.Expr) -> exp.Expr:
+def _repeat(value: exp.Expr, times: exp.Expr) -> exp.Expr:
+    """An array of `times` copies of `value`: EXPLODE makes that many rows of one."""
     count = exp.cast(times, exp.DataType.build("INT"))
-    return exp.Anonymous(this="ARRAY_REPEAT", expressions=[exp.Literal.string(action), count])
+    return exp.Anonymous(this="ARRAY_REPEAT", expressions=[value, count])
+
+
+def _same_row(columns: Sequence[str], left: str, right: str) -> list[exp.Expr]:
+    """`left`'s row equals `right`'s on every column, NULL equal to NULL (rows have no other key)."""
+    return [
+        exp.NullSafeEQ(this=a, expression=b)
+        for a, b in zip(_columns(columns, left), _columns(columns, right))
+    ]
 
 
 def overwrite_with_difference(table: TableName, staged: str, columns: Sequence[str]) -> str:
@@ -198,22 +204,11 @@ def overwrite_with_difference(table: TableName, staged: str, columns: Sequence[s
         .from_(exp.alias_(table.to_table(), target, table=True))
         .join(
             exp.alias_(exp.Table(this=ident(staged)), change, table=True),
-            on=exp.and_(
-                *[
-                    exp.NullSafeEQ(this=t, expression=d)
-                    for t, d in zip(_columns(columns, target), _columns(columns, change))
-                ]
-            ),
+            on=exp.and_(*_same_row(columns, target, change)),
             join_type="LEFT ANTI",
         )
     )
-    repeat = exp.Anonymous(
-        this="ARRAY_REPEAT",
-        expressions=[
-            exp.Literal.number(1),
-            exp.cast(exp.column(NEW, quoted=True), exp.DataType.build("INT")),
-        ],
-    )
+    repeat = _repeat(exp.Literal.number(1), exp.column(NEW, quoted=True))
     copies = exp.select(
         *_columns(columns), exp.alias_(exp.Explode(this=repeat), COPY, quoted=True)
     ).from_(exp.Table(this=ident(staged)))
