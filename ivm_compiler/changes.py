@@ -173,9 +173,21 @@ def signed_rows(
             # later ones read as a signed bag at their recorded version. A
             # filter's change carries its sign in its two terms instead.
             signed = [] if isinstance(changed, PartnerFilter) else [changed.alias]
+            found = key_bounds.partner_bounds(select, inputs, position, plan.source_columns)
+            own, found = key_bounds.own_input_bounds(found, changed)
+            # A changed key relation counts its touched keys' rows within its change keys.
+            own_within = [
+                predicate
+                for bound in own
+                if (predicate := key_bounds.bound_predicate(bound, bounds or {})) is not None
+            ]
 
             def read(
-                index: int, relation: Input, position: int = position, signed: list = signed
+                index: int,
+                relation: Input,
+                position: int = position,
+                signed: list = signed,
+                own_within: list = own_within,
             ) -> exp.Expr:
                 table = _input_table(relation)
                 versions = ranges[table]
@@ -183,7 +195,7 @@ def signed_rows(
                 version = versions.pinned if index < position else versions.recorded
                 if isinstance(relation, KeyRelation):
                     if index == position:
-                        return key_changes(relation, versions, upstream)
+                        return key_changes(relation, versions, upstream, own_within)
                     if version != versions.pinned:
                         return keys_before(relation, versions, upstream)
                     return keys_at_version(relation, version, upstream)
@@ -202,7 +214,7 @@ def signed_rows(
             from_aliases = {node.alias_or_name for node in from_tables(select)}
             # A bound on a filter's input goes into the ON of its semi or anti join.
             within: dict[str, list[exp.Expr]] = {}
-            for bound in key_bounds.partner_bounds(select, inputs, position, plan.source_columns):
+            for bound in found:
                 predicate = key_bounds.bound_predicate(bound, bounds or {})
                 if predicate is None:
                     continue

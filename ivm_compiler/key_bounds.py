@@ -37,6 +37,21 @@ conjuncts, and only those, both ways:
 A comparison (`ts BETWEEN valid_from AND valid_to`) bounds nothing: the
 probe would have to know the other side's values.
 
+A semi, anti or outer join's key relation (plan.KeyRelation: the distinct
+keys of its input that have a partner) is joined to its term by equalities
+like any input, so it is bounded the same way, both ways:
+
+- a changed input's term reads the key relation within the range of its
+  change keys: a key relation is its input grouped by the key, and Spark
+  pushes a bound on a grouped column through the grouping into the read;
+- the key relation's own change (reads.key_changes: the keys that gained
+  their first partner or lost their last) holds only keys of its input's
+  change rows, so the term's inputs equal to a key column are read within
+  the range of those change keys, and so is the key relation's input at
+  its pinned version, where it counts the touched keys' rows. Without it
+  that count consolidates the whole input (a day's batch at scale 6000:
+  every payment, to find the few whose orders changed).
+
 Ranges skip files; they filter few rows when a change's keys are spread
 over the whole key space (a day's status updates touch orders of every
 month: 16 ranges then cover every order). Where a source is large the
@@ -59,7 +74,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from ivm_compiler import names
-from ivm_compiler.plan import PartnerFilter, SourceRef
+from ivm_compiler.plan import KeyRelation, PartnerFilter, SourceRef
 from ivm_compiler.sql import TableName, conjuncts
 
 # Types whose MIN/MAX cast to text and back is the same value, compared as
@@ -172,36 +187,72 @@ def partner_bounds(
     """The partners of input `position` of an inner-join term that its change keys can narrow.
 
     `inputs` are the term's FROM relations in order, then its partner
-    filters; only plain sources (SourceRef) and filters' inputs are bounded.
-    A bound's partner alias is a FROM relation's (for the term's WHERE), a
-    filter's input's (for that filter's ON), or, for a filter's own change,
-    its input's at either version (names.partner_alias).
+    filters; plain sources (SourceRef), key relations and filters' inputs
+    are bounded. A bound's partner alias is a FROM relation's (for the
+    term's WHERE), a filter's input's (for that filter's ON), for a
+    filter's own change its input's at either version
+    (names.partner_alias), and for a key relation's own change its input's
+    (`own_input_bounds`).
     """
     changed = inputs[position]
     if isinstance(changed, PartnerFilter):
         return _filter_change_bounds(select, inputs, position, source_columns)
-    if not isinstance(changed, SourceRef):
+    if not isinstance(changed, SourceRef | KeyRelation):
         return []
     found = []
     if inner_joins_only(select):
         partners = {
-            relation.alias: relation
+            relation.alias: _key_columns(relation, source_columns)
             for index, relation in enumerate(inputs)
-            if index != position and isinstance(relation, SourceRef)
+            if index != position and isinstance(relation, SourceRef | KeyRelation)
         }
         found += _bounds(
-            changed, partners, column_equalities(join_conditions(select)), source_columns
+            changed.alias,
+            _key_columns(changed, source_columns),
+            partners,
+            column_equalities(join_conditions(select)),
         )
+    if isinstance(changed, KeyRelation):
+        return found + _own_input_bounds(changed, inputs, source_columns)
     for index, partner in enumerate(inputs):
         if isinstance(partner, PartnerFilter) and index != position:
             # The filter reads its input under its own alias (changes._filtered).
             found += _bounds(
-                changed,
-                {partner.alias: partner.source},
+                changed.alias,
+                _key_columns(changed, source_columns),
+                {partner.alias: _key_columns(partner.source, source_columns)},
                 column_equalities(conjuncts(partner.condition, nested=True)),
-                source_columns,
             )
     return found
+
+
+def own_input_bounds(
+    bounds: Sequence[PartnerBound], changed: object
+) -> tuple[list[PartnerBound], list[PartnerBound]]:
+    """`bounds` split into those on a changed key relation's own input and the rest."""
+    if not isinstance(changed, KeyRelation):
+        return [], list(bounds)
+    own = [b for b in bounds if b.partner_alias == changed.source.alias]
+    return own, [b for b in bounds if b.partner_alias != changed.source.alias]
+
+
+def _own_input_bounds(
+    changed: KeyRelation,
+    inputs: Sequence[object],
+    source_columns: Mapping[TableName, Mapping[str, str]],
+) -> list[PartnerBound]:
+    """A key relation's change: its input at the pinned version, within its change keys.
+
+    Left out where the input's alias names another relation of the term too
+    (the bound would be ambiguous); semi joins rename theirs apart.
+    """
+    taken = {getattr(relation, "alias", None) for relation in inputs}
+    if changed.source.alias in taken:
+        return []
+    return [
+        PartnerBound(key, changed.source.alias, key.column)
+        for key in _key_columns(changed, source_columns).values()
+    ]
 
 
 def _filter_change_bounds(
@@ -215,12 +266,12 @@ def _filter_change_bounds(
     assert isinstance(changed, PartnerFilter)
     source = changed.source
     partners = {
-        relation.alias: relation
+        relation.alias: _key_columns(relation, source_columns)
         for relation in inputs
         if isinstance(relation, SourceRef) and relation.alias != source.alias
     }
     equalities = column_equalities(conjuncts(changed.condition, nested=True))
-    found = _bounds(source, partners, equalities, source_columns)
+    found = _bounds(source.alias, _key_columns(source, source_columns), partners, equalities)
     # The input itself, at the versions its change's two terms read it at,
     # on the columns that bounded a relation.
     for bound in list(found):
@@ -230,27 +281,51 @@ def _filter_change_bounds(
     return found
 
 
+def _key_columns(
+    relation: SourceRef | KeyRelation, source_columns: Mapping[TableName, Mapping[str, str]]
+) -> dict[str, KeyColumn]:
+    """The columns a relation's reads expose that a bound can use, by lower-cased name.
+
+    Each as the key column of the source whose change keys bound it: a
+    source's own columns; a key relation's key columns (names.join_key)
+    that are a plain column of its input, as that column.
+    """
+    if isinstance(relation, SourceRef):
+        return {
+            name.lower(): KeyColumn(relation.table, name, data_type)
+            for name, data_type in source_columns.get(relation.table, {}).items()
+            if bounded_type(data_type)
+        }
+    source = relation.source
+    types = {name.lower(): t for name, t in source_columns.get(source.table, {}).items()}
+    found = {}
+    for index, key in enumerate(relation.keys):
+        if not isinstance(key, exp.Column) or key.table != source.alias:
+            continue
+        data_type = types.get(key.name.lower())
+        if data_type is not None and bounded_type(data_type):
+            found[names.join_key(index).lower()] = KeyColumn(source.table, key.name, data_type)
+    return found
+
+
 def _bounds(
-    changed: SourceRef,
-    partners: Mapping[str, SourceRef],
+    changed_alias: str,
+    changed_columns: Mapping[str, KeyColumn],
+    partners: Mapping[str, Mapping[str, KeyColumn]],
     equalities: list[tuple[exp.Column, exp.Column]],
-    source_columns: Mapping[TableName, Mapping[str, str]],
 ) -> list[PartnerBound]:
     """Each (changed column, partner column) equality of one orderable type, as a bound."""
-
-    def typed(ref: SourceRef, column: exp.Column) -> str | None:
-        columns = {name.lower(): t for name, t in source_columns.get(ref.table, {}).items()}
-        return columns.get(column.name.lower())
-
     found = []
     for mine, theirs in equalities:
-        if mine.table != changed.alias or theirs.table not in partners:
+        if mine.table != changed_alias or theirs.table not in partners:
             continue
-        partner = partners[theirs.table]
-        mine_type, theirs_type = typed(changed, mine), typed(partner, theirs)
-        if mine_type is None or mine_type != theirs_type or not bounded_type(mine_type):
+        key = changed_columns.get(mine.name.lower())
+        partner = partners[theirs.table].get(theirs.name.lower())
+        if key is None or partner is None or key.data_type != partner.data_type:
             continue
-        key = KeyColumn(table=changed.table, column=mine.name, data_type=mine_type)
+        if key.column.lower() == mine.name.lower():
+            # As the term writes it, so the probe's SQL keeps the query's spelling.
+            key = KeyColumn(key.table, mine.name, key.data_type)
         bound = PartnerBound(key, theirs.table, theirs.name)
         if bound not in found:
             found.append(bound)

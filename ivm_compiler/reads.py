@@ -675,18 +675,24 @@ def _counted_rows(
     now: list[exp.Expr],
     then: list[exp.Expr],
     only: exp.Subquery | None = None,
+    within: Sequence[exp.Expr] = (),
 ) -> exp.Query:
     """Each key row at the pinned version with the columns `now`, each change row's with `then`.
 
     Summed per key, a column that is 1 for the pinned rows and minus the sign
     for the change rows counts the key's rows at the recorded version
     (R_recorded = R_pinned - dR, per key), so no old snapshot is read.
-    `only`: keys (names.join_key columns) the pinned rows are limited to.
+    `only`: keys (names.join_key columns) the pinned rows are limited to;
+    `within`: predicates on the input's columns that hold for those keys
+    (key_bounds.py), which Spark pushes into the read where `only`, a join,
+    is not.
     """
     source = relation.source
     pinned = _key_rows(
         relation, table_at_version(source.table, versions.pinned, source.alias, upstream), *now
     )
+    if within:
+        pinned = pinned.where(exp.and_(*[p.copy() for p in within]), copy=False)
     if only is not None:
         on = [
             exp.EQ(this=key.copy(), expression=column)
@@ -736,7 +742,10 @@ def keys_before(
 
 
 def key_changes(
-    relation: KeyRelation, versions: VersionRange, upstream: UpstreamModel | None = None
+    relation: KeyRelation,
+    versions: VersionRange,
+    upstream: UpstreamModel | None = None,
+    within: Sequence[exp.Expr] = (),
 ) -> exp.Subquery:
     """The keys that gained their first partner (+1) or lost their last (-1) over the versions.
 
@@ -744,6 +753,7 @@ def key_changes(
     keys alone, one read of the pinned version counts their rows now, and
     the change rows' signs give their count at the recorded version (as in
     keys_before): a key's sign is its presence now minus its presence then.
+    `within`: the change keys' bounds on the input's columns (key_bounds.py).
     """
     source = relation.source
     touched = _key_values(
@@ -764,6 +774,7 @@ def key_changes(
             exp.alias_(sign, change_rows, quoted=True),
         ],
         only=touched,
+        within=within,
     )
     now = exp.Sum(this=exp.column(now_rows, quoted=True))
     then = exp.Sub(this=now.copy(), expression=exp.Sum(this=exp.column(change_rows, quoted=True)))

@@ -133,3 +133,82 @@ class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
         merge = next(line for line in log.splitlines() if "`d`.`k` IN (1, 4)" in line)
         assert "BETWEEN CAST('1' AS INT) AND CAST('4' AS INT)" in merge, merge
         self._check(project, spark)
+
+
+# A semi and an anti join: each reads the distinct keys of `dim` (a key relation).
+SEMI_QUERIES = {
+    "with_dim": "select s.k, s.g, s.v from {src} as s "
+    "where exists (select 1 from {dim} as d where d.k = s.k)",
+    "without_dim": "select s.k, s.g, s.v from {src} as s "
+    "where not exists (select 1 from {dim} as d where d.k = s.k and d.w > 0)",
+}
+
+
+class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
+    """Both sides of a semi join bounded: the subquery's keys by the outer change, and back.
+
+    Both sources are written one key per INSERT, so no file holds two keys.
+    """
+
+    @pytest.fixture(scope="class", autouse=True)
+    def data_skipping(self):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+            yield
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return model_files(queries=SEMI_QUERIES)
+
+    @pytest.fixture(scope="class")
+    def sources(self, project):
+        src = create_source(project, rows="(NULL, NULL, NULL, NULL)")
+        dim = f"{project.test_schema}.dim"
+        project.run_sql(DIM_DDL.format(table=dim))
+        for k in KEYS:
+            project.run_sql(f"INSERT INTO {src} VALUES ({k}, 'g{k}', {k}, 1.00)")
+            project.run_sql(f"INSERT INTO {dim} VALUES ({k}, 'n{k}', {k % 2})")
+        run_dbt(["run"])
+        return {"src": src, "dim": dim}
+
+    def _files(self, spark, table: str, where: str = "true") -> int:
+        return spark.sql(
+            f"SELECT COUNT(DISTINCT _metadata.file_path) FROM {table} WHERE {where}"
+        ).collect()[0][0]
+
+    def _check(self, spark, schema: str) -> None:
+        for name, query in SEMI_QUERIES.items():
+            assert_model_matches_sources(spark, schema, name, query, ["src", "dim"])
+            assert state_builds(spark, schema, name) == 1
+
+    def test_an_outer_change_reads_the_subquerys_keys_within_its_keys(
+        self, project, spark, sources
+    ):
+        touched = self._files(spark, sources["dim"], "k = 2")
+        assert 0 < touched < self._files(spark, sources["dim"])
+        scans = ScanLog(spark)
+        mark = scans.mark()
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (2, 'x', 5, 1.00)")
+        run_dbt(["run"])
+        dim_scans = scans.scans_since(mark, sources["dim"])
+        assert dim_scans, "the refresh never read the subquery's table"
+        assert max(s.files_read for s in dim_scans) == touched, (dim_scans, touched)
+        self._check(spark, project.test_schema)
+
+    def test_a_subquery_change_reads_both_sides_within_its_keys(self, project, spark, sources):
+        # Key 3 gains its first partner of the anti join (w > 0) and another of
+        # the semi join: the outer rows are read at key 3's files only, and so
+        # are the subquery's own rows counted for the key.
+        src_touched = self._files(spark, sources["src"], "k = 3")
+        assert 0 < src_touched < self._files(spark, sources["src"])
+        scans = ScanLog(spark)
+        mark = scans.mark()
+        spark.sql(f"INSERT INTO {sources['dim']} VALUES (3, 'again', 5)")
+        dim_touched = self._files(spark, sources["dim"], "k = 3")
+        run_dbt(["run"])
+        src_scans = scans.scans_since(mark, sources["src"])
+        assert src_scans, "the refresh never read the outer query's table"
+        assert max(s.files_read for s in src_scans) == src_touched, (src_scans, src_touched)
+        dim_scans = [s for s in scans.scans_since(mark, sources["dim"]) if s.files_read]
+        assert dim_scans and max(s.files_read for s in dim_scans) <= dim_touched, dim_scans
+        self._check(spark, project.test_schema)

@@ -258,3 +258,75 @@ def test_an_inputs_change_reads_the_filters_input_within_its_keys():
         for role in ("now", "then"):
             assert f"`__ivm_partner1_{role}`.`id` BETWEEN CAST('7' AS INT)" in term
         assert "`__ivm_partner1_change`.`id` BETWEEN" not in term
+
+
+# A semi join's key relation: the distinct ids of customers, joined by equality.
+EXISTS_SQL = (
+    "SELECT o.id, o.amount FROM shop.orders AS o "
+    "WHERE EXISTS (SELECT 1 FROM shop.customers AS c WHERE c.id = o.id)"
+)
+EXISTS_DESCRIBE = [("id", "int"), ("amount", "decimal(10,2)")]
+EXISTS_BOUNDS = {
+    (ORDERS_TABLE, "id"): key_bounds.ChangeKeys((("3", "4"),), ("3", "4")),
+    (CUSTOMERS_TABLE, "id"): key_bounds.ChangeKeys((("7", "9"),), ("7", "9")),
+}
+
+
+def _terms(sql: str, describe, bounds: key_bounds.Bounds) -> list[str]:
+    plan, _ = compile_with(sql, describe)
+    tree = sqlglot.parse_one(signed_rows(plan, BOTH_CHANGED, bounds).sql("spark"), read="spark")
+    return [
+        s.sql("spark")
+        for s in tree.find_all(exp.Select)
+        if s.args.get("joins") and s.parent_select is None
+    ]
+
+
+def test_a_semi_joins_key_relation_is_probed_on_both_sides():
+    plan, _ = compile_with(EXISTS_SQL, EXISTS_DESCRIBE)
+    _, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
+    assert keys == [
+        key_bounds.KeyColumn(ORDERS_TABLE, "id", "int"),
+        key_bounds.KeyColumn(CUSTOMERS_TABLE, "id", "int"),
+    ]
+
+
+def test_an_inputs_change_reads_the_key_relation_within_its_keys():
+    orders_change, customers_change = _terms(EXISTS_SQL, EXISTS_DESCRIBE, EXISTS_BOUNDS)
+    # The orders' change meets the customers' ids within the changed orders' ids,
+    # a filter on the grouped key that Spark pushes into the customers' read.
+    assert orders_change.endswith(
+        "WHERE `__ivm_semi0_keys`.`__ivm_k0` BETWEEN CAST('3' AS INT) AND CAST('4' AS INT) "
+        "AND `__ivm_semi0_keys`.`__ivm_k0` IN (3, 4)"
+    )
+    assert "IN (7, 9)" not in orders_change
+    # The ids that gained or lost their customers: the orders read within the
+    # changed customers' ids, and so are the customers counted for them.
+    assert customers_change.endswith(
+        "WHERE `o`.`id` BETWEEN CAST('7' AS INT) AND CAST('9' AS INT) AND `o`.`id` IN (7, 9)"
+    )
+    touched = customers_change[customers_change.index(") AS `__ivm_touched`") :]
+    assert "`c`.`id` BETWEEN CAST('7' AS INT) AND CAST('9' AS INT) AND `c`.`id` IN (7, 9)" in (
+        touched
+    )
+
+
+def test_a_key_relation_over_an_expression_is_not_bounded():
+    # The key is c.id + 1: its bounds would have to be those of o.id minus one.
+    sql = EXISTS_SQL.replace("c.id = o.id", "c.id + 1 = o.id")
+    plan, _ = compile_with(sql, EXISTS_DESCRIBE)
+    assert emit.probe_join_keys(plan, BOTH_CHANGED) is None
+
+
+def test_an_outer_joins_padding_reads_its_key_relation_within_the_change_keys():
+    sql = "SELECT o.id, c.name FROM shop.orders AS o LEFT JOIN shop.customers AS c ON o.id = c.id"
+    terms = _terms(sql, [("id", "int"), ("name", "string")], EXISTS_BOUNDS)
+    padding = [t for t in terms if "`__ivm_keys" in t and "`__ivm_touched`" not in t]
+    assert padding
+    for term in padding:
+        assert "`__ivm_k0` IN (3, 4)" in term
+    changed_keys = [t for t in terms if "`__ivm_touched`" in t]
+    assert changed_keys
+    for term in changed_keys:
+        assert term.endswith("`o`.`id` IN (7, 9)")
+        assert "`c`.`id` IN (7, 9)" in term
