@@ -370,7 +370,9 @@ def _term_sign(term_sign: int, aliases: list[str]) -> exp.Expr:
     return sign
 
 
-def repeated_feeds(plan: ViewPlan, ranges: Mapping[TableName, VersionRange]) -> list[TableName]:
+def repeated_feeds(
+    plan: ViewPlan, ranges: Mapping[TableName, VersionRange], list_keys: bool = True
+) -> list[TableName]:
     """The relations whose change one refresh reads more than once: worth staging first.
 
     Counted on the statements' trees: the key-bounds probe reads a source's
@@ -385,9 +387,9 @@ def repeated_feeds(plan: ViewPlan, ranges: Mapping[TableName, VersionRange]) -> 
     if not any(ranges[table].changed for table in plan.tables):
         return []
     trees: list[exp.Expr] = [signed_rows(plan, ranges)]
-    bounded = bounded_keys(plan, ranges)
+    bounded = bounded_keys(plan, ranges, list_keys)
     if bounded:
-        trees.append(key_bounds.probe_query(bounded))
+        trees.append(key_bounds.probe_query(bounded, list_keys))
     reads_of: dict[str, int] = {}
     for tree in trees:
         for call in tree.find_all(exp.Anonymous):
@@ -439,15 +441,21 @@ def repeated_snapshots(
 
 
 def bounded_keys(
-    plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
+    plan: ViewPlan, ranges: Mapping[TableName, VersionRange], list_keys: bool = True
 ) -> dict[TableName, tuple[exp.Subquery, list[key_bounds.KeyColumn]]]:
-    """Per changed source: its change rows and the join columns whose bounds narrow a partner read."""
+    """Per changed source: its change rows and the join columns whose bounds narrow a partner read.
+
+    `list_keys`: whether the probe lists the keys; without, the keys that
+    only bound where listed (key_bounds.PartnerBound.listed_only) are not asked.
+    """
     found: dict[TableName, list[key_bounds.KeyColumn]] = {}
     for _, select, inputs in linear_terms(plan):
         for position, changed in enumerate(inputs):
             if not ranges[_input_table(changed)].changed:
                 continue
             for bound in key_bounds.partner_bounds(select, inputs, position, plan.source_columns):
+                if bound.listed_only and not list_keys:
+                    continue
                 keys = found.setdefault(bound.key.table, [])
                 if bound.key not in keys:
                     keys.append(bound.key)

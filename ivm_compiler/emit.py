@@ -629,6 +629,7 @@ def stage_feeds(
     ranges: Mapping[TableName, reads.VersionRange],
     prefix: str,
     partitions: int | None = None,
+    list_keys: bool = True,
 ) -> tuple[list[Stage], dict[TableName, reads.VersionRange]]:
     """Each change feed the refresh reads more than once, staged as `<prefix>_<n>`.
 
@@ -638,13 +639,14 @@ def stage_feeds(
     ranges returned name them (`staged=`), so the probe and the change rows
     read the stage (reads.signed_changes). The refresh runs the statements
     first and frees the relations after the write (drop_staged).
-    `partitions`: each stage coalesced into that many (delta.confs.staging).
+    `partitions`: each stage coalesced into that many (delta.confs.staging);
+    `list_keys`: whether the key-bounds probe lists the keys (probe_join_keys).
     """
     return _staged(
         plan,
         ranges,
         prefix,
-        changes.repeated_feeds(plan, ranges),
+        changes.repeated_feeds(plan, ranges, list_keys),
         lambda table, columns, name: (
             reads.stage_upstream_change(
                 table, ranges[table], name, plan.upstreams[table], partitions
@@ -843,7 +845,7 @@ def probe_join_keys(
 
     `list_keys`: the probe lists each key's distinct values too (a large source).
     """
-    bounded = changes.bounded_keys(plan, ranges)
+    bounded = changes.bounded_keys(plan, ranges, list_keys)
     if not bounded:
         return None
     return _sql(key_bounds.probe_query(bounded, list_keys)), key_bounds.probe_columns(bounded)

@@ -39,7 +39,8 @@ probe would have to know the other side's values.
 
 A semi, anti or outer join's key relation (plan.KeyRelation: the distinct
 keys of its input that have a partner) is joined to its term by equalities
-like any input, so it is bounded the same way, both ways:
+like any input, so it is bounded the same way, both ways, but only where
+the probe listed the change's keys:
 
 - a changed input's term reads the key relation within the range of its
   change keys: a key relation is its input grouped by the key, and Spark
@@ -51,6 +52,13 @@ like any input, so it is bounded the same way, both ways:
   its pinned version, where it counts the touched keys' rows. Without it
   that count consolidates the whole input (a day's batch at scale 6000:
   every payment, to find the few whose orders changed).
+
+Ranges alone do not pay there: a day's payments and orders touch keys of
+every age, so 16 ranges skip no file of a key relation's input, every row
+pays the predicate, and the terms' reads of one key relation, bounded
+differently, no longer share one grouping (`1f4a971`..`39b281a`, measured
+on the warehouse and reverted). A list keeps the rows of the unlisted keys
+out of the grouping.
 
 Ranges skip files; they filter few rows when a change's keys are spread
 over the whole key space (a day's status updates touch orders of every
@@ -68,7 +76,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from sqlglot import exp
@@ -100,6 +108,10 @@ class PartnerBound:
     key: KeyColumn
     partner_alias: str
     partner_column: str
+    # Applied only where the probe listed the change's keys: a bound between
+    # a key relation and its term (module docstring), which pays by the rows
+    # it keeps out of a grouping, not by the files its ranges skip.
+    listed_only: bool = False
 
 
 # A changed key column's values as sorted, disjoint (lowest, highest) ranges
@@ -213,7 +225,10 @@ def partner_bounds(
             column_equalities(join_conditions(select)),
         )
     if isinstance(changed, KeyRelation):
-        return found + _own_input_bounds(changed, inputs, source_columns)
+        found += _own_input_bounds(changed, inputs, source_columns)
+        return [replace(bound, listed_only=True) for bound in found]
+    grouped = {r.alias for r in inputs if isinstance(r, KeyRelation)}
+    found = [replace(b, listed_only=b.partner_alias in grouped) for b in found]
     for index, partner in enumerate(inputs):
         if isinstance(partner, PartnerFilter) and index != position:
             # The filter reads its input under its own alias (changes._filtered).
@@ -361,9 +376,12 @@ def ranges_predicate(column: exp.Expr, ranges: KeyRanges, data_type: str) -> exp
 
 
 def bound_predicate(bound: PartnerBound, bounds: Bounds) -> exp.Expr | None:
-    """The partner column within the change's key ranges (FALSE for NULL keys only); None if unprobed."""
+    """The partner column within the change's key ranges (FALSE for NULL keys only).
+
+    None where the key was not probed, or not listed for a `listed_only` bound.
+    """
     found = bounds.get((bound.key.table, bound.key.column.lower()))
-    if found is None:
+    if found is None or (bound.listed_only and found.listed is None):
         return None
     column = exp.column(
         bound.partner_column, table=exp.to_identifier(bound.partner_alias, True), quoted=True

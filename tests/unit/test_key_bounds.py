@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sqlglot
 from sqlglot import exp
 
@@ -282,13 +284,22 @@ def _terms(sql: str, describe, bounds: key_bounds.Bounds) -> list[str]:
     ]
 
 
-def test_a_semi_joins_key_relation_is_probed_on_both_sides():
+def test_a_semi_joins_key_relation_is_probed_on_both_sides_where_keys_are_listed():
     plan, _ = compile_with(EXISTS_SQL, EXISTS_DESCRIBE)
-    _, keys = emit.probe_join_keys(plan, BOTH_CHANGED)
+    _, keys = emit.probe_join_keys(plan, BOTH_CHANGED, list_keys=True)
     assert keys == [
         key_bounds.KeyColumn(ORDERS_TABLE, "id", "int"),
         key_bounds.KeyColumn(CUSTOMERS_TABLE, "id", "int"),
     ]
+    # Over small sources the probe lists nothing, and ranges alone would
+    # not pay for a key relation (key_bounds.py): nothing is probed.
+    assert emit.probe_join_keys(plan, BOTH_CHANGED) is None
+
+
+def test_a_key_relation_is_not_bounded_by_ranges_alone():
+    ranges_only = {key: replace(found, listed=None) for key, found in EXISTS_BOUNDS.items()}
+    for term in _terms(EXISTS_SQL, EXISTS_DESCRIBE, ranges_only):
+        assert "BETWEEN" not in term and "IN (3, 4)" not in term and "IN (7, 9)" not in term
 
 
 def test_an_inputs_change_reads_the_key_relation_within_its_keys():
@@ -315,7 +326,7 @@ def test_a_key_relation_over_an_expression_is_not_bounded():
     # The key is c.id + 1: its bounds would have to be those of o.id minus one.
     sql = EXISTS_SQL.replace("c.id = o.id", "c.id + 1 = o.id")
     plan, _ = compile_with(sql, EXISTS_DESCRIBE)
-    assert emit.probe_join_keys(plan, BOTH_CHANGED) is None
+    assert emit.probe_join_keys(plan, BOTH_CHANGED, list_keys=True) is None
 
 
 def test_an_outer_joins_padding_reads_its_key_relation_within_the_change_keys():

@@ -488,7 +488,11 @@ class StateWrites:
         probe, the join states' upkeep and the write read it from there.
         """
         stages, reading = emit.stage_feeds(
-            plan, ranges, f"{names.STAGED_PREFIX}{refresh_id}", self.staging.partitions
+            plan,
+            ranges,
+            f"{names.STAGED_PREFIX}{refresh_id}",
+            self.staging.partitions,
+            list_keys=self.staging.large,
         )
         with self._staged(stages, "change feeds"):
             yield reading
