@@ -371,7 +371,10 @@ def _term_sign(term_sign: int, aliases: list[str]) -> exp.Expr:
 
 
 def repeated_feeds(
-    plan: ViewPlan, ranges: Mapping[TableName, VersionRange], list_keys: bool = True
+    plan: ViewPlan,
+    ranges: Mapping[TableName, VersionRange],
+    list_keys: bool = True,
+    key_relations: bool = True,
 ) -> list[TableName]:
     """The relations whose change one refresh reads more than once: worth staging first.
 
@@ -382,12 +385,13 @@ def repeated_feeds(
     (plan.source_columns); an upstream ivm model's change (the feed of its
     state, read through its view) is staged as its view's signed rows
     (reads.stage_upstream_change). A range staged already (an overwritten
-    relation's summed change) is left as it is.
+    relation's summed change) is left as it is. `list_keys`,
+    `key_relations`: the probe's (bounded_keys).
     """
     if not any(ranges[table].changed for table in plan.tables):
         return []
     trees: list[exp.Expr] = [signed_rows(plan, ranges)]
-    bounded = bounded_keys(plan, ranges, list_keys)
+    bounded = bounded_keys(plan, ranges, list_keys, key_relations)
     if bounded:
         trees.append(key_bounds.probe_query(bounded, list_keys))
     reads_of: dict[str, int] = {}
@@ -441,12 +445,16 @@ def repeated_snapshots(
 
 
 def bounded_keys(
-    plan: ViewPlan, ranges: Mapping[TableName, VersionRange], list_keys: bool = True
+    plan: ViewPlan,
+    ranges: Mapping[TableName, VersionRange],
+    list_keys: bool = True,
+    key_relations: bool = True,
 ) -> dict[TableName, tuple[exp.Subquery, list[key_bounds.KeyColumn]]]:
     """Per changed source: its change rows and the join columns whose bounds narrow a partner read.
 
-    `list_keys`: whether the probe lists the keys; without, the keys that
-    only bound where listed (key_bounds.PartnerBound.listed_only) are not asked.
+    `list_keys`: whether the probe lists the keys; `key_relations`: whether
+    key relations are read within them. Without both, the keys that only
+    bound where listed (key_bounds.PartnerBound.listed_only) are not asked.
     """
     found: dict[TableName, list[key_bounds.KeyColumn]] = {}
     for _, select, inputs in linear_terms(plan):
@@ -454,7 +462,7 @@ def bounded_keys(
             if not ranges[_input_table(changed)].changed:
                 continue
             for bound in key_bounds.partner_bounds(select, inputs, position, plan.source_columns):
-                if bound.listed_only and not list_keys:
+                if bound.listed_only and not (list_keys and key_relations):
                     continue
                 keys = found.setdefault(bound.key.table, [])
                 if bound.key not in keys:

@@ -630,6 +630,7 @@ def stage_feeds(
     prefix: str,
     partitions: int | None = None,
     list_keys: bool = True,
+    key_relations: bool = True,
 ) -> tuple[list[Stage], dict[TableName, reads.VersionRange]]:
     """Each change feed the refresh reads more than once, staged as `<prefix>_<n>`.
 
@@ -640,13 +641,13 @@ def stage_feeds(
     read the stage (reads.signed_changes). The refresh runs the statements
     first and frees the relations after the write (drop_staged).
     `partitions`: each stage coalesced into that many (delta.confs.staging);
-    `list_keys`: whether the key-bounds probe lists the keys (probe_join_keys).
+    `list_keys`, `key_relations`: the key-bounds probe's (probe_join_keys).
     """
     return _staged(
         plan,
         ranges,
         prefix,
-        changes.repeated_feeds(plan, ranges, list_keys),
+        changes.repeated_feeds(plan, ranges, list_keys, key_relations),
         lambda table, columns, name: (
             reads.stage_upstream_change(
                 table, ranges[table], name, plan.upstreams[table], partitions
@@ -839,13 +840,18 @@ def _updates(plan: ViewPlan) -> list[exp.Expr]:
 
 
 def probe_join_keys(
-    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange], list_keys: bool = False
+    plan: ViewPlan,
+    ranges: Mapping[TableName, reads.VersionRange],
+    list_keys: bool = False,
+    key_relations: bool = True,
 ) -> tuple[str, list[key_bounds.KeyColumn]] | None:
     """The probe of a join's change key bounds, and the keys in its answer's order; None: no join.
 
-    `list_keys`: the probe lists each key's distinct values too (a large source).
+    `list_keys`: the probe lists each key's distinct values too (a large
+    source); `key_relations`: the keys that bound only key relations, where
+    listed, are asked too (changes.bounded_keys).
     """
-    bounded = changes.bounded_keys(plan, ranges, list_keys)
+    bounded = changes.bounded_keys(plan, ranges, list_keys, key_relations)
     if not bounded:
         return None
     return _sql(key_bounds.probe_query(bounded, list_keys)), key_bounds.probe_columns(bounded)

@@ -152,8 +152,10 @@ class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
 
     @pytest.fixture(scope="class", autouse=True)
     def data_skipping(self):
+        """Every source large: data skipping on, keys listed, key relations read within them."""
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+            patch.setattr(confs, "KEY_RELATION_LIST_BYTES", 0)
             yield
 
     @pytest.fixture(scope="class")

@@ -296,10 +296,14 @@ def test_a_semi_joins_key_relation_is_probed_on_both_sides_where_keys_are_listed
     assert emit.probe_join_keys(plan, BOTH_CHANGED) is None
 
 
-def test_a_key_relation_is_not_bounded_by_ranges_alone():
+def test_a_key_relation_is_not_bounded_by_ranges_alone_nor_over_small_sources():
     ranges_only = {key: replace(found, listed=None) for key, found in EXISTS_BOUNDS.items()}
-    for term in _terms(EXISTS_SQL, EXISTS_DESCRIBE, ranges_only):
-        assert "BETWEEN" not in term and "IN (3, 4)" not in term and "IN (7, 9)" not in term
+    small = {key: replace(found, key_relations=False) for key, found in EXISTS_BOUNDS.items()}
+    for bounds in (ranges_only, small):
+        for term in _terms(EXISTS_SQL, EXISTS_DESCRIBE, bounds):
+            assert "BETWEEN" not in term and "IN (3, 4)" not in term and "IN (7, 9)" not in term
+    plan, _ = compile_with(EXISTS_SQL, EXISTS_DESCRIBE)
+    assert emit.probe_join_keys(plan, BOTH_CHANGED, list_keys=True, key_relations=False) is None
 
 
 def test_an_inputs_change_reads_the_key_relation_within_its_keys():

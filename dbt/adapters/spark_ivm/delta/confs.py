@@ -226,6 +226,9 @@ class Staging:
     # Whether the state is written sorted by its key (ivm_compiler/layout.py):
     # sources of SORTED_STATE_BYTES or more, or of unknown size.
     sorted_states: bool = False
+    # Whether key relations are read within the change's listed keys:
+    # sources of KEY_RELATION_LIST_BYTES or more, or of unknown size.
+    key_relation_lists: bool = False
 
 
 # No snapshot staged, each stage in as many partitions as it reads, no confs.
@@ -266,6 +269,14 @@ PARTITION_BYTES = 1024 * 1024 * 1024
 # exp-gc-nosort.md) the first build's executor tasks took 148.6 CPU s
 # unsorted where 207.7 sorted, and the day's batch 229.7 where 232.9.
 SORTED_STATE_BYTES = PARTITION_BYTES
+# Sources from which a key relation (a semi, anti or outer join's distinct
+# keys) is read within the change's listed keys (ivm_compiler/key_bounds.py):
+# the list spares grouping the relation's input whole, and costs planning
+# a literal per key in every term. Between the two measured sides, not tuned:
+# the worked example's customers_to_chase (22.7 MB of sources, 4,943 keys)
+# refreshed in 12.0 s with it where 7.0 s; the warehouse's slv_payments at
+# scale 6000 (288 MB) took 4.5 executor CPU s where 33.4 (2026-12-06).
+KEY_RELATION_LIST_BYTES = 64 * 1024 * 1024
 
 # The confs of a change over small sources: CHANGE_SETTINGS, no data
 # skipping (a large source's key-bounded reads, key_bounds.py, are what it
@@ -326,7 +337,9 @@ def staging(
     False
     >>> staging({large.table: large, unknown.table: unknown})  # doctest: +NORMALIZE_WHITESPACE
     Staging(snapshots=frozenset(), partitions=None, settings={'spark.sql.adaptive.enabled': 'false'},
-            change_rows=True, large=True, sorted_states=True)
+            change_rows=True, large=True, sorted_states=True, key_relation_lists=True)
+    >>> staging({mid_large.table: mid_large}).key_relation_lists
+    False
     """
     if _all_small(pinned):
         settings = dict(SMALL_SCAN_SETTINGS)
@@ -343,7 +356,11 @@ def staging(
         settings[SHUFFLE_PARTITIONS_CONF] = str(max(parallelism, partitions))
     sorted_states = bool(pinned) and (total is None or total >= SORTED_STATE_BYTES)
     return Staging(
-        settings=settings, change_rows=True, large=bool(pinned), sorted_states=sorted_states
+        settings=settings,
+        change_rows=True,
+        large=bool(pinned),
+        sorted_states=sorted_states,
+        key_relation_lists=bool(pinned) and (total is None or total >= KEY_RELATION_LIST_BYTES),
     )
 
 

@@ -17,7 +17,7 @@ import contextlib
 import functools
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dbt.adapters.spark_ivm.consistency.publish import Log, Runner
@@ -493,6 +493,7 @@ class StateWrites:
             f"{names.STAGED_PREFIX}{refresh_id}",
             self.staging.partitions,
             list_keys=self.staging.large,
+            key_relations=self.staging.key_relation_lists,
         )
         with self._staged(stages, "change feeds"):
             yield reading
@@ -588,12 +589,18 @@ class StateWrites:
         Where a source is large, the change's keys are listed too: their
         ranges then still span most of a large partner, the list its rows.
         """
-        probe = emit.probe_join_keys(plan, ranges, list_keys=self.staging.large)
+        relations = self.staging.key_relation_lists
+        probe = emit.probe_join_keys(
+            plan, ranges, list_keys=self.staging.large, key_relations=relations
+        )
         if probe is None:
             return {}
         sql, keys = probe
         _, rows = self.runner.query(sql)
         bounds = key_bounds.parse_probe(keys, rows)
+        if not relations:
+            # A key listed for a partner is not read into the key relations.
+            bounds = {key: replace(found, key_relations=False) for key, found in bounds.items()}
         self.log.debug(f"{self.model}: join partners read within " + _described(bounds))
         return bounds
 
