@@ -174,7 +174,7 @@ def signed_rows(
             # filter's change carries its sign in its two terms instead.
             signed = [] if isinstance(changed, PartnerFilter) else [changed.alias]
             found = key_bounds.partner_bounds(select, inputs, position, plan.source_columns)
-            own, found = key_bounds.own_input_bounds(found, changed)
+            own, found = key_bounds.split_own_input(found, changed)
             # A changed key relation counts its touched keys' rows within its change keys.
             own_within = [
                 predicate

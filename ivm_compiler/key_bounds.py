@@ -213,7 +213,7 @@ def partner_bounds(
     term's WHERE), a filter's input's (for that filter's ON), for a
     filter's own change its input's at either version
     (names.partner_alias), and for a key relation's own change its input's
-    (`own_input_bounds`).
+    (`split_own_input`).
     """
     changed = inputs[position]
     if isinstance(changed, PartnerFilter):
@@ -250,7 +250,7 @@ def partner_bounds(
     return found
 
 
-def own_input_bounds(
+def split_own_input(
     bounds: Sequence[PartnerBound], changed: object
 ) -> tuple[list[PartnerBound], list[PartnerBound]]:
     """`bounds` split into those on a changed key relation's own input and the rest."""
