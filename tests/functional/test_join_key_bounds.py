@@ -23,6 +23,22 @@ QUERY = (
 KEYS = (1, 2, 3, 4)
 
 
+def files_holding(spark, table: str, where: str = "true") -> int:
+    """Data files of the table's current version holding rows that pass `where`."""
+    return spark.sql(
+        f"SELECT COUNT(DISTINCT _metadata.file_path) FROM {table} WHERE {where}"
+    ).collect()[0][0]
+
+
+def refresh_scans(spark, change: str, *tables: str) -> dict[str, list]:
+    """Run `change` and a `dbt run`: each table's scans by that refresh (ScanLog)."""
+    scans = ScanLog(spark)
+    mark = scans.mark()
+    spark.sql(change)
+    run_dbt(["run"])
+    return {table: scans.scans_since(mark, table) for table in tables}
+
+
 class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
     @pytest.fixture(scope="class", autouse=True)
     def data_skipping(self):
@@ -48,12 +64,6 @@ class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
         run_dbt(["run"])
         return {"src": src, "dim": dim}
 
-    def _dim_files(self, spark, dim: str, where: str = "true") -> int:
-        """Data files of the dimension's current version holding rows that pass `where`."""
-        return spark.sql(
-            f"SELECT COUNT(DISTINCT _metadata.file_path) FROM {dim} WHERE {where}"
-        ).collect()[0][0]
-
     def _refresh_scans(self, scans: ScanLog, mark: int, dim: str) -> list:
         """The dimension's scans by the refresh, which must each read within the change's keys.
 
@@ -72,8 +82,8 @@ class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
     def test_a_change_at_one_key_reads_one_file_of_the_partner(self, project, spark, sources):
         # Each INSERT writes its own files (one per task), so no file holds two keys.
         touched, total = (
-            self._dim_files(spark, sources["dim"], "k = 2"),
-            self._dim_files(spark, sources["dim"]),
+            files_holding(spark, sources["dim"], "k = 2"),
+            files_holding(spark, sources["dim"]),
         )
         assert 0 < touched < total
         scans = ScanLog(spark)
@@ -90,8 +100,8 @@ class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
     ):
         # Keys 1 and 4 span the dimension, but the bounds split at the gap
         # between them (key_bounds.py): the files of keys 2 and 3 are skipped.
-        ends = self._dim_files(spark, sources["dim"], "k IN (1, 4)")
-        assert 0 < ends < self._dim_files(spark, sources["dim"])
+        ends = files_holding(spark, sources["dim"], "k IN (1, 4)")
+        assert 0 < ends < files_holding(spark, sources["dim"])
         scans = ScanLog(spark)
         mark = scans.mark()
         spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'a', 1, 1.00), (4, 'c', 2, 1.00)")
@@ -173,11 +183,6 @@ class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
         run_dbt(["run"])
         return {"src": src, "dim": dim}
 
-    def _files(self, spark, table: str, where: str = "true") -> int:
-        return spark.sql(
-            f"SELECT COUNT(DISTINCT _metadata.file_path) FROM {table} WHERE {where}"
-        ).collect()[0][0]
-
     def _check(self, spark, schema: str) -> None:
         for name, query in SEMI_QUERIES.items():
             assert_model_matches_sources(spark, schema, name, query, ["src", "dim"])
@@ -186,13 +191,10 @@ class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
     def test_an_outer_change_reads_the_subquerys_keys_within_its_keys(
         self, project, spark, sources
     ):
-        touched = self._files(spark, sources["dim"], "k = 2")
-        assert 0 < touched < self._files(spark, sources["dim"])
-        scans = ScanLog(spark)
-        mark = scans.mark()
-        spark.sql(f"INSERT INTO {sources['src']} VALUES (2, 'x', 5, 1.00)")
-        run_dbt(["run"])
-        dim_scans = scans.scans_since(mark, sources["dim"])
+        touched = files_holding(spark, sources["dim"], "k = 2")
+        assert 0 < touched < files_holding(spark, sources["dim"])
+        change = f"INSERT INTO {sources['src']} VALUES (2, 'x', 5, 1.00)"
+        dim_scans = refresh_scans(spark, change, sources["dim"])[sources["dim"]]
         assert dim_scans, "the refresh never read the subquery's table"
         assert max(s.files_read for s in dim_scans) == touched, (dim_scans, touched)
         self._check(spark, project.test_schema)
@@ -201,16 +203,14 @@ class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
         # Key 3 gains its first partner of the anti join (w > 0) and another of
         # the semi join: the outer rows are read at key 3's files only, and so
         # are the subquery's own rows counted for the key.
-        src_touched = self._files(spark, sources["src"], "k = 3")
-        assert 0 < src_touched < self._files(spark, sources["src"])
-        scans = ScanLog(spark)
-        mark = scans.mark()
-        spark.sql(f"INSERT INTO {sources['dim']} VALUES (3, 'again', 5)")
-        dim_touched = self._files(spark, sources["dim"], "k = 3")
-        run_dbt(["run"])
-        src_scans = scans.scans_since(mark, sources["src"])
+        src_touched = files_holding(spark, sources["src"], "k = 3")
+        assert 0 < src_touched < files_holding(spark, sources["src"])
+        dim_touched = files_holding(spark, sources["dim"], "k = 3") + 1  # and the new row's
+        change = f"INSERT INTO {sources['dim']} VALUES (3, 'again', 5)"
+        scans = refresh_scans(spark, change, sources["src"], sources["dim"])
+        src_scans = scans[sources["src"]]
         assert src_scans, "the refresh never read the outer query's table"
         assert max(s.files_read for s in src_scans) == src_touched, (src_scans, src_touched)
-        dim_scans = [s for s in scans.scans_since(mark, sources["dim"]) if s.files_read]
+        dim_scans = [s for s in scans[sources["dim"]] if s.files_read]
         assert dim_scans and max(s.files_read for s in dim_scans) <= dim_touched, dim_scans
         self._check(spark, project.test_schema)
