@@ -166,6 +166,13 @@ BEFORE_ALIAS = f"{RESERVED_PREFIX}before"
 ANY = f"{RESERVED_PREFIX}any"
 
 
+# A WINDOW model's recomputed partitions' rows in its MERGE's source, and TRUE
+# there on a state row of those partitions that they no longer hold
+# (emit._with_gone_rows).
+RECOMPUTED_ALIAS = f"{RESERVED_PREFIX}recomputed"
+GONE = f"{RESERVED_PREFIX}gone"
+
+
 RANKED_ALIAS = f"{RESERVED_PREFIX}ranked"  # a top-k view's full ranking, before its LIMIT
 OPERAND = f"{RESERVED_PREFIX}operand"  # which operand of a set operation a row comes from
 

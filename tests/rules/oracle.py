@@ -19,8 +19,8 @@ MERGE's state, so errors accumulate as they would in Spark.
 
 A WINDOW model's change is different: the partitions its change rows touch
 (emit.probe_partitions), recomputed at v' (emit.merge_partitions, whose
-MERGE also deletes their rows that are gone); (+) replaces those
-partitions (replace_partitions). Refreshes read join partners within the
+source also names their state rows that are gone, checked against the
+state); (+) replaces those partitions (replace_partitions). Refreshes read join partners within the
 probed key bounds (emit.probe_join_keys), as refresh/recipe.py does; join states
 (ivm_join_state) are not used here.
 
@@ -863,7 +863,22 @@ class Refreshes:
             return before  # refresh/recipe.py commits no data then, and keeps the guard
         merge = emit.merge_partitions(self.plan, self.state, pinned, touched, guard)
         rows = self._apply(merge, guard, self.plan.keys)
-        return replace_partitions(self.plan, before, touched, rows)
+        recomputed = [r for r in rows if not r[names.GONE]]
+        # The source names the state rows it deletes (emit._with_gone_rows):
+        # those of the touched partitions that the recomputation does not hold.
+        untouched = replace_partitions(self.plan, before, touched, [])
+
+        def key(row: dict) -> tuple:
+            return tuple(row[k] for k in self.plan.merge_keys)
+
+        held = {key(r) for r in recomputed}
+        expected = [key(r) for r in before if r not in untouched and key(r) not in held]
+        diff = _difference(expected, [key(r) for r in rows if r[names.GONE]])
+        if diff:
+            raise Mismatch(
+                self._where(f"the MERGE's gone rows differ from the Python rule: {diff}")
+            )
+        return replace_partitions(self.plan, before, touched, recomputed)
 
     def _apply(self, merge: str, guard: emit.Guard, keys: Sequence[str]) -> list[dict]:
         """Run the MERGE; return its source rows but the guard source row.

@@ -20,7 +20,7 @@ import sqlglot
 from sqlglot import exp
 
 from ivm_compiler import ViewClass, ViewPlan, compile_model, emit
-from ivm_compiler.names import COUNT, GUARD
+from ivm_compiler.names import COUNT, GONE, GUARD, STORED_ALIAS
 from ivm_compiler.sql import DIALECT
 from ivm_compiler.view_classes.window import PartitionKey
 from tests.unit import golden
@@ -109,26 +109,39 @@ def test_merge_recomputes_only_the_touched_partitions(case: golden.Case) -> None
     # The source is read at the pinned version, never as a change feed.
     assert not any(f.name.lower() == "table_changes" for f in merge.find_all(exp.Anonymous))
     whens = merge.args["whens"].expressions
-    by_source = [w for w in whens if w.args.get("source")]
-    assert len(by_source) == 1 and by_source[0].args["then"] == exp.var("DELETE")
-    condition = by_source[0].args["condition"].sql(DIALECT)
-    # The guard row (NULL in every partition column) is never deleted.
-    assert f"`__ivm_t`.`{GUARD}` IS NULL" in condition
-    # Only state rows of the touched partitions may be deleted.
+    # No clause reads the state's unmatched rows (WHEN NOT MATCHED BY SOURCE):
+    # Delta would then join the whole state (emit._with_gone_rows).
+    assert not [w for w in whens if w.args.get("source")]
+    # The state rows the recomputation no longer holds are in the source, marked
+    # gone: read from the state within the touched partitions, the guard row spared.
+    anti = next(j for j in merge.find_all(exp.Join) if j.args.get("kind") == "ANTI")
+    stored = anti.parent_select
+    assert stored.args["from_"].this.alias_or_name == STORED_ALIAS
+    assert [e.alias for e in stored.expressions][-1] == GONE
+    within = stored.args["where"].sql(DIALECT)
+    assert f"`{STORED_ALIAS}`.`{GUARD}` IS NULL" in within
     for column in plan.window_partition:
-        assert f"`__ivm_t`.`{column.state_column}`" in condition
+        assert f"`{STORED_ALIAS}`.`{column.state_column}`" in within
+    # ... and not held: matched null-safely on every key.
+    held = [c.this.name for c in anti.args["on"].find_all(exp.NullSafeEQ)]
+    assert sorted(held) == sorted(plan.keys)
     # Every key is matched null-safely (NULL partitions and values are rows too).
     on = merge.args["on"]
     safe = [c.this.name for c in on.find_all(exp.NullSafeEQ)]
     # ... and the guard row meets the guard source row only (emit.Guard).
     assert sorted(safe) == sorted([*plan.keys, GUARD])
-    # The guard row is moved first; a matched model row is rewritten only when
-    # its multiplicity changed.
-    move, matched = [w for w in whens if w.args.get("matched")]
+    # The guard row is moved first, a gone row deleted; a matched model row is
+    # rewritten only when its multiplicity changed.
+    move, delete, matched = [w for w in whens if w.args.get("matched")]
     assert move.args["condition"].sql(DIALECT) == f"NOT `__ivm_d`.`{GUARD}` IS NULL"
+    assert delete.args["condition"].sql(DIALECT) == f"`__ivm_d`.`{GONE}`"
+    assert delete.args["then"] == exp.var("DELETE")
     assert matched.args["condition"].sql(DIALECT) == (
         f"NOT (`__ivm_t`.`{COUNT}` IS NOT DISTINCT FROM `__ivm_d`.`{COUNT}`)"
     )
+    # A gone row is never inserted back.
+    insert = next(w for w in whens if not w.args.get("matched"))
+    assert f"NOT `__ivm_d`.`{GONE}`" in insert.args["condition"].sql(DIALECT)
 
 
 @pytest.mark.parametrize("case", FIXTURES.cases, ids=IDS)
