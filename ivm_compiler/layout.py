@@ -157,29 +157,49 @@ def sorted_rows(rows: exp.Query, by: str | None) -> exp.Query:
 
 @dataclass(frozen=True)
 class TargetBounds:
-    """The change's keys in a sorted state's sort key: the ranges its non-NULL keys lie in."""
+    """The change's keys in a state's sort key: the ranges its non-NULL keys lie in, and
+    the keys themselves where the probe listed them."""
 
     column: str
     data_type: str
     ranges: key_bounds.KeyRanges
+    listed: tuple[str, ...] | None = None
 
 
 def target_bounds(bounds: TargetBounds, target: str) -> exp.Expr:
     """A MERGE's condition on its target alone: a row whose key a change row may match, or the guard row.
 
-    Every change row's key lies in one of the ranges or is NULL (the probe
-    leaves NULLs out, so a NULL key is always searched: Delta skips the
-    files without one by their null counts), so the condition removes no
-    match; Delta prunes by it the files it searches for matches.
+    Every change row's key lies in one of the ranges (and the list) or is
+    NULL (the probe leaves NULLs out, so a NULL key is always searched:
+    Delta skips the files without one by their null counts), so the
+    condition removes no match. Delta prunes by it the files it searches
+    for matches, and, as no clause reads unmatched state rows, Spark filters
+    the state's rows by it before joining them with the change: with the
+    keys listed, only the touched keys' rows are shuffled.
 
     >>> b = TargetBounds("k", "int", (("1", "4"),))
     >>> print(target_bounds(b, "t").sql("spark"))
     (`t`.`k` BETWEEN CAST('1' AS INT) AND CAST('4' AS INT) OR `t`.`k` IS NULL OR NOT `t`.`__ivm_guard` IS NULL)
+    >>> b = TargetBounds("k", "int", (), ("1", "4"))
+    >>> print(target_bounds(b, "t").sql("spark"))
+    (`t`.`k` IN (1, 4) OR `t`.`k` IS NULL OR NOT `t`.`__ivm_guard` IS NULL)
     """
     column = exp.column(bounds.column, table=exp.to_identifier(target, True), quoted=True)
     within: list[exp.Expr] = []
-    if bounds.ranges:
-        within.append(key_bounds.ranges_predicate(column, bounds.ranges, bounds.data_type))
+    keys = [
+        *(
+            [key_bounds.ranges_predicate(column, bounds.ranges, bounds.data_type)]
+            if bounds.ranges
+            else []
+        ),
+        *(
+            [key_bounds.listed_predicate(column.copy(), bounds.listed, bounds.data_type)]
+            if bounds.listed
+            else []
+        ),
+    ]
+    if keys:
+        within.append(exp.and_(*keys) if len(keys) > 1 else keys[0])
     within.append(exp.Is(this=column.copy(), expression=exp.null()))
     guard = exp.column(names.GUARD, table=exp.to_identifier(target, True), quoted=True)
     within.append(exp.not_(exp.Is(this=guard, expression=exp.null())))
@@ -198,10 +218,13 @@ def describe_sort_key(staged: str, column: str) -> str:
     return f"DESCRIBE QUERY {query.sql(dialect='spark')}"
 
 
-def probe_sort_key(staged: str, column: str, data_type: str) -> tuple[str, key_bounds.KeyColumn]:
+def probe_sort_key(
+    staged: str, column: str, data_type: str, list_keys: bool = False
+) -> tuple[str, key_bounds.KeyColumn]:
     """The key-bounds probe (key_bounds.probe_query) over a staged change's sort key.
 
-    Returns the probe's SQL and the key whose ranges key_bounds.parse_probe reads from its rows.
+    Returns the probe's SQL and the key whose ranges (and, with `list_keys`,
+    list) key_bounds.parse_probe reads from its rows.
     """
     table = TableName(db=None, name=staged)
     key = key_bounds.KeyColumn(table=table, column=column, data_type=data_type)
@@ -210,7 +233,8 @@ def probe_sort_key(staged: str, column: str, data_type: str) -> tuple[str, key_b
         .from_(exp.Table(this=exp.to_identifier(staged, quoted=True)))
         .subquery(exp.to_identifier(staged, quoted=True))
     )
-    return key_bounds.probe_query({table: (rows, [key])}).sql(dialect="spark"), key
+    probe = key_bounds.probe_query({table: (rows, [key])}, list_keys=list_keys)
+    return probe.sql(dialect="spark"), key
 
 
 def bounded(data_type: str) -> bool:

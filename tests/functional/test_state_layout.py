@@ -23,9 +23,14 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm.delta import confs
-from ivm_compiler import layout
+from ivm_compiler import key_bounds, layout
 from tests.functional import test_random_changes
-from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, state_builds
+from tests.functional.ivm_checks import (
+    ScanLog,
+    assert_model_matches_sources,
+    state_builds,
+    table_properties,
+)
 from tests.functional.ivm_project import IvmProject, create_source, model_files
 
 QUERY = "select k, count(*) as n, sum(v) as sv from {src} group by k"
@@ -201,3 +206,60 @@ class TestRandomChangesOverSortedStates(test_random_changes.TestRandomChangeSequ
     @pytest.fixture(scope="class")
     def project_config_update(self):
         return {"models": {"+materialized": "ivm", "+ivm_state_form": "merged"}}
+
+
+@pytest.fixture(scope="class")
+def large_unsorted_states():
+    """Every source counts as large and every state gets deletion vectors, but no
+    state is sorted (its sources are under delta.confs.SORTED_STATE_BYTES)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+        patch.setattr(layout, "DELETION_VECTOR_STATE_BYTES", 0)
+        yield
+
+
+@pytest.mark.usefixtures("large_unsorted_states")
+class TestUnsortedStateMergeWithinListedKeys(IvmProject):
+    """A state's MERGE over large sources reads the state within the change's listed keys."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        files = model_files(queries={"by_key": QUERY})
+        return {
+            **files,
+            "by_key.sql": "{{ config(ivm_state_form='merged') }}\n" + files["by_key.sql"],
+        }
+
+    @pytest.fixture(scope="class")
+    def source(self, project):
+        rows = ", ".join(f"({k}, 'a', {k}, 1.00)" for k in KEYS)
+        table = create_source(project, rows)
+        run_dbt(["run"])
+        return table
+
+    def test_the_merge_is_bounded_by_the_listed_keys(self, project, spark, source):
+        state = f"{project.test_schema}.by_key__ivm_state"
+        assert layout.SORT_KEY_PROPERTY not in table_properties(spark, state)
+        spark.sql(f"UPDATE {source} SET v = v + 1 WHERE k = 5")
+        spark.sql(
+            f"INSERT INTO {source} VALUES ({max(KEYS) + 1}, 'b', 5, 2.00), (NULL, 'c', 1, 1.00)"
+        )
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        # Two non-NULL keys listed; the NULL key is searched by IS NULL.
+        assert "the MERGE searches the state's rows with __ivm_g0 in 2 listed keys" in log
+        merge = next(
+            line
+            for line in log.splitlines()
+            if "MERGE INTO" in line and "by_key__ivm_state" in line
+        )
+        assert "`__ivm_t`.`__ivm_g0` IN (5, 21)" in merge, merge
+        assert_model_matches_sources(spark, project.test_schema, "by_key", QUERY, ["src"])
+
+    def test_more_keys_than_the_probe_lists_merge_unbounded(
+        self, project, spark, source, monkeypatch
+    ):
+        monkeypatch.setattr(key_bounds, "MAX_LISTED_KEYS", 1)
+        spark.sql(f"UPDATE {source} SET v = v * 2 WHERE k IN (3, 9)")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        assert "the MERGE searches the state's rows" not in log
+        assert_model_matches_sources(spark, project.test_schema, "by_key", QUERY, ["src"])

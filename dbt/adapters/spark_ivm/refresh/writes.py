@@ -371,13 +371,13 @@ class StateWrites:
         plan, guard = inputs.plan, inputs.guard
         prefix = f"{names.STAGED_PREFIX}{guard.write}"
         changes_stage = prefix if emit.stages_changes(plan) else None
-        # The change query's rows too, once the signed rows are staged, where
-        # a source is large (delta.confs.Staging.change_rows); and for a sorted
-        # state, whose MERGE is bounded by the staged rows' keys (layout.py).
+        # The change query's rows too, where a source is large
+        # (delta.confs.Staging.change_rows) or the state is sorted: the MERGE
+        # reads them in each of its jobs, and is bounded by their keys
+        # (_target_bounds).
         rows_stage = (
             f"{prefix}_rows"
-            if (changes_stage is not None and self.staging.change_rows)
-            or self.state_layout(plan).sort_key is not None
+            if self.staging.change_rows or self.state_layout(plan).sort_key is not None
             else None
         )
         try:
@@ -457,25 +457,39 @@ class StateWrites:
         return written
 
     def _target_bounds(self, plan: ViewPlan, rows_stage: str) -> layout.TargetBounds | None:
-        """The staged change's key ranges in the state's sort key, for the MERGE's ON (layout.py).
+        """The staged change's keys in the state's key column, for the MERGE's ON (layout.py).
 
-        None where the state is not sorted or its sort key has no bounded type.
+        A sorted state's MERGE is bounded by their ranges, which skip its
+        files. Over large sources, by their list too where the probe lists
+        them (at most key_bounds.MAX_LISTED_KEYS): a day's change touches
+        keys of every age, so no file is skipped, but Spark filters the
+        state's rows by the list before the MERGE's joins, which otherwise
+        shuffled the whole state in each of them. None where neither
+        applies, or the key has no bounded type.
         """
-        sort_key = self.state_layout(plan).sort_key
-        if sort_key is None:
+        sorted_by = self.state_layout(plan).sort_key
+        column = sorted_by or (layout.sort_key(plan) if self.staging.large else None)
+        if column is None:
             return None
-        _, described = self.runner.query(layout.describe_sort_key(rows_stage, sort_key))
+        _, described = self.runner.query(layout.describe_sort_key(rows_stage, column))
         data_type = str(described[0][1]).lower()
         if not layout.bounded(data_type):
             return None
-        sql, key = layout.probe_sort_key(rows_stage, sort_key, data_type)
+        sql, key = layout.probe_sort_key(rows_stage, column, data_type, self.staging.large)
         _, rows = self.runner.query(sql)
-        ranges = key_bounds.parse_probe([key], rows)[(key.table, key.column.lower())].ranges
+        found = key_bounds.parse_probe([key], rows)[(key.table, key.column.lower())]
+        if sorted_by is None and found.listed is None:
+            return None  # more keys than the probe lists, and no file to skip
+        ranges = found.ranges if sorted_by is not None else ()
         self.log.debug(
-            f"{self.model}: the MERGE searches the state's rows with {sort_key} in "
-            + (_ranges_text(ranges) or "no range")
+            f"{self.model}: the MERGE searches the state's rows with {column} in "
+            + (
+                f"{len(found.listed)} listed keys"
+                if found.listed is not None
+                else (_ranges_text(ranges) or "no range")
+            )
         )
-        return layout.TargetBounds(sort_key, data_type, ranges)
+        return layout.TargetBounds(column, data_type, ranges, found.listed)
 
     @contextlib.contextmanager
     def staged_feeds(
