@@ -186,20 +186,13 @@ def target_bounds(bounds: TargetBounds, target: str) -> exp.Expr:
     """
     column = exp.column(bounds.column, table=exp.to_identifier(target, True), quoted=True)
     within: list[exp.Expr] = []
-    keys = [
-        *(
-            [key_bounds.ranges_predicate(column, bounds.ranges, bounds.data_type)]
-            if bounds.ranges
-            else []
-        ),
-        *(
-            [key_bounds.listed_predicate(column.copy(), bounds.listed, bounds.data_type)]
-            if bounds.listed
-            else []
-        ),
-    ]
+    keys: list[exp.Expr] = []
+    if bounds.ranges:
+        keys.append(key_bounds.ranges_predicate(column, bounds.ranges, bounds.data_type))
+    if bounds.listed:
+        keys.append(key_bounds.listed_predicate(column.copy(), bounds.listed, bounds.data_type))
     if keys:
-        within.append(exp.and_(*keys) if len(keys) > 1 else keys[0])
+        within.append(exp.and_(*keys))
     within.append(exp.Is(this=column.copy(), expression=exp.null()))
     guard = exp.column(names.GUARD, table=exp.to_identifier(target, True), quoted=True)
     within.append(exp.not_(exp.Is(this=guard, expression=exp.null())))
