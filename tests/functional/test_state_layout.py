@@ -210,10 +210,12 @@ class TestRandomChangesOverSortedStates(test_random_changes.TestRandomChangeSequ
 
 @pytest.fixture(scope="class")
 def large_unsorted_states():
-    """Every source counts as large and every state gets deletion vectors, but no
-    state is sorted (its sources are under delta.confs.SORTED_STATE_BYTES)."""
+    """Every source counts as large, past MERGE_LIST_BYTES, and every state gets
+    deletion vectors, but no state is sorted (its sources are under
+    delta.confs.SORTED_STATE_BYTES)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+        patch.setattr(confs, "MERGE_LIST_BYTES", 0)
         patch.setattr(layout, "DELETION_VECTOR_STATE_BYTES", 0)
         yield
 

@@ -229,6 +229,10 @@ class Staging:
     # Whether key relations are read within the change's listed keys:
     # sources of KEY_RELATION_LIST_BYTES or more, or of unknown size.
     key_relation_lists: bool = False
+    # Whether every state MERGE reads the change query's rows staged and is
+    # bounded by their listed keys (writes.StateWrites._target_bounds):
+    # sources of MERGE_LIST_BYTES or more, or of unknown size.
+    merge_lists: bool = False
 
 
 # No snapshot staged, each stage in as many partitions as it reads, no confs.
@@ -277,6 +281,12 @@ SORTED_STATE_BYTES = PARTITION_BYTES
 # refreshed in 12.0 s with it where 7.0 s; the warehouse's slv_payments at
 # scale 6000 (288 MB) took 4.5 executor CPU s where 33.4 (2026-12-06).
 KEY_RELATION_LIST_BYTES = 64 * 1024 * 1024
+# Sources from which every state MERGE stages its change query's rows and
+# lists their keys in ON (writes.StateWrites._target_bounds): two statements
+# more per refresh, for a MERGE that joins only the listed keys' state rows
+# (bench/micro/merge_key_list.py: 8.5 s where 23.1 s on a 7.1 M-row state).
+# The key relations' threshold, for the same trade, not tuned.
+MERGE_LIST_BYTES = KEY_RELATION_LIST_BYTES
 
 # The confs of a change over small sources: CHANGE_SETTINGS, no data
 # skipping (a large source's key-bounded reads, key_bounds.py, are what it
@@ -337,8 +347,11 @@ def staging(
     False
     >>> staging({large.table: large, unknown.table: unknown})  # doctest: +NORMALIZE_WHITESPACE
     Staging(snapshots=frozenset(), partitions=None, settings={'spark.sql.adaptive.enabled': 'false'},
-            change_rows=True, large=True, sorted_states=True, key_relation_lists=True)
+            change_rows=True, large=True, sorted_states=True, key_relation_lists=True,
+            merge_lists=True)
     >>> staging({mid_large.table: mid_large}).key_relation_lists
+    False
+    >>> staging({mid_large.table: mid_large}).merge_lists
     False
     """
     if _all_small(pinned):
@@ -361,6 +374,7 @@ def staging(
         large=bool(pinned),
         sorted_states=sorted_states,
         key_relation_lists=bool(pinned) and (total is None or total >= KEY_RELATION_LIST_BYTES),
+        merge_lists=bool(pinned) and (total is None or total >= MERGE_LIST_BYTES),
     )
 
 

@@ -371,13 +371,15 @@ class StateWrites:
         plan, guard = inputs.plan, inputs.guard
         prefix = f"{names.STAGED_PREFIX}{guard.write}"
         changes_stage = prefix if emit.stages_changes(plan) else None
-        # The change query's rows too, where a source is large
-        # (delta.confs.Staging.change_rows) or the state is sorted: the MERGE
-        # reads them in each of its jobs, and is bounded by their keys
-        # (_target_bounds).
+        # The change query's rows too: once the signed rows are staged, where
+        # a source is large (delta.confs.Staging.change_rows); and where the
+        # MERGE is bounded by their keys (_target_bounds): a sorted state, or
+        # sources of delta.confs.MERGE_LIST_BYTES.
         rows_stage = (
             f"{prefix}_rows"
-            if self.staging.change_rows or self.state_layout(plan).sort_key is not None
+            if (changes_stage is not None and self.staging.change_rows)
+            or self.staging.merge_lists
+            or self.state_layout(plan).sort_key is not None
             else None
         )
         try:
@@ -460,22 +462,23 @@ class StateWrites:
         """The staged change's keys in the state's key column, for the MERGE's ON (layout.py).
 
         A sorted state's MERGE is bounded by their ranges, which skip its
-        files. Over large sources, by their list too where the probe lists
-        them (at most key_bounds.MAX_LISTED_KEYS): a day's change touches
+        files. Over sources of delta.confs.MERGE_LIST_BYTES, by their list
+        too where the probe lists them (at most key_bounds.MAX_LISTED_KEYS): a day's change touches
         keys of every age, so no file is skipped, but Spark filters the
         state's rows by the list before the MERGE's joins, which otherwise
         shuffled the whole state in each of them. None where neither
         applies, or the key has no bounded type.
         """
         sorted_by = self.state_layout(plan).sort_key
-        column = sorted_by or (layout.sort_key(plan) if self.staging.large else None)
+        lists = self.staging.merge_lists
+        column = sorted_by or (layout.sort_key(plan) if lists else None)
         if column is None:
             return None
         _, described = self.runner.query(layout.describe_sort_key(rows_stage, column))
         data_type = str(described[0][1]).lower()
         if not layout.bounded(data_type):
             return None
-        sql, key = layout.probe_sort_key(rows_stage, column, data_type, self.staging.large)
+        sql, key = layout.probe_sort_key(rows_stage, column, data_type, lists)
         _, rows = self.runner.query(sql)
         found = key_bounds.parse_probe([key], rows)[(key.table, key.column.lower())]
         if sorted_by is None and found.listed is None:
