@@ -33,15 +33,13 @@ Measured: bench/results/issue54/merge-key-list-7m.txt.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
+from micro.merge_forms import time_forms
 from tpch_bench.spark_session import start_session
 
 SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2"}
-PROPERTIES = "'delta.enableChangeDataFeed'='true', 'delta.enableDeletionVectors'='true'"
 KEYS = ("g0", "g1", "g2", "g3")
 
 
@@ -108,28 +106,12 @@ def main() -> None:
     print(
         f"state {args.rows:,} rows in {files} files; change {staged:,} rows over {len(keys):,} keys"
     )
-    forms = {"unbounded": None, "listed": keys}
-    times: dict[str, list[float]] = {form: [] for form in forms}
-    for round_number in range(args.rounds):
-        for form, listed in forms.items():
-            copy = f"bench.key_list_{form}"
-            spark.sql(
-                f"CREATE OR REPLACE TABLE {copy} USING DELTA TBLPROPERTIES ({PROPERTIES}) "
-                "AS SELECT * FROM bench.key_list_base"
-            )
-            started = time.monotonic()
-            spark.sql(merge(copy, listed))
-            times[form].append(time.monotonic() - started)
-            print(f"round {round_number + 1} {form}: {times[form][-1]:.2f} s", flush=True)
-        differ = spark.sql(
-            "SELECT COUNT(*) FROM ((SELECT * FROM bench.key_list_unbounded "
-            "EXCEPT ALL SELECT * FROM bench.key_list_listed) UNION ALL "
-            "(SELECT * FROM bench.key_list_listed EXCEPT ALL SELECT * FROM bench.key_list_unbounded))"
-        ).first()[0]
-        if differ:
-            raise SystemExit(f"the two forms' states differ in {differ} rows")
-    for form, seconds in times.items():
-        print(f"{form}: median {statistics.median(seconds):.2f} s of {seconds}")
+    time_forms(
+        spark,
+        "bench.key_list_base",
+        {"unbounded": lambda copy: merge(copy, None), "listed": lambda copy: merge(copy, keys)},
+        args.rounds,
+    )
 
 
 if __name__ == "__main__":

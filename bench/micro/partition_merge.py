@@ -40,16 +40,15 @@ Measured: see the results file this writes beside its output
 from __future__ import annotations
 
 import argparse
-import statistics
+import functools
 import tempfile
-import time
 from pathlib import Path
 
+from micro.merge_forms import time_forms
 from tpch_bench.spark_session import start_session
 
 KEYS = ("g0", "g1", "g2", "g3", "g4")
 SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2"}
-PROPERTIES = "'delta.enableChangeDataFeed'='true', 'delta.enableDeletionVectors'='true'"
 
 
 def build_state(spark, rows: int, customers: int) -> None:  # type: ignore[no-untyped-def]
@@ -172,28 +171,15 @@ def main() -> None:
         f"state {args.rows:,} rows in {files} files over {args.customers:,} customers; "
         f"{len(customers):,} partitions recomputed, {staged:,} rows"
     )
-    times: dict[str, list[float]] = {form: [] for form in FORMS}
-    for round_number in range(args.rounds):
-        for form, statement in FORMS.items():
-            copy = f"bench.partition_state_{form}"
-            spark.sql(
-                f"CREATE OR REPLACE TABLE {copy} USING DELTA TBLPROPERTIES ({PROPERTIES}) "
-                "AS SELECT * FROM bench.partition_state_base"
-            )
-            started = time.monotonic()
-            spark.sql(statement(copy, customers))
-            times[form].append(time.monotonic() - started)
-            print(f"round {round_number + 1} {form}: {times[form][-1]:.2f} s", flush=True)
-        differ = spark.sql(
-            "SELECT COUNT(*) FROM ((SELECT * FROM bench.partition_state_by_source_delete "
-            "EXCEPT ALL SELECT * FROM bench.partition_state_deletes_in_source) UNION ALL "
-            "(SELECT * FROM bench.partition_state_deletes_in_source "
-            "EXCEPT ALL SELECT * FROM bench.partition_state_by_source_delete))"
-        ).first()[0]
-        if differ:
-            raise SystemExit(f"the two forms' states differ in {differ} rows")
-    for form, seconds in times.items():
-        print(f"{form}: median {statistics.median(seconds):.2f} s of {seconds}")
+    time_forms(
+        spark,
+        "bench.partition_state_base",
+        {
+            form: functools.partial(statement, customers=customers)
+            for form, statement in FORMS.items()
+        },
+        args.rounds,
+    )
 
 
 if __name__ == "__main__":

@@ -40,6 +40,19 @@ KEYS = range(1, 21)
 ROWS_PER_FILE = 4
 
 
+def merged_by_key(queries: dict[str, str]) -> dict[str, str]:
+    """The models of `queries`, `by_key` with a merged state (never a log)."""
+    files = model_files(queries=queries)
+    return {**files, "by_key.sql": "{{ config(ivm_state_form='merged') }}\n" + files["by_key.sql"]}
+
+
+def built_over_keys(project) -> str:
+    """The source with a row per key in KEYS, the models built over it."""
+    table = create_source(project, ", ".join(f"({k}, 'a', {k}, 1.00)" for k in KEYS))
+    run_dbt(["run"])
+    return table
+
+
 @pytest.fixture(scope="class")
 def large_sorted_states():
     """Every source counts as large, every state gets deletion vectors; a sorted state's files
@@ -56,18 +69,11 @@ def large_sorted_states():
 class TestLargeStateLayout(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
-        files = model_files(queries={"by_key": QUERY, "extremes_by_key": EXTREMES_QUERY})
-        return {
-            **files,
-            "by_key.sql": "{{ config(ivm_state_form='merged') }}\n" + files["by_key.sql"],
-        }
+        return merged_by_key({"by_key": QUERY, "extremes_by_key": EXTREMES_QUERY})
 
     @pytest.fixture(scope="class")
     def source(self, project):
-        rows = ", ".join(f"({k}, 'a', {k}, 1.00)" for k in KEYS)
-        table = create_source(project, rows)
-        run_dbt(["run"])
-        return table
+        return built_over_keys(project)
 
     def _state(self, project) -> str:
         return f"{project.test_schema}.by_key__ivm_state"
@@ -226,18 +232,11 @@ class TestUnsortedStateMergeWithinListedKeys(IvmProject):
 
     @pytest.fixture(scope="class")
     def models(self):
-        files = model_files(queries={"by_key": QUERY})
-        return {
-            **files,
-            "by_key.sql": "{{ config(ivm_state_form='merged') }}\n" + files["by_key.sql"],
-        }
+        return merged_by_key({"by_key": QUERY})
 
     @pytest.fixture(scope="class")
     def source(self, project):
-        rows = ", ".join(f"({k}, 'a', {k}, 1.00)" for k in KEYS)
-        table = create_source(project, rows)
-        run_dbt(["run"])
-        return table
+        return built_over_keys(project)
 
     def test_the_merge_is_bounded_by_the_listed_keys(self, project, spark, source):
         state = f"{project.test_schema}.by_key__ivm_state"
