@@ -1111,7 +1111,7 @@ def view_query(plan: ViewPlan, state: TableName, version: int | None = None) -> 
         outputs.append(exp.alias_(expression, output.name, quoted=True))
     table: exp.Expr = state.to_table() if version is None else version_as_of(state, version)
     if plan.log_state:
-        table = log_state.consolidated(plan, table).subquery(ident(state.name))
+        table = log_state.view_rows(plan, table).subquery(ident(state.name))
     # The guard row is bookkeeping, in every view class (a global aggregate's
     # view keeps rows with a zero count).
     select = exp.select(*outputs).from_(table).where(_is_guard_row(None, guard_row=False))

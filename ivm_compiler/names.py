@@ -172,6 +172,10 @@ ANY = f"{RESERVED_PREFIX}any"
 RECOMPUTED_ALIAS = f"{RESERVED_PREFIX}recomputed"
 GONE = f"{RESERVED_PREFIX}gone"
 
+# A projection log view's rows with a negative count, by their hash (log_state.view_rows).
+NEGATED_ALIAS = f"{RESERVED_PREFIX}negated"
+ROW_HASH = f"{RESERVED_PREFIX}hash"
+
 
 RANKED_ALIAS = f"{RESERVED_PREFIX}ranked"  # a top-k view's full ranking, before its LIMIT
 OPERAND = f"{RESERVED_PREFIX}operand"  # which operand of a set operation a row comes from

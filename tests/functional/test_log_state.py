@@ -106,6 +106,33 @@ class TestLogState(test_random_changes.TestRandomChangeSequences):
         groups = rows.groupBy("__ivm_g0").count().collect()
         assert all(row["count"] == 1 for row in groups), "a rewritten log holds one row per key"
 
+    def test_a_projections_view_sums_only_the_keys_a_row_removes(
+        self, project, spark, source_table, monkeypatch
+    ):
+        """The view passes most rows through and sums those a negated row's hash names.
+
+        Summing the whole log would shuffle every row at every read; the
+        plan broadcasts the negated rows' hashes instead, and no row of the
+        log is shuffled to be joined.
+        """
+        view = f"{project.test_schema}.drops_key"
+        state = f"{view}__ivm_state"
+        # Kept a log with its negated row: no rewrite sums it away.
+        monkeypatch.setattr(state_history.StateHistory, "log_compaction_due", lambda self: False)
+        spark.sql(f"INSERT INTO {source_table} VALUES (20, 'w', 4, 1.00), (21, 'w', 4, 1.00)")
+        self._refresh_and_check(project, spark, source_table, ("drops_key",))
+        spark.sql(f"DELETE FROM {source_table} WHERE k = 20")
+        self._refresh_and_check(project, spark, source_table, ("drops_key",))
+        negated = spark.sql(
+            f"SELECT COUNT(*) AS n FROM {state} WHERE __ivm_guard IS NULL AND __ivm_count < 0"
+        ).collect()[0]["n"]
+        assert negated >= 1, "the delete appended a row with a negative count"
+        plan = spark.sql(f"EXPLAIN SELECT * FROM {view}").collect()[0][0]
+        assert "BroadcastHashJoin" in plan and "LeftAnti" in plan and "LeftSemi" in plan, plan
+        assert "SortMergeJoin" not in plan, plan
+        shown = spark.sql(f"SELECT g, v FROM {view} WHERE g = 'w'").collect()
+        assert [(r["g"], r["v"]) for r in shown] == [("w", 4)], "one of the two rows is left"
+
     def test_a_write_guarded_by_a_passed_version_applies_nothing(
         self, project, spark, source_table, monkeypatch
     ):

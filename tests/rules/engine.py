@@ -84,6 +84,10 @@ Where DuckDB's answer differs from Spark's, and what this module does about it:
   then reads (Engine.merge).
 - CREATE TABLE ... USING DELTA TBLPROPERTIES (...): the properties are
   dropped; they change no row.
+- XXHASH64 (a projection log's view splits its rows by a hash of their key,
+  log_state.view_rows) is not a DuckDB function: it becomes DuckDB's hash().
+  Only which rows share a hash matters to the view's rows, and both hash a
+  key's rows alike.
 - EVERY, SOME and ANY (Spark's names of BOOL_AND and BOOL_OR) are not DuckDB
   functions: they become BOOL_AND/BOOL_OR (the compiler's own
   rules.booleans.as_named).
@@ -529,6 +533,7 @@ class Engine:
     ) -> Translation:
         # Each rewrite works on the tree in place.
         reads: list[Read] = []
+        tree = tree.transform(_duckdb_hash, copy=False)  # first: the type probes plan the joins
         tree = self._spark_aggregates(_spark_correlation(booleans.as_named(tree)))
         tree = _read_versions(tree, set(self.tables), plain, reads, hooked)
         tree = _duckdb_statement(tree.transform(_spark_decimal_division, copy=False))
@@ -928,6 +933,13 @@ def _duckdb_statement(tree: exp.Expression) -> exp.Expression:
         return node
 
     return tree.transform(replace, copy=False)
+
+
+def _duckdb_hash(node: exp.Expression) -> exp.Expression:
+    """Spark's XXHASH64 as DuckDB's hash (SPARK_SEMANTICS)."""
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "XXHASH64":
+        return exp.Anonymous(this="hash", expressions=node.expressions)
+    return node
 
 
 def _merge_source() -> exp.Table:

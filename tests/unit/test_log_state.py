@@ -18,7 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 from ivm_compiler import ViewClass, ViewPlan, compile_model, emit, log_state
-from ivm_compiler.names import COUNT, GUARD
+from ivm_compiler.names import COUNT, GUARD, NEGATED_ALIAS
 from ivm_compiler.sql import DIALECT
 from tests.unit import golden
 
@@ -79,7 +79,8 @@ def _parsed(case_id: str, name: str) -> exp.Expr:
 @pytest.mark.parametrize("case", FIXTURES.cases, ids=IDS)
 def test_the_view_sums_the_log_per_key_without_the_guard_and_marker_rows(case: golden.Case):
     plan, _ = compiled(case.id)
-    view = _parsed(case.id, "create_view")
+    # As readers find it: a projection's split log put back as its sums.
+    view = log_state.summed_view(_parsed(case.id, "create_view"), golden.STATE)
     # The innermost SELECT reads the state: the log summed per key.
     consolidation = next(
         s for s in view.find_all(exp.Select) if isinstance(s.args["from_"].this, exp.Table)
@@ -96,6 +97,32 @@ def test_the_view_sums_the_log_per_key_without_the_guard_and_marker_rows(case: g
     # The state is read at the published version.
     read = next(t for t in consolidation.find_all(exp.Table) if t.name == golden.STATE.name)
     assert read.args["version"].expression.name == str(golden.PUBLISHED_STATE_VERSION)
+
+
+@pytest.mark.parametrize("case", FIXTURES.cases, ids=IDS)
+def test_a_projections_view_sums_only_the_keys_some_row_removes(case: golden.Case):
+    """Rows whose key hash no negated row has are read as they are; the rest summed."""
+    plan, _ = compiled(case.id)
+    view = _parsed(case.id, "create_view")
+    split = next((u for u in view.find_all(exp.Union)), None)
+    if plan.view_class is not ViewClass.PROJECTION:
+        assert split is None, "other view classes sum every key's rows"
+        return
+    as_they_are, summing = split.this, split.expression
+    assert as_they_are.args.get("group") is None and summing.args.get("group") is not None
+    for half, kind in ((as_they_are, "ANTI"), (summing, "SEMI")):
+        (join,) = half.args["joins"]
+        assert (join.side, join.kind) == ("LEFT", kind)
+        assert join.alias_or_name == NEGATED_ALIAS
+        negated = join.this.this
+        assert negated.args["distinct"] and f"`{COUNT}` < 0" in negated.sql(DIALECT)
+        assert half.args["hint"].sql(DIALECT) == f"/*+ BROADCAST({NEGATED_ALIAS}) */"
+    # Every read of the state (both halves, both hash lists) is at the published version.
+    reads = [t for t in view.find_all(exp.Table) if t.name == golden.STATE.name]
+    assert len(reads) == 4
+    assert {t.args["version"].expression.name for t in reads} == {
+        str(golden.PUBLISHED_STATE_VERSION)
+    }
 
 
 @pytest.mark.parametrize("case", FIXTURES.cases, ids=IDS)

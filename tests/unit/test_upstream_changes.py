@@ -75,12 +75,13 @@ def test_a_source_overwritten_is_staged_summed_with_a_change_type():
 
 
 def _log_upstream(sql: str, describe: str) -> UpstreamModel:
-    """A projection kept as a log, as its reader finds it: its view over the state."""
+    """A projection kept as a log, as its reader finds it: its view over the state, summed."""
     catalog = golden.FakeCatalog(
         LOG_FIXTURES.sources, sql, golden.split_columns(describe), golden.split_columns("")
     )
     plan = log_state.with_log(compile_model(golden.MODEL, sql, catalog))
-    return UpstreamModel(state=golden.STATE, view=emit.view_query(plan, golden.STATE, 7))
+    view = log_state.summed_view(emit.view_query(plan, golden.STATE, 7), golden.STATE)
+    return UpstreamModel(state=golden.STATE, view=view)
 
 
 LOG_UPSTREAM = "SELECT id, customer FROM shop.orders WHERE qty > 1"

@@ -15,7 +15,7 @@ from sqlglot import exp, parse_one
 from dbt.adapters.spark_ivm.consistency.publish import Runner
 from dbt.adapters.spark_ivm.delta.tables import show_properties
 from dbt.adapters.spark_ivm.refresh.state_history import table_name_of
-from ivm_compiler import TableName, emit
+from ivm_compiler import TableName, emit, log_state
 from ivm_compiler.plan import UpstreamModel
 from ivm_compiler.sql import DIALECT
 
@@ -77,7 +77,7 @@ def upstream_models(
         state_table = table_name_of(state)
         found[table] = UpstreamModel(
             state=state_table,
-            view=view,
+            view=log_state.summed_view(view, state_table),
             published_version=version_read(view, state_table),
         )
     return found
