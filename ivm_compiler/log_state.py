@@ -172,12 +172,13 @@ def view_rows(plan: ViewPlan, table: exp.Expr) -> exp.Query:
     CPU s where a table of the same rows took 2.9 (2026-12-06). A
     projection's view repeats each row by its count, so the rows of a key
     need summing only where one of them removes rows: the other keys' rows
-    are read as they are. The log is split by a hash of the key: its rows
-    whose hash is among the negated rows' hashes are summed, the rest
-    passed through. Rows of one key share their hash, so a hash two keys
-    share only sums a few more rows. The negated rows' hashes, taken into
-    HASH_BUCKETS buckets, are broadcast to both halves. Other view classes sum every key's rows (a DISTINCT row shows once
-    however many rows hold it; a group's partial rows add up).
+    are read as they are. The log is split by its key's hash, taken into
+    HASH_BUCKETS buckets: the rows of a bucket some negated row falls in
+    are summed, the rest passed through, and the negated rows' buckets are
+    broadcast to both halves. Rows of one key share their bucket, so a
+    bucket several keys share only sums a few more rows. Other view
+    classes sum every key's rows (a DISTINCT row shows once however many
+    rows hold it; a group's partial rows add up).
     """
     summed = consolidated(plan, table)
     keys = [c.name for c in plan.state_columns if c.rule is MergeRule.KEY]

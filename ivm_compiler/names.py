@@ -172,7 +172,8 @@ ANY = f"{RESERVED_PREFIX}any"
 RECOMPUTED_ALIAS = f"{RESERVED_PREFIX}recomputed"
 GONE = f"{RESERVED_PREFIX}gone"
 
-# A projection log view's rows with a negative count, by their hash (log_state.view_rows).
+# A projection log view's rows with a negative count, by their key's hash bucket
+# (log_state.view_rows).
 NEGATED_ALIAS = f"{RESERVED_PREFIX}negated"
 ROW_HASH = f"{RESERVED_PREFIX}hash"
 

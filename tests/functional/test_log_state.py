@@ -109,10 +109,10 @@ class TestLogState(test_random_changes.TestRandomChangeSequences):
     def test_a_projections_view_sums_only_the_keys_a_row_removes(
         self, project, spark, source_table, monkeypatch
     ):
-        """The view passes most rows through and sums those a negated row's hash names.
+        """The view passes most rows through and sums those a negated row's hash bucket names.
 
         Summing the whole log would shuffle every row at every read; the
-        plan broadcasts the negated rows' hashes instead, and no row of the
+        plan broadcasts the negated rows' buckets instead, and no row of the
         log is shuffled to be joined.
         """
         view = f"{project.test_schema}.drops_key"
