@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from micro.append_state import Catalog
 from sqlglot import exp
 from tpch_bench.spark_session import SparkMetrics, start_session
 
@@ -41,18 +42,6 @@ from ivm_compiler.sql import DIALECT
 SOURCE = TableName("bench_log", "items")
 STATE = TableName("bench_log", "items__ivm_state")
 MODEL = "SELECT order_id, line_no, product_id, quantity, net_amount FROM bench_log.items"
-
-
-class Catalog:
-    def __init__(self, spark) -> None:  # type: ignore[no-untyped-def]
-        self.spark = spark
-
-    def columns(self, table: TableName) -> list[tuple[str, str]]:
-        return [(f.name, f.dataType.simpleString()) for f in self.spark.table(table.sql()).schema]
-
-    def describe_query(self, sql: str) -> list[tuple[str, str]]:
-        rows = self.spark.sql(f"DESCRIBE QUERY {sql}").collect()
-        return [(r["col_name"], r["data_type"]) for r in rows]
 
 
 def build(spark, rows: int, changed: int) -> list[str]:  # type: ignore[no-untyped-def]
