@@ -186,7 +186,7 @@ def view_rows(plan: ViewPlan, table: exp.Expr) -> exp.Query:
         return summed
     guard = exp.column(names.GUARD, quoted=True)
     negated = (
-        exp.select(exp.alias_(_key_hash(keys), names.ROW_HASH, quoted=True))
+        exp.select(exp.alias_(_key_bucket(keys), names.ROW_BUCKET, quoted=True))
         .distinct()
         .from_(table.copy())
         .where(exp.Is(this=guard.copy(), expression=exp.null()))
@@ -195,8 +195,8 @@ def view_rows(plan: ViewPlan, table: exp.Expr) -> exp.Query:
 
     def split(select: exp.Select, kind: str) -> exp.Select:
         hashed = exp.EQ(
-            this=_key_hash(keys),
-            expression=exp.column(names.ROW_HASH, table=ident(names.NEGATED_ALIAS), quoted=True),
+            this=_key_bucket(keys),
+            expression=exp.column(names.ROW_BUCKET, table=ident(names.NEGATED_ALIAS), quoted=True),
         )
         joined = select.join(
             negated.subquery(ident(names.NEGATED_ALIAS)), on=hashed, join_type=kind
@@ -261,7 +261,7 @@ def summed_view(view: exp.Select, state: TableName) -> exp.Select:
 HASH_BUCKETS = 1 << 20
 
 
-def _key_hash(keys: list[str]) -> exp.Expr:
+def _key_bucket(keys: list[str]) -> exp.Expr:
     # Spark's XXHASH64 hashes -0.0 as 0.0 and every NaN alike, as GROUP BY
     # groups them, so a key's rows never straddle the split.
     hashed = exp.Anonymous(this="XXHASH64", expressions=[_value(k) for k in keys])

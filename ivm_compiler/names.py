@@ -175,7 +175,7 @@ GONE = f"{RESERVED_PREFIX}gone"
 # A projection log view's rows with a negative count, by their key's hash bucket
 # (log_state.view_rows).
 NEGATED_ALIAS = f"{RESERVED_PREFIX}negated"
-ROW_HASH = f"{RESERVED_PREFIX}hash"
+ROW_BUCKET = f"{RESERVED_PREFIX}bucket"
 
 
 RANKED_ALIAS = f"{RESERVED_PREFIX}ranked"  # a top-k view's full ranking, before its LIMIT
