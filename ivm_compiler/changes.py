@@ -215,10 +215,12 @@ def signed_rows(
             # A bound on a filter's input goes into the ON of its semi or anti join.
             within: dict[str, list[exp.Expr]] = {}
             for bound in found:
-                predicate = key_bounds.bound_predicate(bound, bounds or {})
+                # A filter's ON takes no subquery: its input is read within the list alone.
+                where = bound.partner_alias in from_aliases
+                predicate = key_bounds.bound_predicate(bound, bounds or {}, subqueries=where)
                 if predicate is None:
                     continue
-                if bound.partner_alias in from_aliases:
+                if where:
                     term = term.where(predicate)
                 else:
                     within.setdefault(bound.partner_alias, []).append(predicate)

@@ -857,6 +857,20 @@ def probe_join_keys(
     return _sql(key_bounds.probe_query(bounded, list_keys)), key_bounds.probe_columns(bounded)
 
 
+def keys_past_list(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, reads.VersionRange],
+    bounds: key_bounds.Bounds,
+    key_relations: bool = True,
+) -> key_bounds.Bounds:
+    """The answer of a probe that lists keys, each key it found too many of read from its change.
+
+    key_bounds.with_change_reads; `key_relations` as the probe was asked.
+    """
+    probed = changes.bounded_keys(plan, ranges, True, key_relations)
+    return key_bounds.with_change_reads(bounds, probed)
+
+
 def probe_partitions(
     plan: ViewPlan,
     ranges: Mapping[TableName, reads.VersionRange],

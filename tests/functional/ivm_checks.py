@@ -297,6 +297,14 @@ class ScanLog:
     def mark(self) -> int:
         return max((int(e.executionId()) for e in self._executions()), default=-1)
 
+    def plans_since(self, mark: int) -> list[str]:
+        """The physical plans of the executions after `mark`, as EXPLAIN shows them."""
+        return [
+            str(execution.physicalPlanDescription())
+            for execution in self._executions()
+            if int(execution.executionId()) > mark
+        ]
+
     def scans_since(self, mark: int, table: str) -> list[Scan]:
         """Scans of `table` (`schema.name`) in the executions after `mark`."""
         wanted = f"Scan parquet spark_catalog.{table}".lower()

@@ -8,6 +8,8 @@ dimension, and the model must still equal its query.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
@@ -28,6 +30,39 @@ def files_holding(spark, table: str, where: str = "true") -> int:
     return spark.sql(
         f"SELECT COUNT(DISTINCT _metadata.file_path) FROM {table} WHERE {where}"
     ).collect()[0][0]
+
+
+def semi_joins_on_read(plan: str, table: str) -> int:
+    """The broadcast semi joins of a plan (as the SQL tab formats it) whose streamed side reads `table`.
+
+    Reads directly: down the streamed side only row-wise nodes (no
+    aggregate, no exchange) to the table's scan, so the semi join keeps rows
+    out of whatever groups or shuffles them above it.
+    """
+    tree = plan.split("== Physical Plan ==")[-1].split("\n\n")[0]
+    nodes = []  # (depth, name) of each node line; a long node's continuation lines are skipped
+    for line in tree.splitlines():
+        found = re.match(r"^([\s:|+*-]*)([A-Za-z].*?) \(\d+\)$", line)
+        if found and (not nodes or found.group(1)):
+            nodes.append((len(found.group(1)), found.group(2)))
+    row_wise = ("Project", "Filter", "ColumnarToRow")
+    count = 0
+    for index, (depth, name) in enumerate(nodes):
+        if not (name.startswith("BroadcastHashJoin") and "LeftSemi" in name):
+            continue
+        below = depth
+        for child_depth, child in nodes[index + 1 :]:
+            if child_depth <= below:
+                break  # past the streamed side's first chain: no scan of the table
+            if child.startswith("Scan parquet") and child.lower().endswith(
+                f"spark_catalog.{table}"
+            ):
+                count += 1
+                break
+            if not child.startswith(row_wise):
+                break
+            below = child_depth
+    return count
 
 
 def refresh_scans(spark, change: str, *tables: str) -> dict[str, list]:
@@ -213,4 +248,22 @@ class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
         assert max(s.files_read for s in src_scans) == src_touched, (src_scans, src_touched)
         dim_scans = [s for s in scans[sources["dim"]] if s.files_read]
         assert dim_scans and max(s.files_read for s in dim_scans) <= dim_touched, dim_scans
+        self._check(spark, project.test_schema)
+
+    def test_keys_past_the_list_are_read_from_the_change_by_a_broadcast_semi_join(
+        self, project, spark, sources, monkeypatch
+    ):
+        # No room in the list: the two changed keys are read from the change.
+        monkeypatch.setattr(key_bounds, "MAX_LISTED_KEYS", 1)
+        scans = ScanLog(spark)
+        mark = scans.mark()
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (1, 'y', 6, 1.00), (4, 'z', 7, 1.00)")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        probed = [line for line in log.splitlines() if "join partners read within" in line]
+        assert probed and all("its keys read from the change" in line for line in probed), probed
+        # The subquery's keys are read within the outer change's keys: the
+        # semi join with the staged change sits on the table's read, below the
+        # grouping of its keys. (Only `src` changed: no other semi join reads `dim`.)
+        plans = scans.plans_since(mark)
+        assert sum(semi_joins_on_read(plan, sources["dim"]) for plan in plans) >= 1, plans
         self._check(spark, project.test_schema)

@@ -21,8 +21,9 @@ A WINDOW model's change is different: the partitions its change rows touch
 (emit.probe_partitions), recomputed at v' (emit.merge_partitions, whose
 source also names their state rows that are gone, checked against the
 state); (+) replaces those partitions (replace_partitions). Refreshes read join partners within the
-probed key bounds (emit.probe_join_keys), as refresh/recipe.py does; join states
-(ivm_join_state) are not used here.
+probed key bounds (emit.probe_join_keys), as refresh/recipe.py does: by
+turns ranges alone, listed keys, and keys past the list read from the
+change (emit.keys_past_list); join states (ivm_join_state) are not used here.
 
 A recompute of a state that ivm models read merges the recomputed rows by
 key (emit.merge_recomputed, `run(..., recompute_at=...)`): after it the
@@ -50,6 +51,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import unittest.mock
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +66,7 @@ from ivm_compiler import (
     ViewPlan,
     compile_model,
     emit,
+    key_bounds,
     log_state,
     merge_source,
     names,
@@ -814,15 +817,25 @@ class Refreshes:
     def _join_key_bounds(self, windows: Mapping[TableName, VersionRange]) -> dict:
         """The probe's key bounds, as writes.StateWrites.join_key_bounds reads them.
 
-        Every other probe lists the change's keys too, as one over a large source does.
+        Two probes in three list the change's keys too, as one over a large
+        source does; the third of them with no room in the list, so every
+        key with a value is read from the change past it.
         """
         self.probes += 1
-        probe = emit.probe_join_keys(self.plan, windows, list_keys=self.probes % 2 == 0)
+        listing = self.probes % 3
+        probe = emit.probe_join_keys(self.plan, windows, list_keys=listing > 0)
         if probe is None:
             return {}
         sql, keys = probe
+        if listing == 2:
+            # The list's limit is read as the probe is built: rebuilt with none.
+            with unittest.mock.patch.object(key_bounds, "MAX_LISTED_KEYS", 0):
+                sql, keys = emit.probe_join_keys(self.plan, windows, list_keys=True)
         _, rows = self.engine.query(sql)
-        return parse_probe(keys, rows)
+        bounds = parse_probe(keys, rows)
+        if listing == 0:
+            return bounds
+        return emit.keys_past_list(self.plan, windows, bounds)
 
     def _merge_recomputing(
         self,

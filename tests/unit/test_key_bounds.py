@@ -326,6 +326,45 @@ def test_an_inputs_change_reads_the_key_relation_within_its_keys():
     )
 
 
+def test_keys_past_the_list_are_read_from_the_change_where_the_list_was():
+    plan, _ = compile_with(EXISTS_SQL, EXISTS_DESCRIBE)
+    # The probe lists keys but found more orders than it lists: no list row.
+    past = {
+        (ORDERS_TABLE, "id"): key_bounds.ChangeKeys((("3", "4000"),)),
+        **{k: v for k, v in EXISTS_BOUNDS.items() if k[0] == CUSTOMERS_TABLE},
+    }
+    bounds = emit.keys_past_list(plan, BOTH_CHANGED, past)
+    assert bounds[ORDERS_TABLE, "id"].read is not None
+    assert bounds[CUSTOMERS_TABLE, "id"].read is None  # listed: the list stays
+    orders_change, customers_change = _terms(EXISTS_SQL, EXISTS_DESCRIBE, bounds)
+    # The customers' ids the orders' change meets, within the changed orders'
+    # ids read from that change: a semi join Spark pushes into the customers' read.
+    where = orders_change[orders_change.rindex("WHERE `__ivm_semi0_keys`") :]
+    assert where.startswith(
+        "WHERE `__ivm_semi0_keys`.`__ivm_k0` BETWEEN CAST('3' AS INT) AND CAST('4000' AS INT) "
+        "AND `__ivm_semi0_keys`.`__ivm_k0` IN (SELECT `__ivm_change_keys`.`id` FROM (SELECT "
+    )
+    assert where.endswith("FROM TABLE_CHANGES('`shop`.`orders`', 4, 5)) AS `__ivm_change_keys`)")
+    assert "`__ivm_change_keys`" not in customers_change
+    # Ranges alone (no list asked, or key relations not read within keys): as before.
+    for found in (past, {k: replace(v, key_relations=False) for k, v in bounds.items()}):
+        for term in _terms(EXISTS_SQL, EXISTS_DESCRIBE, found):
+            assert (
+                "__ivm_change_keys" not in term
+                and "`__ivm_semi0_keys`.`__ivm_k0` BETWEEN" not in term
+            )
+
+
+def test_a_filters_input_is_not_read_within_a_query_of_keys():
+    # A partner filter's bound goes into its semi join's ON, which takes no subquery.
+    bound = key_bounds.PartnerBound(key_bounds.KeyColumn(ORDERS_TABLE, "id", "int"), "f", "id")
+    read = exp.select("id").from_("changes")
+    bounds = {(ORDERS_TABLE, "id"): key_bounds.ChangeKeys((("3", "9"),), read=read)}
+    within = key_bounds.bound_predicate(bound, bounds, subqueries=False)
+    assert within.sql("spark") == "`f`.`id` BETWEEN CAST('3' AS INT) AND CAST('9' AS INT)"
+    assert "IN (SELECT id FROM changes)" in key_bounds.bound_predicate(bound, bounds).sql("spark")
+
+
 def test_a_key_relation_over_an_expression_is_not_bounded():
     # The key is c.id + 1: its bounds would have to be those of o.id minus one.
     sql = EXISTS_SQL.replace("c.id = o.id", "c.id + 1 = o.id")

@@ -604,7 +604,8 @@ class StateWrites:
         """The change's join-key ranges, which narrow the MERGE's partner reads (key_bounds.py).
 
         Where a source is large, the change's keys are listed too: their
-        ranges then still span most of a large partner, the list its rows.
+        ranges then still span most of a large partner, the list its rows;
+        past key_bounds.MAX_LISTED_KEYS they are read from the change instead.
         """
         relations = self.staging.key_relation_lists
         probe = emit.probe_join_keys(
@@ -615,6 +616,8 @@ class StateWrites:
         sql, keys = probe
         _, rows = self.runner.query(sql)
         bounds = key_bounds.parse_probe(keys, rows)
+        if self.staging.large:
+            bounds = emit.keys_past_list(plan, ranges, bounds, key_relations=relations)
         if not relations:
             # A key listed for a partner is not read into the key relations.
             bounds = {key: replace(found, key_relations=False) for key, found in bounds.items()}
@@ -717,6 +720,8 @@ def _described(bounds: key_bounds.Bounds) -> str:
         text = _ranges_text(keys.ranges) or "nothing"
         if keys.ranges and keys.listed is not None:
             text += f", {len(keys.listed)} keys listed"
+        elif keys.read is not None:
+            text += f", its keys read from the change (more than {key_bounds.MAX_LISTED_KEYS:,})"
         described.append(f"{table}.{column} in {text}")
     return "; ".join(described)
 
