@@ -381,7 +381,7 @@ def merge_changes(
     staged: str | None = None,
     refill: Mapping[TableName, int] | None = None,
     staged_rows: str | None = None,
-    target: layout.TargetBounds | None = None,
+    target: Sequence[layout.TargetBounds] = (),
 ) -> str:
     """One MERGE that applies a refresh's whole change to the state, in one Delta commit.
 
@@ -396,9 +396,10 @@ def merge_changes(
     ran out; `refill`, the pinned versions, makes the MERGE that reads
     those groups' values from the sources instead (rules/extremes.py).
     `staged_rows`: the relation stage_change_rows cached the change query's
-    rows in, read instead of the query. `target`: the change's keys in a
-    sorted state's sort key (layout.py), so Delta searches only the files
-    they fall in.
+    rows in, read instead of the query. `target`: the change's keys in the
+    state's key columns (layout.py): a sorted state's ranges, so Delta
+    searches only the files they fall in, and listed keys, which filter
+    the state's rows before the MERGE's joins.
     """
     if staged_rows is not None:
         source: exp.Query = exp.select(exp.Star()).from_(exp.Table(this=ident(staged_rows)))
@@ -486,11 +487,11 @@ def _merge_into(
     source: exp.Query,
     guard: Guard,
     whens: list[exp.When],
-    target: layout.TargetBounds | None = None,
+    target: Sequence[layout.TargetBounds] = (),
 ) -> str:
     """MERGE INTO the state USING the guarded `source`, matching on the merge keys.
 
-    `target`: the change's key ranges, a condition on the state alone in ON.
+    `target`: the change's keys per key column, conditions on the state alone in ON.
     """
     # The guard row (NULL keys) matches the guard source row only, never a
     # change row of a NULL group.
@@ -500,7 +501,7 @@ def _merge_into(
             for k in plan.merge_keys
         ],
         _same_guard(),
-        *([layout.target_bounds(target, names.TARGET_ALIAS)] if target is not None else []),
+        *[layout.target_bounds(bounds, names.TARGET_ALIAS) for bounds in target],
     )
     merge = exp.Merge(
         this=aliased(state.to_table(), names.TARGET_ALIAS),

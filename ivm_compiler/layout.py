@@ -48,6 +48,7 @@ range shuffle for files there is little to skip in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -169,6 +170,9 @@ class TargetBounds:
 def target_bounds(bounds: TargetBounds, target: str) -> exp.Expr:
     """A MERGE's condition on its target alone: a row whose key a change row may match, or the guard row.
 
+    One per key column bounded (the MERGE's ON holds them all): a state row
+    a change row matches equals it in every key column.
+
     Every change row's key lies in one of the ranges (and the list) or is
     NULL (the probe leaves NULLs out, so a NULL key is always searched:
     Delta skips the files without one by their null counts), so the
@@ -199,35 +203,36 @@ def target_bounds(bounds: TargetBounds, target: str) -> exp.Expr:
     return exp.paren(exp.or_(*within))
 
 
-def describe_sort_key(staged: str, column: str) -> str:
-    """DESCRIBE QUERY of a staged change's sort key: its type, for the bounds' literals.
+def describe_keys(staged: str, columns: Sequence[str]) -> str:
+    """DESCRIBE QUERY of a staged change's key columns: their types, for the bounds' literals.
 
-    >>> describe_sort_key("__ivm_staged_r1_rows", "__ivm_g0")
-    'DESCRIBE QUERY SELECT `__ivm_g0` FROM `__ivm_staged_r1_rows`'
+    >>> describe_keys("__ivm_staged_r1_rows", ["__ivm_g0", "__ivm_pv_a1"])
+    'DESCRIBE QUERY SELECT `__ivm_g0`, `__ivm_pv_a1` FROM `__ivm_staged_r1_rows`'
     """
-    query = exp.select(exp.column(column, quoted=True)).from_(
+    query = exp.select(*[exp.column(c, quoted=True) for c in columns]).from_(
         exp.Table(this=exp.to_identifier(staged, quoted=True))
     )
     return f"DESCRIBE QUERY {query.sql(dialect='spark')}"
 
 
-def probe_sort_key(
-    staged: str, column: str, data_type: str, list_keys: bool = False
-) -> tuple[str, key_bounds.KeyColumn]:
-    """The key-bounds probe (key_bounds.probe_query) over a staged change's sort key.
+def probe_keys(
+    staged: str, typed: Sequence[tuple[str, str]], list_keys: bool = False
+) -> tuple[str, list[key_bounds.KeyColumn]]:
+    """The key-bounds probe (key_bounds.probe_query) over a staged change's key columns.
 
-    Returns the probe's SQL and the key whose ranges (and, with `list_keys`,
-    list) key_bounds.parse_probe reads from its rows.
+    `typed`: each column with its type. Returns the probe's SQL and the
+    keys whose ranges (and, with `list_keys`, lists) key_bounds.parse_probe
+    reads from its rows, in `typed` order.
     """
     table = TableName(db=None, name=staged)
-    key = key_bounds.KeyColumn(table=table, column=column, data_type=data_type)
+    keys = [key_bounds.KeyColumn(table=table, column=c, data_type=t) for c, t in typed]
     rows = (
-        exp.select(exp.column(column, quoted=True))
+        exp.select(*[exp.column(c, quoted=True) for c, _ in typed])
         .from_(exp.Table(this=exp.to_identifier(staged, quoted=True)))
         .subquery(exp.to_identifier(staged, quoted=True))
     )
-    probe = key_bounds.probe_query({table: (rows, [key])}, list_keys=list_keys)
-    return probe.sql(dialect="spark"), key
+    probe = key_bounds.probe_query({table: (rows, keys)}, list_keys=list_keys)
+    return probe.sql(dialect="spark"), keys
 
 
 def bounded(data_type: str) -> bool:

@@ -36,6 +36,8 @@ from tests.functional.ivm_project import IvmProject, create_source, model_files
 QUERY = "select k, count(*) as n, sum(v) as sv from {src} group by k"
 # Its refreshes read its own state's kept values (the refill of a MIN or MAX).
 EXTREMES_QUERY = "select k, min(v) as lo, max(v) as hi from {src} group by k"
+# A row per group and per distinct value (COUNT(DISTINCT)'s pre-aggregation).
+DISTINCT_QUERY = "select g, count(distinct k) as dk from {src} group by g"
 KEYS = range(1, 21)
 ROWS_PER_FILE = 4
 
@@ -264,3 +266,36 @@ class TestUnsortedStateMergeWithinListedKeys(IvmProject):
         _, log = run_dbt_and_capture(["--debug", "run"])
         assert "the MERGE searches the state's rows" not in log
         assert_model_matches_sources(spark, project.test_schema, "by_key", QUERY, ["src"])
+
+
+@pytest.mark.usefixtures("large_unsorted_states")
+class TestUnsortedStateMergeWithinEveryKeysList(IvmProject):
+    """A state keyed by more than one column: its MERGE reads the state within each one's list."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        files = model_files(queries={"distinct_by_g": DISTINCT_QUERY})
+        merged = "{{ config(ivm_state_form='merged') }}\n"
+        return {**files, "distinct_by_g.sql": merged + files["distinct_by_g.sql"]}
+
+    @pytest.fixture(scope="class")
+    def source(self, project):
+        return built_over_keys(project)
+
+    def test_every_key_column_bounds_the_merge(self, project, spark, source):
+        # Every row's group is 'a': its list alone would match the whole state,
+        # a row per distinct k. The values' list keeps the MERGE to k = 7 and 8.
+        spark.sql(f"UPDATE {source} SET g = 'b' WHERE k IN (7, 8)")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        searched = next(line for line in log.splitlines() if "the MERGE searches" in line)
+        assert "__ivm_g0 in 2 listed keys" in searched, searched
+        assert "__ivm_pv_a0 in 2 listed keys" in searched, searched
+        merge = next(
+            line
+            for line in log.splitlines()
+            if "MERGE INTO" in line and "distinct_by_g__ivm_state" in line
+        )
+        assert "`__ivm_t`.`__ivm_pv_a0` IN (7, 8)" in merge, merge
+        assert_model_matches_sources(
+            spark, project.test_schema, "distinct_by_g", DISTINCT_QUERY, ["src"]
+        )

@@ -428,7 +428,7 @@ class StateWrites:
         merge_changes = functools.partial(
             emit.merge_changes, plan, self.state, reading, guard, bounds, join_reads, changes_stage
         )
-        target = self._target_bounds(plan, rows_stage) if rows_stage is not None else None
+        target = self._target_bounds(plan, rows_stage) if rows_stage is not None else ()
         try:
             return self._merge(
                 merge_changes(staged_rows=rows_stage, target=target), metadata, settings
@@ -458,41 +458,54 @@ class StateWrites:
         written.recomputed_groups = True
         return written
 
-    def _target_bounds(self, plan: ViewPlan, rows_stage: str) -> layout.TargetBounds | None:
-        """The staged change's keys in the state's key column, for the MERGE's ON (layout.py).
+    def _target_bounds(self, plan: ViewPlan, rows_stage: str) -> tuple[layout.TargetBounds, ...]:
+        """The staged change's keys in the state's key columns, for the MERGE's ON (layout.py).
 
-        A sorted state's MERGE is bounded by their ranges, which skip its
-        files. Over sources of delta.confs.MERGE_LIST_BYTES, by their list
-        too where the probe lists them (at most key_bounds.MAX_LISTED_KEYS): a day's change touches
-        keys of every age, so no file is skipped, but Spark filters the
-        state's rows by the list before the MERGE's joins, which otherwise
-        shuffled the whole state in each of them. None where neither
-        applies, or the key has no bounded type.
+        A sorted state's MERGE is bounded by its sort key's ranges, which
+        skip its files. Over sources of delta.confs.MERGE_LIST_BYTES, by each
+        key column's list too where the probe lists it (at most
+        key_bounds.MAX_LISTED_KEYS): a day's change touches keys of every
+        age, so no file is skipped, but Spark filters the state's rows by the
+        lists before the MERGE's joins, which otherwise shuffled the whole
+        state in each of them. Every key column, not the first alone: the
+        warehouse's `mart_category_sales` keeps a row per category and
+        customer (COUNT(DISTINCT)'s values), and a day's change names all
+        five categories, so its list of categories matched all 7 M rows.
+        Empty where nothing bounds: no key, more keys than the probe lists,
+        a type with no bounds.
         """
         sorted_by = self.state_layout(plan).sort_key
-        lists = self.staging.merge_lists
-        column = sorted_by or (layout.sort_key(plan) if lists else None)
-        if column is None:
-            return None
-        _, described = self.runner.query(layout.describe_sort_key(rows_stage, column))
-        data_type = str(described[0][1]).lower()
-        if not layout.bounded(data_type):
-            return None
-        sql, key = layout.probe_sort_key(rows_stage, column, data_type, lists)
+        columns = [sorted_by] if sorted_by is not None else []
+        if self.staging.merge_lists and plan.keys:
+            columns += [key for key in plan.merge_keys if key != sorted_by]
+        if not columns:
+            return ()
+        _, described = self.runner.query(layout.describe_keys(rows_stage, columns))
+        typed = [
+            (column, str(row[1]).lower())
+            for column, row in zip(columns, described, strict=True)
+            if layout.bounded(str(row[1]).lower())
+        ]
+        if not typed:
+            return ()
+        sql, keys = layout.probe_keys(rows_stage, typed, self.staging.merge_lists)
         _, rows = self.runner.query(sql)
-        found = key_bounds.parse_probe([key], rows)[(key.table, key.column.lower())]
-        if sorted_by is None and found.listed is None:
-            return None  # more keys than the probe lists, and no file to skip
-        ranges = found.ranges if sorted_by is not None else ()
-        self.log.debug(
-            f"{self.model}: the MERGE searches the state's rows with {column} in "
-            + (
-                f"{len(found.listed)} listed keys"
-                if found.listed is not None
-                else (_ranges_text(ranges) or "no range")
+        found = key_bounds.parse_probe(keys, rows)
+        bounds = []
+        for key in keys:
+            probed = found[(key.table, key.column.lower())]
+            if key.column == sorted_by:
+                bounds.append(
+                    layout.TargetBounds(key.column, key.data_type, probed.ranges, probed.listed)
+                )
+            elif probed.listed is not None:
+                bounds.append(layout.TargetBounds(key.column, key.data_type, (), probed.listed))
+        if bounds:
+            self.log.debug(
+                f"{self.model}: the MERGE searches the state's rows with "
+                + " and ".join(_target_text(b) for b in bounds)
             )
-        )
-        return layout.TargetBounds(column, data_type, ranges, found.listed)
+        return tuple(bounds)
 
     @contextlib.contextmanager
     def staged_feeds(
@@ -724,6 +737,13 @@ def _described(bounds: key_bounds.Bounds) -> str:
             text += f", its keys read from the change (more than {key_bounds.MAX_LISTED_KEYS:,})"
         described.append(f"{table}.{column} in {text}")
     return "; ".join(described)
+
+
+def _target_text(bounds: layout.TargetBounds) -> str:
+    """'__ivm_g0 in 2 listed keys': a MERGE's bound on one key column, for the debug log."""
+    if bounds.listed is not None:
+        return f"{bounds.column} in {len(bounds.listed)} listed keys"
+    return f"{bounds.column} in {_ranges_text(bounds.ranges) or 'no range'}"
 
 
 def _ranges_text(ranges: key_bounds.KeyRanges) -> str:
