@@ -629,7 +629,8 @@ class StateWrites:
         sql, keys = probe
         _, rows = self.runner.query(sql)
         bounds = key_bounds.parse_probe(keys, rows)
-        if self.staging.large:
+        if self.staging.large and any(k.ranges and k.listed is None for k in bounds.values()):
+            # Only where some key is past the list: its read rebuilds the probe's change rows.
             bounds = emit.keys_past_list(plan, ranges, bounds, key_relations=relations)
         if not relations:
             # A key listed for a partner is not read into the key relations.
