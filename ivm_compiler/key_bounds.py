@@ -474,6 +474,7 @@ def listed_predicate(column: exp.Expr, listed: Sequence[str], data_type: str) ->
 def probe_query(
     changes: Mapping[TableName, tuple[exp.Subquery, Sequence[KeyColumn]]],
     list_keys: bool = False,
+    most_listed: int | None = None,
 ) -> exp.Query:
     """Rows (key index, part, low, high) from which parse_probe makes each key's ranges.
 
@@ -483,8 +484,9 @@ def probe_query(
     a type whose keys have a distance, up to MAX_RANGES - 1 'gap' rows: the
     widest gaps between consecutive distinct keys (the keys either side).
     With `list_keys`, a 'list' row too, whose low is the distinct keys as a
-    JSON array of text, where there are at most MAX_LISTED_KEYS of them (it
-    reads the change again, unless Spark reuses the distinct keys' shuffle).
+    JSON array of text, where there are at most `most_listed` of them
+    (MAX_LISTED_KEYS unless given; it reads the change again, unless Spark
+    reuses the distinct keys' shuffle).
     Each key reads the change rows once: Spark inlines a subquery into each
     of its references, and a change feed read costs a few Spark jobs (Q3's
     probe, reading orders' feed four times and lineitem's twice, took
@@ -496,7 +498,8 @@ def probe_query(
     ):
         value = exp.column(key.column, table=exp.to_identifier(rows.alias, True), quoted=True)
         if list_keys:
-            parts.append(_listed_keys(index, rows, value))
+            most = MAX_LISTED_KEYS if most_listed is None else most_listed
+            parts.append(_listed_keys(index, rows, value, most))
         bounded = _bounds_and_gaps(index, rows, value, key.data_type)
         if bounded is not None:
             parts.append(bounded)
@@ -532,14 +535,14 @@ def _distinct_keys(rows: exp.Subquery, value: exp.Column) -> exp.Select:
     )
 
 
-def _listed_keys(index: int, rows: exp.Subquery, value: exp.Column) -> exp.Select:
-    """A key's 'list' row: its distinct keys as a JSON array of text; no row past MAX_LISTED_KEYS.
+def _listed_keys(index: int, rows: exp.Subquery, value: exp.Column, most: int) -> exp.Select:
+    """A key's 'list' row: its distinct keys as a JSON array of text; no row past `most`.
 
     One past the limit is read, never more, so a change of millions of keys
     costs no array of them.
     """
     text = exp.DataType.build("string")
-    first = _distinct_keys(rows, value).limit(MAX_LISTED_KEYS + 1)
+    first = _distinct_keys(rows, value).limit(most + 1)
     listed = exp.Anonymous(
         this="TO_JSON",
         expressions=[
@@ -549,9 +552,7 @@ def _listed_keys(index: int, rows: exp.Subquery, value: exp.Column) -> exp.Selec
     return (
         _probe_row(index, exp.Literal.string("list"), listed, exp.null())
         .from_(first.subquery(exp.to_identifier(f"l{index}", True)))
-        .having(
-            exp.LTE(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(MAX_LISTED_KEYS))
-        )
+        .having(exp.LTE(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(most)))
     )
 
 

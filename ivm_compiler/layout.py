@@ -73,6 +73,14 @@ DELETION_VECTOR_STATE_BYTES = 4 * 1024 * 1024
 # Recorded on a sorted state: the column its files are sorted by, which the
 # refresh bounds its MERGEs by and housekeeping sorts again.
 SORT_KEY_PROPERTY = "spark_ivm.sort_key"
+# The most distinct change keys a MERGE's probe lists per key column: more
+# than a partner read's key_bounds.MAX_LISTED_KEYS, as a MERGE's list is one
+# statement's, where a partner's list is repeated in each of its reads. A
+# day's batch at scale 6000 names more than 10,000 customers, which left
+# `mart_category_sales`' 7 M-row state unbounded; on a synthetic state of
+# that size a list of 29,649 keys took the MERGE 9.1 s where 26.2 s
+# unbounded (bench/results/issue54/merge-key-list-7m-30k-keys.txt).
+MAX_LISTED_MERGE_KEYS = 50_000
 
 
 @dataclass(frozen=True)
@@ -221,8 +229,9 @@ def probe_keys(
     """The key-bounds probe (key_bounds.probe_query) over a staged change's key columns.
 
     `typed`: each column with its type. Returns the probe's SQL and the
-    keys whose ranges (and, with `list_keys`, lists) key_bounds.parse_probe
-    reads from its rows, in `typed` order.
+    keys whose ranges (and, with `list_keys`, lists of at most
+    MAX_LISTED_MERGE_KEYS) key_bounds.parse_probe reads from its rows, in
+    `typed` order.
     """
     table = TableName(db=None, name=staged)
     keys = [key_bounds.KeyColumn(table=table, column=c, data_type=t) for c, t in typed]
@@ -231,7 +240,9 @@ def probe_keys(
         .from_(exp.Table(this=exp.to_identifier(staged, quoted=True)))
         .subquery(exp.to_identifier(staged, quoted=True))
     )
-    probe = key_bounds.probe_query({table: (rows, keys)}, list_keys=list_keys)
+    probe = key_bounds.probe_query(
+        {table: (rows, keys)}, list_keys=list_keys, most_listed=MAX_LISTED_MERGE_KEYS
+    )
     return probe.sql(dialect="spark"), keys
 
 

@@ -23,7 +23,7 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm.delta import confs
-from ivm_compiler import key_bounds, layout
+from ivm_compiler import layout
 from tests.functional import test_random_changes
 from tests.functional.ivm_checks import (
     ScanLog,
@@ -261,7 +261,7 @@ class TestUnsortedStateMergeWithinListedKeys(IvmProject):
     def test_more_keys_than_the_probe_lists_merge_unbounded(
         self, project, spark, source, monkeypatch
     ):
-        monkeypatch.setattr(key_bounds, "MAX_LISTED_KEYS", 1)
+        monkeypatch.setattr(layout, "MAX_LISTED_MERGE_KEYS", 1)
         spark.sql(f"UPDATE {source} SET v = v * 2 WHERE k IN (3, 9)")
         _, log = run_dbt_and_capture(["--debug", "run"])
         assert "the MERGE searches the state's rows" not in log

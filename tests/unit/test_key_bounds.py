@@ -7,7 +7,7 @@ from dataclasses import replace
 import sqlglot
 from sqlglot import exp
 
-from ivm_compiler import emit, key_bounds
+from ivm_compiler import emit, key_bounds, layout
 from ivm_compiler.changes import signed_rows
 from ivm_compiler.reads import VersionRange as Window
 from tests.unit.test_compile import (
@@ -76,6 +76,16 @@ def test_the_probe_splits_a_numeric_key_at_its_widest_gaps():
         "OR `c`.`id` BETWEEN CAST('7' AS INT) AND CAST('12' AS INT) "
         "OR `c`.`id` BETWEEN CAST('8990' AS INT) AND CAST('9000' AS INT))"
     )
+
+
+def test_a_merge_probe_lists_more_keys_than_a_partner_probe():
+    # A MERGE's list is one statement's; a partner's is repeated in each of its reads.
+    assert layout.MAX_LISTED_MERGE_KEYS > key_bounds.MAX_LISTED_KEYS
+    sql, keys = layout.probe_keys("__ivm_staged_r1_rows", [("__ivm_g0", "int")], list_keys=True)
+    assert f"LIMIT {layout.MAX_LISTED_MERGE_KEYS + 1}" in sql
+    assert f"HAVING COUNT(*) <= {layout.MAX_LISTED_MERGE_KEYS}" in sql
+    assert [key.column for key in keys] == ["__ivm_g0"]
+    assert "COLLECT_LIST" not in layout.probe_keys("s", [("__ivm_g0", "int")])[0]
 
 
 def test_over_a_large_source_the_probe_lists_the_changed_keys_too():

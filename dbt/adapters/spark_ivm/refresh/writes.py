@@ -464,7 +464,7 @@ class StateWrites:
         A sorted state's MERGE is bounded by its sort key's ranges, which
         skip its files. Over sources of delta.confs.MERGE_LIST_BYTES, by each
         key column's list too where the probe lists it (at most
-        key_bounds.MAX_LISTED_KEYS): a day's change touches keys of every
+        layout.MAX_LISTED_MERGE_KEYS): a day's change touches keys of every
         age, so no file is skipped, but Spark filters the state's rows by the
         lists before the MERGE's joins, which otherwise shuffled the whole
         state in each of them. Every key column, not the first alone: the
