@@ -16,6 +16,7 @@ from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
 from dbt.adapters.spark_ivm.delta.confs import LAST_COMMIT_CONF
 from dbt.adapters.spark_ivm.refresh import handoff
+from ivm_compiler import layout
 from tests.functional.ivm_checks import (
     assert_model_matches_query,
     bag_difference,
@@ -373,6 +374,41 @@ class TestFallbackChain(IvmProject):
         assert difference.equal, f"ranked after its overwrite: {difference}"
         # Read as a change, the overwrite's deleted and inserted rows summed.
         for model, query in queries.items():
+            assert responses[model]["code"] == "INCREMENTAL", responses[model]
+            assert state_builds(spark, schema, model) == 1, f"{model} was built again"
+            difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
+            assert difference.equal, f"{model}: {difference}"
+
+    def test_a_large_difference_into_a_table_with_deletion_vectors_is_merged(
+        self, project, spark, source_table, monkeypatch
+    ):
+        # Every difference large and every table large enough for deletion
+        # vectors: turned on, the difference is merged, not overwritten.
+        monkeypatch.setattr(handoff, "MERGED_CHANGE_ROWS", 1)
+        monkeypatch.setattr(layout, "DELETION_VECTOR_STATE_BYTES", 0)
+        schema = project.test_schema
+        chain = ["run", "--select", "ranked", "over_ranked", "over_over"]
+        run_dbt(chain)  # built, if the tests before did not build them
+        spark.sql(f"INSERT INTO {source_table} VALUES (30, 'a', 7, 1.00), (31, 'b', 8, NULL)")
+        results = run_dbt(chain)
+        responses = {r.node.name: r.adapter_response for r in results}
+        message = responses["ranked"]["_message"]
+        assert "into a table with deletion vectors" in message, message
+        assert "(a MERGE)" in message and "written in place" in message, message
+        properties = {
+            r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {schema}.ranked").collect()
+        }
+        assert properties.get("delta.enableDeletionVectors") == "true", properties
+        last = spark.sql(f"DESCRIBE HISTORY {schema}.ranked LIMIT 1").first()
+        assert last["operation"] == "MERGE", last["operation"]
+        # Its change feed is the difference alone: as many rows as the message counts.
+        inserted, deleted = (int(n) for n in re.search(r"\(\+(\d+) -(\d+) rows", message).groups())
+        feed = spark.sql(
+            f"SELECT count(*) AS n FROM table_changes('{schema}.ranked', {last['version']}, "
+            f"{last['version']}) WHERE _change_type IN ('insert', 'delete')"
+        ).first()["n"]
+        assert feed == inserted + deleted > 0, (feed, message)
+        for model, query in self.reader_queries(schema).items():
             assert responses[model]["code"] == "INCREMENTAL", responses[model]
             assert state_builds(spark, schema, model) == 1, f"{model} was built again"
             difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)

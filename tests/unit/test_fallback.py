@@ -30,8 +30,9 @@ DELTA = {
 
 
 class ScriptedRunner:
-    def __init__(self, described=COLUMNS, shown=DELTA, counted=(2, 1, 1)):
+    def __init__(self, described=COLUMNS, shown=DELTA, counted=(2, 1, 1), size=1_000):
         self.described, self.shown, self.counted = described, shown, counted
+        self.size = size
         self.executed: list[str] = []
 
     def query(self, sql: str):
@@ -41,6 +42,8 @@ class ScriptedRunner:
             return ["key", "value"], [[k, v] for k, v in self.shown.items()]
         if sql.startswith("SELECT COUNT(*)"):
             return ["a", "b", "c"], [list(self.counted)]
+        if sql.startswith("DESCRIBE DETAIL"):
+            return ["format", "sizeInBytes"], [["delta", self.size]]
         raise AssertionError(f"unexpected query {sql}")
 
     def execute(self, sql: str) -> None:
@@ -93,6 +96,30 @@ def test_a_difference_of_many_rows_overwrites_the_table_instead_of_merging_it():
     assert not any(s.startswith("MERGE") for s in runner.executed)
     assert "12,000 changed rows" in describe_write(written)
     assert describe_write(written).endswith("(+6000 -6000 rows, the table overwritten)")
+
+
+def test_a_large_table_gets_deletion_vectors_and_its_large_difference_is_merged():
+    # 12,000 copies differ in a table of 8 MB: vectors on, then a MERGE, which
+    # rewrites no file with them and hands the readers the difference itself.
+    runner = ScriptedRunner(counted=(7_000, 6_000, 6_000), size=8 * 1024 * 1024)
+    written = write(runner)
+    assert isinstance(written, Written) and written.chosen.merges
+    _, staged, _, vectors, merged, *_ = runner.executed
+    assert vectors == (
+        "ALTER TABLE `analytics`.`ranked` SET TBLPROPERTIES ('delta.enableDeletionVectors'='true')"
+    )
+    assert staged.startswith("CACHE TABLE `__ivm_staged_")
+    assert merged.startswith("MERGE INTO `analytics`.`ranked`")
+    assert not any(s.startswith("INSERT OVERWRITE") for s in runner.executed)
+    assert "12,000 changed rows into a table with deletion vectors" in describe_write(written)
+
+
+def test_a_table_with_deletion_vectors_is_merged_without_asking_its_size():
+    shown = {**DELTA, "delta.enableDeletionVectors": "true"}
+    runner = ScriptedRunner(shown=shown, counted=(7_000, 6_000, 6_000), size=None)
+    written = write(runner)
+    assert isinstance(written, Written) and written.chosen.merges
+    assert not any(s.startswith("ALTER TABLE") for s in runner.executed)
 
 
 def test_an_upstream_not_yet_published_is_read_at_its_staged_state():

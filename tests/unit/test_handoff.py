@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dbt.adapters.spark_ivm.refresh import handoff
-from dbt.adapters.spark_ivm.refresh.handoff import OVERWRITE, Reader, choose
+from dbt.adapters.spark_ivm.refresh.handoff import MERGE, OVERWRITE, Reader, choose
 from dbt.adapters.spark_ivm.refresh.strategy import RefreshRecord
 
 
@@ -110,3 +110,13 @@ def test_describe_says_how_and_why():
     assert merged.startswith("its change handed on as the rows that differ (a MERGE): ")
     overwritten = choose([], never("histories"), 10, 1.0).describe()
     assert overwritten == "its change handed on as an overwrite: no ivm model reads it"
+
+
+def test_a_known_difference_into_a_table_with_deletion_vectors_is_merged_however_large():
+    # Without vectors and a writer's history a large difference is overwritten.
+    assert choose(["m.r"], never("histories"), 21_541, None).way == OVERWRITE
+    chosen = choose(["m.r"], never("histories"), 21_541, None, deletion_vectors=True)
+    assert chosen.way == MERGE
+    assert "21,541 changed rows into a table with deletion vectors" in chosen.reason
+    # Nothing reads it: the cheapest write still wins.
+    assert choose([], never("histories"), 21_541, None, deletion_vectors=True).way == OVERWRITE

@@ -122,6 +122,7 @@ def choose(
     log_state: bool = False,
     guard: str | None = "guard",
     source_bytes: int | None = None,
+    deletion_vectors: bool = False,
 ) -> HandOff:
     """MERGE or OVERWRITE for a state computed whole; see the module docstring.
 
@@ -132,7 +133,10 @@ def choose(
     computed); `write`: the writer's recompute, estimated (write_seconds);
     `guard`: what the state's guard row holds, which a MERGE by key checks
     (None: the state cannot be merged into); `source_bytes`: the writer's
-    sources, under strategy.MIN_WEIGHED_BYTES too small to weigh.
+    sources, under strategy.MIN_WEIGHED_BYTES too small to weigh;
+    `deletion_vectors`: the rows that differ are known (a fallback table's
+    staged difference) and the table has deletion vectors, so a MERGE
+    writes those rows alone (DIFFERENCE_WITH_VECTORS).
 
     >>> choose([], lambda: [], 50, 3.0).way
     'overwrite'
@@ -148,6 +152,13 @@ def choose(
     if change_rows is not None and change_rows < MERGED_CHANGE_ROWS:
         return HandOff(
             MERGE, f"a change under {MERGED_CHANGE_ROWS:,} rows, which every reader applies"
+        )
+    if deletion_vectors and change_rows is not None:
+        return HandOff(
+            MERGE,
+            f"{change_rows:,} changed rows into a table with deletion vectors: the MERGE marks "
+            "the old copies deleted and appends the new, where an overwrite writes every row "
+            "and each reader sums it",
         )
     if source_bytes is not None and source_bytes < strategy.MIN_WEIGHED_BYTES:
         return HandOff(
