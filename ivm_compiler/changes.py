@@ -24,7 +24,12 @@ dL x R' + L' x dR - dL x dR for two inputs (inclusion-exclusion over the
 changed inputs), in n terms rather than 2^n - 1. An outer or semi join's key
 relation read at its recorded version is likewise counted from its pinned
 version and change (reads.keys_before), and so is a key relation's own
-change (reads.key_changes).
+change (reads.key_changes). A key relation none of whose input's change
+rows has a key (unchanged_relations_probe: the "has a NULL" of a NOT IN,
+where no changed row is NULL), or a keyless one with more rows than the
+change has (keyless_presence_probe: "has rows"), is the same at both
+versions: it is read at the pinned one, and its own term, whose change is
+empty, is left out (with_unchanged_relations).
 
 Outer joins are not linear in their null-supplying input; the compiler
 rewrites them as signed inner-join terms over inputs and key relations
@@ -50,6 +55,7 @@ exact, and no row among them appears in both.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping
 
 from sqlglot import exp
@@ -165,9 +171,15 @@ def signed_rows(
     state is read from it at the version the term asks for.
     """
     terms: list[exp.Select] = []
+    # The term of a relation with no change (KeyRelation.unchanged), kept
+    # with no rows in case it is the only one: the change is empty then.
+    empty: list[exp.Select] = []
     for term_sign, select, inputs in linear_terms(plan):
         for position, changed in enumerate(inputs):
             if not ranges[_input_table(changed)].changed:
+                continue
+            unchanged = isinstance(changed, KeyRelation) and changed.unchanged
+            if unchanged and empty:
                 continue
             # The aliases whose rows carry a sign: the changed input, and the
             # later ones read as a signed bag at their recorded version. A
@@ -196,6 +208,8 @@ def signed_rows(
                 if isinstance(relation, KeyRelation):
                     if index == position:
                         return key_changes(relation, versions, upstream, own_within)
+                    if relation.unchanged:
+                        return keys_at_version(relation, versions.pinned, upstream)
                     if version != versions.pinned:
                         return keys_before(relation, versions, upstream)
                     return keys_at_version(relation, version, upstream)
@@ -226,7 +240,10 @@ def signed_rows(
                     within.setdefault(bound.partner_alias, []).append(predicate)
             for filter_sign, filtered in _filtered(plan, term, inputs, position, ranges, within):
                 sign = _term_sign(term_sign * filter_sign, signed)
-                terms.append(filtered.select(exp.alias_(sign, names.SIGN, quoted=True)))
+                signed_term = filtered.select(exp.alias_(sign, names.SIGN, quoted=True))
+                (empty if unchanged else terms).append(signed_term)
+    if not terms and empty:
+        terms = [empty[0].where(exp.false())]
     if not terms:
         raise ValueError("signed_rows needs at least one source with changes in its window")
     # Built reading sources by time travel; staged snapshots replace those reads.
@@ -476,3 +493,115 @@ def bounded_keys(
         )
         for table, keys in found.items()
     }
+
+
+def _changed_relations(
+    plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
+) -> dict[str, KeyRelation]:
+    """The key relations of the plan's join terms whose input changed, by alias."""
+    found: dict[str, KeyRelation] = {}
+    for term in plan.join_terms:
+        for relation in term.key_relations:
+            if ranges[relation.source.table].changed:
+                found.setdefault(relation.alias, relation)
+    return found
+
+
+def unchanged_relations_probe(
+    plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
+) -> exp.Query | None:
+    """Rows (relation, found): per key relation whose input changed, its change rows with a key.
+
+    A key relation's change (reads.key_changes) comes from the keys its
+    input's change rows have, under its condition; with none, it has no
+    change. A keyless one ("the subquery has a NULL", for NOT IN) is
+    computed from its input whole, and its term joined a large other input
+    with that empty change all the same: the warehouse's
+    `mart_unpaid_orders` shuffled its 6.7 M orders and 5.5 M payment keys
+    for it in every refresh. None: no key relation's input changed.
+    """
+    parts: list[exp.Select] = []
+    for alias, relation in _changed_relations(plan, ranges).items():
+        source = relation.source
+        rows = reads.key_change_rows(
+            relation,
+            signed_changes(
+                source.table, ranges[source.table], source.alias, plan.upstreams.get(source.table)
+            ),
+        )
+        parts.append(_counted(alias, rows))
+    if not parts:
+        return None
+    return reads.read_snapshots(union_all(parts), ranges)  # type: ignore[return-value]
+
+
+def _counted(alias: str, rows: exp.Select) -> exp.Select:
+    return exp.select(
+        exp.alias_(exp.Literal.string(alias), "relation"),
+        exp.alias_(exp.Count(this=exp.Star()), "found"),
+    ).from_(rows.subquery(ident(names.TOUCHED_KEYS_ALIAS)))
+
+
+def keyless_presence_probe(
+    plan: ViewPlan, ranges: Mapping[TableName, VersionRange], touched: Mapping[str, int]
+) -> exp.Query | None:
+    """Rows (relation, found): per keyless relation the change touched, its rows now, up to touched + 1.
+
+    A keyless relation ("the subquery has rows", for NOT IN) has one key,
+    present while its input has a row. A change of n rows moves its count
+    by at most n: where it has more than n rows now, it had some before
+    too, and its presence did not change. Each read stops at n + 1 rows,
+    so a large input is not read whole. `touched`: unchanged_relations_probe's
+    answer. None: no such relation.
+    """
+    parts: list[exp.Select] = []
+    for alias, relation in _changed_relations(plan, ranges).items():
+        count = touched.get(alias, 0)
+        if count <= 0 or not all(isinstance(key, exp.Boolean) for key in relation.keys):
+            continue
+        source = relation.source
+        now = table_at_version(
+            source.table,
+            ranges[source.table].pinned,
+            source.alias,
+            plan.upstreams.get(source.table),
+        )
+        parts.append(_counted(alias, reads.key_change_rows(relation, now).limit(count + 1)))
+    if not parts:
+        return None
+    return reads.read_snapshots(union_all(parts), ranges)  # type: ignore[return-value]
+
+
+def unchanged_relations(
+    touched: Mapping[str, int], present: Mapping[str, int] | None = None
+) -> set[str]:
+    """The key relations with no change: none touched, or keyless with more rows now than touched.
+
+    >>> sorted(unchanged_relations({"a": 0, "b": 3, "c": 3}, {"b": 4, "c": 3}))
+    ['a', 'b']
+    """
+    found = {alias for alias, count in touched.items() if count == 0}
+    for alias, rows in (present or {}).items():
+        if rows > touched.get(alias, 0):
+            found.add(alias)
+    return found
+
+
+def with_unchanged_relations(plan: ViewPlan, unchanged: Collection[str]) -> ViewPlan:
+    """The plan for one refresh, the key relations of `unchanged` (aliases) marked unchanged.
+
+    `unchanged`: unchanged_relations' answer.
+    """
+    if not unchanged:
+        return plan
+    terms = tuple(
+        dataclasses.replace(
+            term,
+            key_relations=tuple(
+                dataclasses.replace(k, unchanged=True) if k.alias in unchanged else k
+                for k in term.key_relations
+            ),
+        )
+        for term in plan.join_terms
+    )
+    return dataclasses.replace(plan, join_terms=terms)

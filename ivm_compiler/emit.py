@@ -872,6 +872,22 @@ def keys_past_list(
     return key_bounds.with_change_reads(bounds, probed)
 
 
+def unchanged_relations_probe(
+    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange]
+) -> str | None:
+    """changes.unchanged_relations_probe as SQL; None: no key relation's input changed."""
+    probe = changes.unchanged_relations_probe(plan, ranges)
+    return None if probe is None else _sql(probe)
+
+
+def keyless_presence_probe(
+    plan: ViewPlan, ranges: Mapping[TableName, reads.VersionRange], touched: Mapping[str, int]
+) -> str | None:
+    """changes.keyless_presence_probe as SQL; None: no keyless relation to ask about."""
+    probe = changes.keyless_presence_probe(plan, ranges, touched)
+    return None if probe is None else _sql(probe)
+
+
 def probe_partitions(
     plan: ViewPlan,
     ranges: Mapping[TableName, reads.VersionRange],

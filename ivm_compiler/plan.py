@@ -117,6 +117,10 @@ class KeyRelation:
     keys: tuple[exp.Expr, ...]
     # The ON conjuncts over that input alone (rows failing them have no partner).
     condition: exp.Expr | None
+    # Set for one refresh (changes.with_unchanged_relations): no change row
+    # of its input has a key here, so it is the same at both versions and is
+    # read at the pinned one, with no term of its own.
+    unchanged: bool = False
 
 
 @dataclass(frozen=True)

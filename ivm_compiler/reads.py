@@ -647,6 +647,11 @@ def _key_rows(relation: KeyRelation, rows: exp.Expr, *extra: exp.Expr) -> exp.Se
     )
 
 
+def key_change_rows(relation: KeyRelation, changes: exp.Expr) -> exp.Select:
+    """The keys of a key relation's change rows (`changes`: its input's signed change), a bag."""
+    return _key_rows(relation, changes)
+
+
 def _key_values(relation: KeyRelation, rows: exp.Expr) -> exp.Select:
     """SELECT DISTINCT <keys> FROM rows WHERE <condition> AND no key is NULL."""
     return _key_rows(relation, rows).distinct(copy=False)

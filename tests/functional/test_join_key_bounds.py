@@ -267,3 +267,68 @@ class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
         plans = scans.plans_since(mark)
         assert sum(semi_joins_on_read(plan, sources["dim"]) for plan in plans) >= 1, plans
         self._check(spark, project.test_schema)
+
+
+NOT_IN_QUERIES = {
+    "not_in_w": "select s.k, s.g, s.v from {src} as s "
+    "where s.k not in (select d.w from {dim} as d where d.name <> 'none')",
+}
+
+
+class TestNotInRelationsTheChangeLeaves(IvmProject):
+    """A NOT IN over large sources: its keyless relations left out where the change leaves them.
+
+    "The subquery has a NULL" is read at the pinned version alone while no
+    changed subquery row is NULL, and so is "it has rows" while it has more
+    rows than the change (changes.with_unchanged_relations).
+    """
+
+    @pytest.fixture(scope="class", autouse=True)
+    def data_skipping(self):
+        """Every source large, so the refresh probes the key relations' changes."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+            yield
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return model_files(queries=NOT_IN_QUERIES)
+
+    @pytest.fixture(scope="class")
+    def sources(self, project):
+        src = create_source(project, rows="(NULL, NULL, NULL, NULL)")
+        dim = f"{project.test_schema}.dim"
+        project.run_sql(DIM_DDL.format(table=dim))
+        for k in KEYS:
+            project.run_sql(f"INSERT INTO {src} VALUES ({k}, 'g{k}', {k}, 1.00)")
+        project.run_sql(f"INSERT INTO {dim} VALUES (1, 'n1', 1), (2, 'n2', 7), (3, 'n3', 8)")
+        run_dbt(["run"])
+        return {"src": src, "dim": dim}
+
+    def _refresh(self, spark, change: str) -> set[str]:
+        """The key relations the refresh named unchanged, after `change`."""
+        spark.sql(change)
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        named = re.findall(r"read at the pinned version alone: ([\w, ]+)", log)
+        return {alias.strip() for line in named for alias in line.split(",")}
+
+    def _check(self, spark, schema: str) -> None:
+        query = NOT_IN_QUERIES["not_in_w"]
+        assert_model_matches_sources(spark, schema, "not_in_w", query, ["src", "dim"])
+        assert state_builds(spark, schema, "not_in_w") == 1
+
+    def test_a_change_without_nulls_leaves_both_keyless_relations(self, project, spark, sources):
+        # One row in, with a w: no NULL, and three rows now against one changed.
+        unchanged = self._refresh(spark, f"INSERT INTO {sources['dim']} VALUES (4, 'n4', 2)")
+        assert unchanged >= {"__ivm_semi0_null", "__ivm_semi0_rows"}, unchanged
+        self._check(spark, project.test_schema)
+
+    def test_a_null_arriving_and_leaving_changes_has_a_null(self, project, spark, sources):
+        # A NULL w hides every row, then its deletion shows them again.
+        for change in (
+            f"INSERT INTO {sources['dim']} VALUES (5, 'n5', NULL)",
+            f"DELETE FROM {sources['dim']} WHERE w IS NULL",
+        ):
+            unchanged = self._refresh(spark, change)
+            assert "__ivm_semi0_null" not in unchanged, (change, unchanged)
+            self._check(spark, project.test_schema)

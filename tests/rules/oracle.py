@@ -64,6 +64,7 @@ from ivm_compiler import (
     TableName,
     ViewClass,
     ViewPlan,
+    changes,
     compile_model,
     emit,
     key_bounds,
@@ -561,6 +562,9 @@ class Refreshes:
         self.ids = itertools.count(1)
         # Join-key probes so far (_join_key_bounds).
         self.probes = 0
+        # Key relations each refresh found the change left as they were
+        # (writes.StateWrites.unchanged_key_relations), in refresh order.
+        self.unchanged_relations: list[str] = []
         self.refresh_ids = (f"r{i}" for i in itertools.count())
         self.guard = ""
         self.versions: dict[TableName, int] = {}
@@ -656,6 +660,16 @@ class Refreshes:
         self._published()
 
     def _refresh(
+        self, pinned: dict[TableName, int], windows: dict[TableName, VersionRange]
+    ) -> None:
+        plan = self.plan
+        try:
+            self._refresh_with(pinned, windows)
+        finally:
+            # Marked for one refresh (_join_key_bounds): the model's plan again.
+            self.plan = plan
+
+    def _refresh_with(
         self, pinned: dict[TableName, int], windows: dict[TableName, VersionRange]
     ) -> None:
         guard = emit.Guard(read=self.guard, write=next(self.refresh_ids))
@@ -819,8 +833,11 @@ class Refreshes:
 
         Two probes in three list the change's keys too, as one over a large
         source does; the third of them with no room in the list, so every
-        key with a value is read from the change past it.
+        key with a value is read from the change past it. The plan is then
+        marked for this refresh as unchanged_key_relations marks it, over
+        large sources.
         """
+        self._mark_unchanged_relations(windows)
         self.probes += 1
         listing = self.probes % 3
         probe = emit.probe_join_keys(self.plan, windows, list_keys=listing > 0)
@@ -836,6 +853,22 @@ class Refreshes:
         if listing == 0:
             return bounds
         return emit.keys_past_list(self.plan, windows, bounds)
+
+    def _mark_unchanged_relations(self, windows: Mapping[TableName, VersionRange]) -> None:
+        """As writes.StateWrites.unchanged_key_relations: the relations the change left marked."""
+        probe = emit.unchanged_relations_probe(self.plan, windows)
+        if probe is None:
+            return
+        _, rows = self.engine.query(probe)
+        touched = {str(row[0]): int(row[1]) for row in rows}
+        present: dict[str, int] = {}
+        keyless = emit.keyless_presence_probe(self.plan, windows, touched)
+        if keyless is not None:
+            _, rows = self.engine.query(keyless)
+            present = {str(row[0]): int(row[1]) for row in rows}
+        unchanged = changes.unchanged_relations(touched, present)
+        self.unchanged_relations += sorted(unchanged)
+        self.plan = changes.with_unchanged_relations(self.plan, unchanged)
 
     def _merge_recomputing(
         self,

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from ivm_compiler import TableName, reads
+from ivm_compiler import changes as change_terms
 from tests.rules.engine import Change, ChangeRow, Delete, Insert, Supersede, Update
 from tests.rules.models import DIM, MODELS, SRC, TAG, Model, Source
 from tests.rules.oracle import Mismatch, Refreshes, Scenario, run
@@ -469,3 +470,35 @@ def test_a_subquery_over_a_join_is_a_node_whose_change_drives_the_anti_join() ->
 def test_a_flipped_sign_in_a_nodes_change_feed_is_caught() -> None:
     with pytest.raises(Mismatch, match=CAUGHT):
         run(MODEL_BY_NAME["not_exists_join"], Scenario(NODE_SEED, NODE_STEPS), hook=_flip_in_nodes)
+
+
+# -- key relations the change leaves as they were (changes.with_unchanged_relations) --
+
+# NOT IN with NULLs on both sides: `dim` changes by rows that are not NULL,
+# so "the subquery has a NULL" has no change; "it has rows" keeps rows.
+NOT_IN_STEPS = (
+    ((DIM.name, Insert(((2, "x", 5), (3, "x", 6)))),),
+    ((DIM.name, Update("k", 2, "w", 7)), (SRC.name, Insert(((5, "c", 1, None),)))),
+    ((DIM.name, Insert(((4, "x", None),))),),
+    ((DIM.name, Delete("w", None)),),
+)
+
+
+def test_a_key_relation_the_change_leaves_is_read_at_its_pinned_version_alone() -> None:
+    refreshes = run(MODEL_BY_NAME["not_in_nulls"], Scenario(SEED, NOT_IN_STEPS))
+    # Every refresh but the two that insert and delete a NULL `w` leaves
+    # "has a NULL" as it was; "has rows" has more rows than any change has.
+    null, rows = "__ivm_semi0_null", "__ivm_semi0_rows"
+    assert refreshes.unchanged_relations.count(null) == 2, refreshes.unchanged_relations
+    assert refreshes.unchanged_relations.count(rows) >= 2, refreshes.unchanged_relations
+
+
+def test_a_changed_key_relation_taken_as_unchanged_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Marking every relation unchanged loses the NULL's arrival: the oracle sees it."""
+    monkeypatch.setattr(
+        change_terms, "unchanged_relations", lambda touched, present=None: set(touched)
+    )
+    with pytest.raises(Mismatch, match=CAUGHT):
+        run(MODEL_BY_NAME["not_in_nulls"], Scenario(SEED, NOT_IN_STEPS))

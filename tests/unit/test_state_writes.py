@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
@@ -170,6 +171,13 @@ class StagingRunner(SessionRunner):
         if sql.startswith("SELECT 0 AS `__ivm_key`"):
             self.statements.append(sql)
             return ["__ivm_key", "__ivm_part", "__ivm_lo", "__ivm_hi"], []
+        if sql.startswith("SELECT '__ivm_"):
+            # The key relations' probes (changes.unchanged_relations_probe): every
+            # relation touched by 3 change rows, and with 4 rows now.
+            self.statements.append(sql)
+            aliases = re.findall(r"SELECT '(__ivm_\w+)' AS relation", sql)
+            found = 4 if " LIMIT " in sql else 3
+            return ["relation", "found"], [[alias, found] for alias in aliases]
         return super().query(sql)
 
 

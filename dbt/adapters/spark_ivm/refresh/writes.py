@@ -310,6 +310,7 @@ class StateWrites:
             self.staged_feeds(plan, ranges, refresh_id) as reading,
         ):
             bounds = self.join_key_bounds(plan, reading)
+            plan = self.unchanged_key_relations(plan, reading)
             with self.staged_snapshots(plan, reading, refresh_id, bounds) as reading:
                 if compacting:
                     self.log.debug(
@@ -351,6 +352,7 @@ class StateWrites:
             self.staged_feeds(plan, ranges, refresh_id) as reading,
         ):
             bounds = self.join_key_bounds(plan, reading)
+            plan = self.unchanged_key_relations(plan, reading)
             try:
                 join_reads, kept = kept_states.prepare(plan, reading, pinned, bounds)
             except Exception as error:
@@ -637,6 +639,36 @@ class StateWrites:
             bounds = {key: replace(found, key_relations=False) for key, found in bounds.items()}
         self.log.debug(f"{self.model}: join partners read within " + _described(bounds))
         return bounds
+
+    def unchanged_key_relations(
+        self, plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
+    ) -> ViewPlan:
+        """The plan for this refresh, its key relations that the change leaves as they were marked.
+
+        Over large sources only (the probes are a job or two each): a key
+        relation none of whose input's change rows has a key, or a keyless
+        one with more rows now than the change has, did not change, and its
+        term is left out (changes.with_unchanged_relations).
+        """
+        if not self.staging.large or not plan.join_terms:
+            return plan
+        probe = emit.unchanged_relations_probe(plan, ranges)
+        if probe is None:
+            return plan
+        _, rows = self.runner.query(probe)
+        touched = {str(row[0]): int(row[1]) for row in rows}
+        present: dict[str, int] = {}
+        keyless = emit.keyless_presence_probe(plan, ranges, touched)
+        if keyless is not None:
+            _, rows = self.runner.query(keyless)
+            present = {str(row[0]): int(row[1]) for row in rows}
+        unchanged = changes.unchanged_relations(touched, present)
+        if unchanged:
+            self.log.debug(
+                f"{self.model}: key relations the change leaves as they were, read at the "
+                f"pinned version alone: {', '.join(sorted(unchanged))}"
+            )
+        return changes.with_unchanged_relations(plan, unchanged)
 
     def touched_partitions(
         self, plan: ViewPlan, ranges: Mapping[TableName, VersionRange]
