@@ -125,6 +125,13 @@ def _applying_statements(
     # shown unbounded (each term then gains `BETWEEN` bounds).
     bounds = refresh.writes(plan, {}).join_key_bounds(plan, windows) if probe and pending else {}
     probing = {"probe_join_keys": probe[0]} if probe else {}
+    unchanged = emit.unchanged_relations_probe(plan, shown) if staging.large else None
+    if unchanged is not None:
+        # As the refresh asks; run with pending commits, so the write shown leaves
+        # out the terms of the key relations the change leaves as they were.
+        probing["probe_unchanged_relations"] = unchanged
+        if pending:
+            plan = refresh.writes(plan, {}).unchanged_key_relations(plan, windows)
     if plan.log_state:
         # A log state (ivm_state_form='log') takes the change with one INSERT;
         # a refresh rewrites it (log_state.compact) once the log outgrows.
