@@ -9,6 +9,7 @@ dimension, and the model must still equal its query.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
@@ -74,14 +75,17 @@ def refresh_scans(spark, change: str, *tables: str) -> dict[str, list]:
     return {table: scans.scans_since(mark, table) for table in tables}
 
 
-class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
-    @pytest.fixture(scope="class", autouse=True)
-    def data_skipping(self):
-        """Delta's data skipping kept on for these tiny sources (delta.confs.staging)."""
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
-            yield
+@pytest.fixture(scope="class")
+def every_source_large():
+    """Every source counted large: Delta's data skipping kept on for these tiny
+    sources, and the probes of large sources run (delta.confs.staging)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+        yield
 
+
+@pytest.mark.usefixtures("every_source_large")
+class TestJoinReadsPartnersWithinTheChangesKeys(IvmProject):
     @pytest.fixture(scope="class")
     def models(self):
         # Merged: the bounds narrow the change query both state forms run.
@@ -189,6 +193,23 @@ SEMI_QUERIES = {
 }
 
 
+def sources_by_key(project, dim_row: Callable[[int], str | None]) -> dict[str, str]:
+    """`src` and `dim` written one key of KEYS per INSERT, so no file holds two keys; then built.
+
+    `dim_row`: dim's row for a key (its VALUES tuple), None for none.
+    """
+    src = create_source(project, rows="(NULL, NULL, NULL, NULL)")
+    dim = f"{project.test_schema}.dim"
+    project.run_sql(DIM_DDL.format(table=dim))
+    for k in KEYS:
+        project.run_sql(f"INSERT INTO {src} VALUES ({k}, 'g{k}', {k}, 1.00)")
+        row = dim_row(k)
+        if row is not None:
+            project.run_sql(f"INSERT INTO {dim} VALUES {row}")
+    run_dbt(["run"])
+    return {"src": src, "dim": dim}
+
+
 class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
     """Both sides of a semi join bounded: the subquery's keys by the outer change, and back.
 
@@ -209,14 +230,7 @@ class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
 
     @pytest.fixture(scope="class")
     def sources(self, project):
-        src = create_source(project, rows="(NULL, NULL, NULL, NULL)")
-        dim = f"{project.test_schema}.dim"
-        project.run_sql(DIM_DDL.format(table=dim))
-        for k in KEYS:
-            project.run_sql(f"INSERT INTO {src} VALUES ({k}, 'g{k}', {k}, 1.00)")
-            project.run_sql(f"INSERT INTO {dim} VALUES ({k}, 'n{k}', {k % 2})")
-        run_dbt(["run"])
-        return {"src": src, "dim": dim}
+        return sources_by_key(project, lambda k: f"({k}, 'n{k}', {k % 2})")
 
     def _check(self, spark, schema: str) -> None:
         for name, query in SEMI_QUERIES.items():
@@ -275,6 +289,7 @@ NOT_IN_QUERIES = {
 }
 
 
+@pytest.mark.usefixtures("every_source_large")
 class TestNotInRelationsTheChangeLeaves(IvmProject):
     """A NOT IN over large sources: its keyless relations left out where the change leaves them.
 
@@ -283,27 +298,16 @@ class TestNotInRelationsTheChangeLeaves(IvmProject):
     rows than the change (changes.with_unchanged_relations).
     """
 
-    @pytest.fixture(scope="class", autouse=True)
-    def data_skipping(self):
-        """Every source large, so the refresh probes the key relations' changes."""
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
-            yield
-
     @pytest.fixture(scope="class")
     def models(self):
         return model_files(queries=NOT_IN_QUERIES)
 
     @pytest.fixture(scope="class")
     def sources(self, project):
-        src = create_source(project, rows="(NULL, NULL, NULL, NULL)")
-        dim = f"{project.test_schema}.dim"
-        project.run_sql(DIM_DDL.format(table=dim))
-        for k in KEYS:
-            project.run_sql(f"INSERT INTO {src} VALUES ({k}, 'g{k}', {k}, 1.00)")
-        project.run_sql(f"INSERT INTO {dim} VALUES (1, 'n1', 1), (2, 'n2', 7), (3, 'n3', 8)")
-        run_dbt(["run"])
-        return {"src": src, "dim": dim}
+        # dim's w: 1, 7, 8, NULL-free; key 4 has no dim row yet.
+        return sources_by_key(
+            project, lambda k: f"({k}, 'n{k}', {(1, 7, 8)[k - 1]})" if k < 4 else None
+        )
 
     def _refresh(self, spark, change: str) -> set[str]:
         """The key relations the refresh named unchanged, after `change`."""
