@@ -550,9 +550,12 @@ def keyless_presence_probe(
     A keyless relation ("the subquery has rows", for NOT IN) has one key,
     present while its input has a row. A change of n rows moves its count
     by at most n: where it has more than n rows now, it had some before
-    too, and its presence did not change. Each read stops at n + 1 rows,
-    so a large input is not read whole. `touched`: unchanged_relations_probe's
-    answer. None: no such relation.
+    too, and its presence did not change. Each read stops at n + 1 rows:
+    a table's scan stops early, but a log upstream's view sums the log
+    before any row comes out (the warehouse's payments: 4.3 of the 12.4
+    executor CPU s `mart_unpaid_orders` took; summing the log's counts
+    without grouping would make it a scan). `touched`:
+    unchanged_relations_probe's answer. None: no such relation.
     """
     parts: list[exp.Select] = []
     for alias, relation in _changed_relations(plan, ranges).items():
