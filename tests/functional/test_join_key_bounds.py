@@ -336,3 +336,13 @@ class TestNotInRelationsTheChangeLeaves(IvmProject):
             unchanged = self._refresh(spark, change)
             assert "__ivm_semi0_null" not in unchanged, (change, unchanged)
             self._check(spark, project.test_schema)
+
+    def test_explain_shows_the_probe_and_writes_nothing(self, project, spark, sources):
+        spark.sql(f"INSERT INTO {sources['dim']} VALUES (6, 'n6', 9)")
+        state = f"{project.test_schema}.not_in_w__ivm_state"
+        before = spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").first()["version"]
+        _, log = run_dbt_and_capture(
+            ["run-operation", "ivm_explain", "--args", "{model: not_in_w}"]
+        )
+        assert "probe_unchanged_relations" in log, log[-2000:]
+        assert spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").first()["version"] == before
