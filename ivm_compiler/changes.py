@@ -523,7 +523,7 @@ def unchanged_relations_probe(
     parts: list[exp.Select] = []
     for alias, relation in _changed_relations(plan, ranges).items():
         source = relation.source
-        rows = reads.key_change_rows(
+        rows = reads.key_rows(
             relation,
             signed_changes(
                 source.table, ranges[source.table], source.alias, plan.upstreams.get(source.table)
@@ -569,7 +569,7 @@ def keyless_presence_probe(
             source.alias,
             plan.upstreams.get(source.table),
         )
-        parts.append(_counted(alias, reads.key_change_rows(relation, now).limit(count + 1)))
+        parts.append(_counted(alias, reads.key_rows(relation, now).limit(count + 1)))
     if not parts:
         return None
     return reads.read_snapshots(union_all(parts), ranges)  # type: ignore[return-value]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlglot import exp
 from sqlglot.errors import ParseError
@@ -886,6 +886,25 @@ def keyless_presence_probe(
     """changes.keyless_presence_probe as SQL; None: no keyless relation to ask about."""
     probe = changes.keyless_presence_probe(plan, ranges, touched)
     return None if probe is None else _sql(probe)
+
+
+def unchanged_relations(
+    plan: ViewPlan,
+    ranges: Mapping[TableName, reads.VersionRange],
+    ask: Callable[[str], Sequence[Sequence[Any]]],
+) -> set[str]:
+    """The key relations the change leaves as they were (changes.unchanged_relations).
+
+    `ask` runs a probe and answers its rows: unchanged_relations_probe, then
+    keyless_presence_probe where a keyless relation was touched.
+    """
+    probe = unchanged_relations_probe(plan, ranges)
+    if probe is None:
+        return set()
+    touched = {str(row[0]): int(row[1]) for row in ask(probe)}
+    keyless = keyless_presence_probe(plan, ranges, touched)
+    present = {} if keyless is None else {str(row[0]): int(row[1]) for row in ask(keyless)}
+    return changes.unchanged_relations(touched, present)
 
 
 def probe_partitions(

@@ -493,12 +493,12 @@ def probe_query(
     3.1-3.6 s of a 17.5 s refresh at SF 1).
     """
     parts: list[exp.Select] = []
+    most = MAX_LISTED_KEYS if most_listed is None else most_listed
     for index, (rows, key) in enumerate(
         (rows, key) for rows, keys in changes.values() for key in keys
     ):
         value = exp.column(key.column, table=exp.to_identifier(rows.alias, True), quoted=True)
         if list_keys:
-            most = MAX_LISTED_KEYS if most_listed is None else most_listed
             parts.append(_listed_keys(index, rows, value, most))
         bounded = _bounds_and_gaps(index, rows, value, key.data_type)
         if bounded is not None:

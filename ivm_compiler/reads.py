@@ -647,9 +647,9 @@ def _key_rows(relation: KeyRelation, rows: exp.Expr, *extra: exp.Expr) -> exp.Se
     )
 
 
-def key_change_rows(relation: KeyRelation, changes: exp.Expr) -> exp.Select:
-    """The keys of a key relation's change rows (`changes`: its input's signed change), a bag."""
-    return _key_rows(relation, changes)
+def key_rows(relation: KeyRelation, rows: exp.Expr) -> exp.Select:
+    """The relation's keys of its input's `rows` (a version, or its signed change), a bag."""
+    return _key_rows(relation, rows)
 
 
 def _key_values(relation: KeyRelation, rows: exp.Expr) -> exp.Select:

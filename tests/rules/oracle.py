@@ -856,17 +856,9 @@ class Refreshes:
 
     def _mark_unchanged_relations(self, windows: Mapping[TableName, VersionRange]) -> None:
         """As writes.StateWrites.unchanged_key_relations: the relations the change left marked."""
-        probe = emit.unchanged_relations_probe(self.plan, windows)
-        if probe is None:
-            return
-        _, rows = self.engine.query(probe)
-        touched = {str(row[0]): int(row[1]) for row in rows}
-        present: dict[str, int] = {}
-        keyless = emit.keyless_presence_probe(self.plan, windows, touched)
-        if keyless is not None:
-            _, rows = self.engine.query(keyless)
-            present = {str(row[0]): int(row[1]) for row in rows}
-        unchanged = changes.unchanged_relations(touched, present)
+        unchanged = emit.unchanged_relations(
+            self.plan, windows, lambda sql: self.engine.query(sql)[1]
+        )
         self.unchanged_relations += sorted(unchanged)
         self.plan = changes.with_unchanged_relations(self.plan, unchanged)
 

@@ -652,17 +652,7 @@ class StateWrites:
         """
         if not self.staging.large or not plan.join_terms:
             return plan
-        probe = emit.unchanged_relations_probe(plan, ranges)
-        if probe is None:
-            return plan
-        _, rows = self.runner.query(probe)
-        touched = {str(row[0]): int(row[1]) for row in rows}
-        present: dict[str, int] = {}
-        keyless = emit.keyless_presence_probe(plan, ranges, touched)
-        if keyless is not None:
-            _, rows = self.runner.query(keyless)
-            present = {str(row[0]): int(row[1]) for row in rows}
-        unchanged = changes.unchanged_relations(touched, present)
+        unchanged = emit.unchanged_relations(plan, ranges, lambda sql: self.runner.query(sql)[1])
         if unchanged:
             self.log.debug(
                 f"{self.model}: key relations the change leaves as they were, read at the "
