@@ -100,7 +100,7 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.plan import KeyRelation, PartnerFilter, SourceRef
-from ivm_compiler.sql import TableName, conjuncts
+from ivm_compiler.sql import TableName, conjuncts, joined_literals
 
 # Types whose MIN/MAX cast to text and back is the same value, compared as
 # `=` compares them. (Floating point has NaN and -0.0; timestamps' text
@@ -468,7 +468,7 @@ def listed_predicate(column: exp.Expr, listed: Sequence[str], data_type: str) ->
         values = [exp.Literal.number(int(text)) for text in listed]
     else:
         values = [cast_literal(text, data_type) for text in listed]
-    return exp.In(this=column.copy(), expressions=values)
+    return exp.In(this=column.copy(), expressions=joined_literals(values))
 
 
 def probe_query(

@@ -13,7 +13,8 @@ column qualifiers from exp.column_table_names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -105,6 +106,69 @@ def version_as_of(table: TableName, version: int) -> exp.Table:
         exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(version)),
     )
     return node
+
+
+# A literal's text that reads the same in Spark and in any other dialect the
+# trees are written in (the rules oracle's DuckDB): a plain number, a string
+# without quotes or backslashes (which Spark escapes its own way), and casts
+# of such a string to a type whose name no dialect spells otherwise.
+_PLAIN_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+_PLAIN_STRING = re.compile(r"[\w .:+\-/]*")
+_PLAIN_CASTS = {
+    exp.DataType.Type.DATE: "DATE",
+    exp.DataType.Type.TINYINT: "TINYINT",
+    exp.DataType.Type.SMALLINT: "SMALLINT",
+    exp.DataType.Type.INT: "INT",
+    exp.DataType.Type.BIGINT: "BIGINT",
+}
+
+
+def _plain_text(value: exp.Expr) -> str | None:
+    """`value`'s SQL where it is a plain literal (or a plain cast of one); None otherwise."""
+    cast = _PLAIN_CASTS.get(value.to.this) if isinstance(value, exp.Cast) else None
+    literal = value.this if cast else value
+    if not isinstance(literal, exp.Literal):
+        return None
+    text = literal.this
+    if literal.is_string:
+        if not _PLAIN_STRING.fullmatch(text):
+            return None
+        return f"CAST('{text}' AS {cast})" if cast else f"'{text}'"
+    return text if not cast and _PLAIN_NUMBER.fullmatch(text) else None
+
+
+def joined_literals(values: Sequence[exp.Expr]) -> list[exp.Expr]:
+    """An IN list's `values`, each run of plain literals joined into one node of their text.
+
+    A change's listed keys run to 50,000 literals, and sqlglot copies a tree
+    node by node: building a refresh's statements copies each tree many
+    times, and on the warehouse those copies took 14 of dbt's 31 Python CPU s
+    in a day's batch at scale 1500 (py-spy, 2026-12-07; a 50,000-key list
+    copies in 0.1 s). One exp.Var holding the literals' text copies in
+    microseconds and is written as the same SQL in every dialect; a literal
+    that would not read the same everywhere (_plain_text) stays a node.
+
+    >>> values = [exp.Literal.number(1), exp.Literal.number(2), exp.Literal.string("it's")]
+    >>> joined = joined_literals([*values, exp.Literal.string("b")])
+    >>> [type(v).__name__ for v in joined]
+    ['Var', 'Literal', 'Var']
+    >>> print(exp.In(this=exp.column("k"), expressions=joined).sql(dialect="spark"))
+    k IN (1, 2, 'it\\'s', 'b')
+    """
+    joined: list[exp.Expr] = []
+    run: list[str] = []
+    for value in values:
+        text = _plain_text(value)
+        if text is not None:
+            run.append(text)
+            continue
+        if run:
+            joined.append(exp.Var(this=", ".join(run)))
+            run = []
+        joined.append(value)
+    if run:
+        joined.append(exp.Var(this=", ".join(run)))
+    return joined
 
 
 def union_all(selects: list[exp.Select]) -> exp.Query:

@@ -49,7 +49,7 @@ from ivm_compiler.plan import OutputColumn, PartitionColumn, ViewClass, ViewPlan
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.rules import aggregates, counting
 from ivm_compiler.rules.semi_joins import subquery_predicates
-from ivm_compiler.sql import DIALECT, TableName, conjuncts, from_tables
+from ivm_compiler.sql import DIALECT, TableName, conjuncts, from_tables, joined_literals
 from ivm_compiler.view_classes.flattening import (
     distinct_expressions,
     flattened_rows,
@@ -537,7 +537,10 @@ def partition_predicate(
         parts: list[exp.Expr] = []
         if values:
             parts.append(
-                exp.In(this=column.copy(), expressions=[literal(v, data_type) for v in values])
+                exp.In(
+                    this=column.copy(),
+                    expressions=joined_literals([literal(v, data_type) for v in values]),
+                )
             )
         if any(key[0] is None for key in keys):
             parts.append(exp.Is(this=column.copy(), expression=exp.Null()))
