@@ -551,11 +551,10 @@ def keyless_presence_probe(
     present while its input has a row. A change of n rows moves its count
     by at most n: where it has more than n rows now, it had some before
     too, and its presence did not change. Each read stops at n + 1 rows:
-    a table's scan stops early, but a log upstream's view sums the log
-    before any row comes out (the warehouse's payments: 4.3 of the 12.4
-    executor CPU s `mart_unpaid_orders` took; summing the log's counts
-    without grouping would make it a scan). `touched`:
-    unchanged_relations_probe's answer. None: no such relation.
+    a table's scan stops early; a log upstream is summed per the columns
+    the relation reads alone (reads.counted_up_to), for "has rows" none,
+    where its view would sum the whole log per every column first.
+    `touched`: unchanged_relations_probe's answer. None: no such relation.
     """
     parts: list[exp.Select] = []
     for alias, relation in _changed_relations(plan, ranges).items():
@@ -563,12 +562,11 @@ def keyless_presence_probe(
         if count <= 0 or not all(isinstance(key, exp.Boolean) for key in relation.keys):
             continue
         source = relation.source
-        now = table_at_version(
-            source.table,
-            ranges[source.table].pinned,
-            source.alias,
-            plan.upstreams.get(source.table),
-        )
+        upstream = plan.upstreams.get(source.table)
+        if upstream is not None:
+            read = relation.condition.find_all(exp.Column) if relation.condition else ()
+            upstream = reads.counted_up_to(upstream, {c.name for c in read}, count + 1)
+        now = table_at_version(source.table, ranges[source.table].pinned, source.alias, upstream)
         parts.append(_counted(alias, reads.key_rows(relation, now).limit(count + 1)))
     if not parts:
         return None

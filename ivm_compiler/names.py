@@ -159,6 +159,8 @@ NET_SIGN = f"{RESERVED_PREFIX}net_sign"
 CHANGED_ROWS_ALIAS = f"{RESERVED_PREFIX}cr"  # a source's change rows, undone (reads.table_before)
 # The keys a key relation's change rows hold, beside the input's own alias (reads.key_changes).
 TOUCHED_KEYS_ALIAS = f"{RESERVED_PREFIX}touched"
+# The one column of an upstream read only to count its rows (reads.counted_up_to).
+PRESENT = f"{RESERVED_PREFIX}present"
 # A changed key column's values past the list, read from its change rows (key_bounds.with_change_reads).
 CHANGE_KEYS_ALIAS = f"{RESERVED_PREFIX}change_keys"
 # A partner filter's input at its recorded version, signed, before its rows are

@@ -196,6 +196,58 @@ def narrowed(upstream: UpstreamModel, columns: Collection[str]) -> UpstreamModel
     return dataclasses.replace(upstream, view=view)
 
 
+def counted_up_to(upstream: UpstreamModel, columns: Collection[str], most: int) -> UpstreamModel:
+    """The upstream as read to count its rows up to `most`: a log summed per `columns` alone.
+
+    The probe of keyless key relations (changes.keyless_presence_probe)
+    asks whether an upstream has more rows now than a change touched. A log
+    state's view sums the log per every state column before a row comes
+    out, which no LIMIT cuts short: the warehouse's "has rows" probe over
+    `fct_payments` took 4.3 executor CPU s to count 4,164 rows
+    (2026-12-06). Summed per the columns the relation reads, and where it
+    reads none as one sum of the whole log (a scan), the view yields a few
+    rows, each repeated by its count: at most `most` times, since copies
+    past `most` change no count the probe can give. Exact as `narrowed` is,
+    for a projection's log. A merged state's view is left as it is: its
+    scan stops at the LIMIT.
+
+    >>> summed = exp.select("g0", "g1", exp.alias_(exp.Sum(this=exp.column("c")), "c"))
+    >>> summed = summed.from_("m.s").group_by("g0", "g1").having("SUM(c) <> 0")
+    >>> view = exp.select("g0 AS a", "g1 AS b").from_(summed.subquery("s")).where("c > 0")
+    >>> series = exp.GenerateSeries(start=exp.Literal.number(1), end=exp.column("c"))
+    >>> copies = exp.TableAlias(this=exp.to_identifier("x"), columns=[exp.to_identifier("n")])
+    >>> view.append("laterals", exp.Lateral(this=exp.Explode(this=series), view=True, alias=copies))
+    >>> up = UpstreamModel(TableName("m", "s"), view)
+    >>> print(counted_up_to(up, [], 5).view.sql(dialect="spark"))
+    SELECT TRUE AS `__ivm_present` FROM (SELECT SUM(c) AS c FROM m.s HAVING SUM(c) <> 0) AS s LATERAL VIEW EXPLODE(SEQUENCE(1, LEAST(c, 5))) x AS n WHERE c > 0
+    >>> print(counted_up_to(up, ["b"], 5).view.sql(dialect="spark"))
+    SELECT g1 AS b FROM (SELECT g1, SUM(c) AS c FROM m.s GROUP BY g1 HAVING SUM(c) <> 0) AS s LATERAL VIEW EXPLODE(SEQUENCE(1, LEAST(c, 5))) x AS n WHERE c > 0
+    """
+    view = upstream.view.copy()
+    consolidation = _log_consolidation(view, upstream.state)
+    if consolidation is None:
+        return upstream
+    summed = consolidation.this
+    if not isinstance(summed, exp.Select) or summed.args.get("group") is None:
+        return upstream
+    grouped = summed.args["group"].expressions
+    if not all(isinstance(g, exp.Column) for g in grouped):
+        return upstream
+    wanted = {column.lower() for column in columns}
+    kept = [p for p in view.expressions if p.alias_or_name.lower() in wanted]
+    view.set("expressions", kept or [exp.alias_(exp.true(), names.PRESENT, quoted=True)])
+    inside = {id(node) for node in consolidation.walk()}
+    read = {c.name for c in view.find_all(exp.Column) if id(c) not in inside}
+    dropped = {g.name for g in grouped if g.name not in read}
+    summed.set("expressions", [p for p in summed.expressions if p.alias_or_name not in dropped])
+    remaining = [g for g in grouped if g.name not in dropped]
+    summed.set("group", exp.Group(expressions=remaining) if remaining else None)
+    for series in view.find_all(exp.GenerateSeries):
+        end = series.args["end"]
+        series.set("end", exp.Least(this=end.copy(), expressions=[exp.Literal.number(most)]))
+    return dataclasses.replace(upstream, view=view)
+
+
 def table_at_version(
     table: TableName,
     version: int,

@@ -16,7 +16,12 @@ from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm.delta import confs
 from ivm_compiler import key_bounds
-from tests.functional.ivm_checks import ScanLog, assert_model_matches_sources, state_builds
+from tests.functional.ivm_checks import (
+    ScanLog,
+    assert_model_matches_sources,
+    bag_difference,
+    state_builds,
+)
 from tests.functional.ivm_project import DIM_DDL, IvmProject, create_source, model_files
 
 QUERY = (
@@ -346,3 +351,64 @@ class TestNotInRelationsTheChangeLeaves(IvmProject):
         )
         assert "probe_unchanged_relations" in log, log[-2000:]
         assert spark.sql(f"DESCRIBE HISTORY {state} LIMIT 1").first()["version"] == before
+
+
+@pytest.mark.usefixtures("every_source_large")
+class TestNotInOverALogUpstream(IvmProject):
+    """A NOT IN whose subquery reads an ivm model kept as a log (ivm_state_form='log').
+
+    Whether "it has rows" changed is asked of the log summed whole, each
+    copy capped at the change's size plus one (reads.counted_up_to), not
+    of the log summed per every column through its view.
+    """
+
+    QUERY = (
+        "select s.k, s.g, s.v from {src} as s "
+        "where s.k not in (select d.w from {dim} as d where d.name <> 'none')"
+    )
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        log = "{{ config(ivm_state_form='log') }}\n"
+        return {
+            **model_files(queries={}),
+            "dim_log.sql": log + "select d.k, d.name, d.w from {{ source('raw', 'dim') }} as d",
+            "not_in_log.sql": self.QUERY.format(
+                src="{{ source('raw', 'src') }}", dim="{{ ref('dim_log') }}"
+            ),
+        }
+
+    @pytest.fixture(scope="class")
+    def sources(self, project):
+        # dim's w: 1, 7, 8; key 4 has no dim row yet.
+        return sources_by_key(
+            project, lambda k: f"({k}, 'n{k}', {(1, 7, 8)[k - 1]})" if k < 4 else None
+        )
+
+    def _refresh(self, spark, project, change: str) -> tuple[set[str], str]:
+        """The key relations the refresh named unchanged after `change`, and its log."""
+        spark.sql(change)
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        named = re.findall(r"read at the pinned version alone: ([\w, ]+)", log)
+        schema = project.test_schema
+        query = self.QUERY.format(src=f"{schema}.src", dim=f"{schema}.dim_log")
+        difference = bag_difference(spark, f"SELECT * FROM {schema}.not_in_log", query)
+        assert difference.equal, f"not_in_log differs from its query: {difference}"
+        return {alias.strip() for line in named for alias in line.split(",")}, log
+
+    def test_has_rows_is_counted_from_the_log_summed_whole(self, project, spark, sources):
+        unchanged, log = self._refresh(
+            spark, project, f"INSERT INTO {sources['dim']} VALUES (4, 'n4', 2)"
+        )
+        assert "__ivm_semi0_rows" in unchanged, unchanged
+        assert "SEQUENCE(1, LEAST(`__ivm_count`, 2))" in log, "the presence probe was not capped"
+
+    def test_rows_falling_to_the_changes_size_are_read_again(self, project, spark, sources):
+        # Three rows go, one is left: no more rows than the change, so "has
+        # rows" is read with its change; then the last goes and it turns.
+        for change in (
+            f"DELETE FROM {sources['dim']} WHERE k >= 2",
+            f"DELETE FROM {sources['dim']}",
+        ):
+            unchanged, _ = self._refresh(spark, project, change)
+            assert "__ivm_semi0_rows" not in unchanged, (change, unchanged)
