@@ -12,6 +12,7 @@ equals its query at those versions.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -19,12 +20,13 @@ from contextlib import contextmanager
 
 import pytest
 import sqlglot
-from dbt.tests.util import run_dbt
+from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm.consistency.publish import COMMIT_LOG_NAME
 from dbt.adapters.spark_ivm.impl import _AdapterRunner
 from tests.functional.ivm_checks import (
     assert_model_matches_sources,
+    bag_difference,
     recorded_state,
     writes_state,
 )
@@ -436,3 +438,62 @@ class TestLayersPublishInOrderInOneRun(FolderGroups):
             assert_model_matches_sources(spark, schema, "total", GROUP_QUERIES["total"], ["src"])
             groups = [c["group"] for c in self.commits(spark, schema) if c["kind"] == "commit"]
             assert groups[-2:] == ["silver", "gold"], groups
+
+
+class TestMembersPinAMemberOnce(IvmProject):
+    """Two members reading a third of their group pin its state once (refresh/pins.py, _pin_member).
+
+    by_g, over_by_g and under_by_g share one default group (they all read
+    `src` through by_g); both readers run after by_g in the DAG, so its state
+    is final when the first of them pins it, and the second reads that pin.
+    """
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        files = model_files(queries={"by_g": GROUP_QUERIES["by_g"]})
+        files["over_by_g.sql"] = OVER_BY_G
+        files["under_by_g.sql"] = "select max(n) as most, min(sv) as least from {{ ref('by_g') }}"
+        return files
+
+    @pytest.fixture(scope="class")
+    def sources(self, project):
+        tables = create_join_sources(project)
+        run_dbt(["run"])
+        return tables
+
+    def test_the_second_reader_takes_the_first_readers_pin(self, project, spark, sources):
+        schema = project.test_schema
+        spark.sql(f"INSERT INTO {sources['src']} VALUES (7, 'a', 5, 2.00), (8, 'z', 1, 1.00)")
+        _, log = run_dbt_and_capture(["--debug", "run", "--threads", "1"])
+        state = f"`{schema}`.`by_g__ivm_state`"
+        by_reader = {
+            reader: [
+                sql
+                for node, sql in statements(log)
+                if node.endswith(f".{reader}") and sql.startswith(f"DESCRIBE HISTORY {state}")
+            ]
+            for reader in ("over_by_g", "under_by_g")
+        }
+        assert sum(len(found) for found in by_reader.values()) == 1, by_reader
+        shown = spark.sql(f"SELECT * FROM {schema}.by_g")
+        shown.createOrReplaceTempView("by_g_now")
+        for model, query in {
+            "over_by_g": "select sum(n) as n, count(*) as groups from by_g_now",
+            "under_by_g": "select max(n) as most, min(sv) as least from by_g_now",
+        }.items():
+            difference = bag_difference(spark, f"SELECT * FROM {schema}.{model}", query)
+            assert difference.equal, f"{model} differs from its query: {difference}"
+        read = [
+            int(recorded_state(spark, schema, m).sources[f"{schema}.by_g"]["version"])
+            for m in ("over_by_g", "under_by_g")
+        ]
+        assert read[0] == read[1], read
+
+
+def statements(log: str) -> Iterator[tuple[str, str]]:
+    """(node, the statement's first line) of each statement a `dbt --debug` log shows."""
+    lines = log.splitlines()
+    for index, line in enumerate(lines[:-1]):
+        found = re.search(r"On (\S+): ", line)
+        if found:
+            yield found.group(1), lines[index + 1]

@@ -197,6 +197,8 @@ class GroupProgress:
 
     group: Group
     pins: dict[str, Any] = field(default_factory=dict)
+    # Its members as the members reading them pinned them (refresh/pins.py).
+    member_pins: dict[str, Any] = field(default_factory=dict)
     staged: dict[str, Staged] = field(default_factory=dict)
     withdrawn: set[str] = field(default_factory=set)
     failed: str | None = None
