@@ -440,7 +440,7 @@ class TestLayersPublishInOrderInOneRun(FolderGroups):
             assert groups[-2:] == ["silver", "gold"], groups
 
 
-class TestMembersPinAMemberOnce(IvmProject):
+class TestMembersPinAMemberOnce(GroupProject):
     """Two members reading a third of their group pin its state once (refresh/pins.py, _pin_member).
 
     by_g, over_by_g and under_by_g share one default group (they all read
@@ -454,12 +454,6 @@ class TestMembersPinAMemberOnce(IvmProject):
         files["over_by_g.sql"] = OVER_BY_G
         files["under_by_g.sql"] = "select max(n) as most, min(sv) as least from {{ ref('by_g') }}"
         return files
-
-    @pytest.fixture(scope="class")
-    def sources(self, project):
-        tables = create_join_sources(project)
-        run_dbt(["run"])
-        return tables
 
     def test_the_second_reader_takes_the_first_readers_pin(self, project, spark, sources):
         schema = project.test_schema
