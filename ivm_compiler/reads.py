@@ -242,9 +242,11 @@ def counted_up_to(upstream: UpstreamModel, columns: Collection[str], most: int) 
     summed.set("expressions", [p for p in summed.expressions if p.alias_or_name not in dropped])
     remaining = [g for g in grouped if g.name not in dropped]
     summed.set("group", exp.Group(expressions=remaining) if remaining else None)
-    for series in view.find_all(exp.GenerateSeries):
-        end = series.args["end"]
-        series.set("end", exp.Least(this=end.copy(), expressions=[exp.Literal.number(most)]))
+    # Only the copies' series: a projection of the model may hold a SEQUENCE of its own.
+    for lateral in view.args.get("laterals") or []:
+        for series in lateral.find_all(exp.GenerateSeries):
+            end = series.args["end"]
+            series.set("end", exp.Least(this=end.copy(), expressions=[exp.Literal.number(most)]))
     return dataclasses.replace(upstream, view=view)
 
 
