@@ -180,20 +180,37 @@ def narrowed(upstream: UpstreamModel, columns: Collection[str]) -> UpstreamModel
     kept = [p for p in view.expressions if p.alias_or_name.lower() in wanted]
     if consolidation is None or not kept or len(kept) == len(view.expressions):
         return upstream
+    grouped = _grouped_columns(consolidation)
     view.set("expressions", kept)
-    inside = {id(node) for node in consolidation.walk()}
-    read = {c.name for c in view.find_all(exp.Column) if id(c) not in inside}
+    read = _read_outside(view, consolidation)
+    if grouped is None or not any(g.name in read for g in grouped):
+        return upstream
+    _sum_per(consolidation, grouped, read)
+    return dataclasses.replace(upstream, view=view)
+
+
+def _grouped_columns(consolidation: exp.Subquery) -> list[exp.Column] | None:
+    """The columns a log's consolidation sums per; None unless it groups by plain columns."""
     summed = consolidation.this
-    group = summed.args.get("group")
-    if not isinstance(summed, exp.Select) or group is None:
-        return upstream
-    grouped = [g for g in group.expressions if isinstance(g, exp.Column)]
-    if len(grouped) != len(group.expressions) or not any(g.name in read for g in grouped):
-        return upstream
+    group = summed.args.get("group") if isinstance(summed, exp.Select) else None
+    if group is None or not all(isinstance(g, exp.Column) for g in group.expressions):
+        return None
+    return list(group.expressions)
+
+
+def _read_outside(view: exp.Select, consolidation: exp.Subquery) -> set[str]:
+    """The columns of the consolidation's rows the view reads."""
+    inside = {id(node) for node in consolidation.walk()}
+    return {c.name for c in view.find_all(exp.Column) if id(c) not in inside}
+
+
+def _sum_per(consolidation: exp.Subquery, grouped: list[exp.Column], read: set[str]) -> None:
+    """The consolidation (changed in place) summed per the grouping columns in `read` alone."""
+    summed = consolidation.this
     dropped = {g.name for g in grouped if g.name not in read}
     summed.set("expressions", [p for p in summed.expressions if p.alias_or_name not in dropped])
-    group.set("expressions", [g for g in grouped if g.name not in dropped])
-    return dataclasses.replace(upstream, view=view)
+    remaining = [g for g in grouped if g.name not in dropped]
+    summed.set("group", exp.Group(expressions=remaining) if remaining else None)
 
 
 def counted_up_to(upstream: UpstreamModel, columns: Collection[str], most: int) -> UpstreamModel:
@@ -225,23 +242,13 @@ def counted_up_to(upstream: UpstreamModel, columns: Collection[str], most: int) 
     """
     view = upstream.view.copy()
     consolidation = _log_consolidation(view, upstream.state)
-    if consolidation is None:
-        return upstream
-    summed = consolidation.this
-    if not isinstance(summed, exp.Select) or summed.args.get("group") is None:
-        return upstream
-    grouped = summed.args["group"].expressions
-    if not all(isinstance(g, exp.Column) for g in grouped):
+    grouped = _grouped_columns(consolidation) if consolidation is not None else None
+    if consolidation is None or grouped is None:
         return upstream
     wanted = {column.lower() for column in columns}
     kept = [p for p in view.expressions if p.alias_or_name.lower() in wanted]
     view.set("expressions", kept or [exp.alias_(exp.true(), names.PRESENT, quoted=True)])
-    inside = {id(node) for node in consolidation.walk()}
-    read = {c.name for c in view.find_all(exp.Column) if id(c) not in inside}
-    dropped = {g.name for g in grouped if g.name not in read}
-    summed.set("expressions", [p for p in summed.expressions if p.alias_or_name not in dropped])
-    remaining = [g for g in grouped if g.name not in dropped]
-    summed.set("group", exp.Group(expressions=remaining) if remaining else None)
+    _sum_per(consolidation, grouped, _read_outside(view, consolidation))
     # Only the copies' series: a projection of the model may hold a SEQUENCE of its own.
     for lateral in view.args.get("laterals") or []:
         for series in lateral.find_all(exp.GenerateSeries):
