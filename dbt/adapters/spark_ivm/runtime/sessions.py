@@ -25,11 +25,17 @@ materialization leaves ``<model>__dbt_tmp`` behind, and Spark lists a
 temporary view under every schema with no schema of its own, which breaks a
 later connection's ``dbt docs generate`` ("'NoneType' object has no attribute
 'lower'" in dbt-core's catalog).
+
+Each session also has a scheduler pool of its own (``SCHEDULER_POOL``, under
+the runtime's fair scheduler, ``embedded.py``): the Spark jobs of one
+connection's statements then share the cores with those of the others
+instead of waiting for every task of the jobs submitted before them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -39,9 +45,16 @@ from dbt.adapters.spark.session import Connection, Cursor, SessionConnectionWrap
 from dbt_common.exceptions import DbtRuntimeError
 from pyspark.errors import AnalysisException
 
-# Idle sessions by the profile's server_side_parameters they were made with.
-_IDLE: dict[tuple[tuple[str, str], ...], list[Any]] = {}
+# Idle sessions, each with its scheduler pool, by the profile's
+# server_side_parameters they were made with.
+_IDLE: dict[tuple[tuple[str, str], ...], list[tuple[Any, str]]] = {}
 _IDLE_LOCK = threading.Lock()
+
+# The thread-local Spark property that puts a thread's jobs in a scheduler
+# pool; a pool named for the first time is made with Spark's defaults (FIFO
+# within it, weight 1), and the pools share the cores fairly.
+SCHEDULER_POOL = "spark.scheduler.pool"
+_POOL_NUMBERS = itertools.count(1)
 
 
 def _new_session(parameters: Mapping[str, str]) -> Any:
@@ -82,10 +95,14 @@ class OwnSessionConnection(Connection):
         self._key = tuple(sorted(self.server_side_parameters.items()))
         with _IDLE_LOCK:
             idle = _IDLE.get(self._key)
-            session = idle.pop() if idle else None
-        if session is not None and session._jsparkSession.sparkContext().isStopped():
-            session = None  # kept from a Spark application that has since stopped
-        self.session = session or _new_session(self.server_side_parameters)
+            kept = idle.pop() if idle else None
+        if kept is not None and kept[0]._jsparkSession.sparkContext().isStopped():
+            kept = None  # kept from a Spark application that has since stopped
+        if kept is None:
+            # A pool per session, not per connection: sessions are kept for
+            # the next connection, so the pools number those open at once.
+            kept = (_new_session(self.server_side_parameters), f"dbt_{next(_POOL_NUMBERS)}")
+        self.session, self.pool = kept
         self.failed = False
         self._closed = False
 
@@ -104,7 +121,7 @@ class OwnSessionConnection(Connection):
         except Exception:  # noqa: BLE001 - e.g. its Spark application stopped: not kept, as a failed one
             return
         with _IDLE_LOCK:
-            _IDLE.setdefault(self._key, []).append(self.session)
+            _IDLE.setdefault(self._key, []).append((self.session, self.pool))
 
 
 # dbt's query comment names the node a statement runs for.
@@ -155,8 +172,11 @@ class OwnSessionCursor(Cursor):
         with self._marking_failure():
             try:
                 # Set on this thread's jobs, so the Spark UI and the event log
-                # tell which model each ran for (bench/tpch_bench/cpu_profile.py).
-                self._connection.session.sparkContext.setJobDescription(job_description(sql))
+                # tell which model each ran for (bench/tpch_bench/cpu_profile.py),
+                # and so they run in this connection's scheduler pool.
+                context = self._connection.session.sparkContext
+                context.setJobDescription(job_description(sql))
+                context.setLocalProperty(SCHEDULER_POOL, self._connection.pool)
                 self._df = self._connection.session.sql(sql)
             except AnalysisException as exc:  # as dbt-spark's session cursor reports it
                 raise DbtRuntimeError(str(exc)) from exc
