@@ -502,6 +502,7 @@ def _merge_into(
         ],
         _same_guard(),
         *[layout.target_bounds(bounds, names.TARGET_ALIAS) for bounds in target],
+        copy=False,
     )
     merge = exp.Merge(
         this=aliased(state.to_table(), names.TARGET_ALIAS),

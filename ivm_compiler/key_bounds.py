@@ -100,7 +100,7 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.plan import KeyRelation, PartnerFilter, SourceRef
-from ivm_compiler.sql import TableName, conjuncts, joined_literals
+from ivm_compiler.sql import TableName, conjuncts, joined_literals, parsed_type
 
 # Types whose MIN/MAX cast to text and back is the same value, compared as
 # `=` compares them. (Floating point has NaN and -0.0; timestamps' text
@@ -376,7 +376,7 @@ def cast_literal(text: str, data_type: str) -> exp.Expr:
     >>> cast_literal("2024-01-02", "date").sql(dialect="spark")
     "CAST('2024-01-02' AS DATE)"
     """
-    return exp.cast(exp.Literal.string(text), exp.DataType.build(data_type, dialect="spark"))
+    return exp.cast(exp.Literal.string(text), parsed_type(data_type), copy=False)
 
 
 def ranges_predicate(column: exp.Expr, ranges: KeyRanges, data_type: str) -> exp.Expr:

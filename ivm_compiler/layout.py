@@ -204,11 +204,13 @@ def target_bounds(bounds: TargetBounds, target: str) -> exp.Expr:
     if bounds.listed:
         keys.append(key_bounds.listed_predicate(column.copy(), bounds.listed, bounds.data_type))
     if keys:
-        within.append(exp.and_(*keys))
+        within.append(exp.and_(*keys, copy=False))
     within.append(exp.Is(this=column.copy(), expression=exp.null()))
     guard = exp.column(names.GUARD, table=exp.to_identifier(target, True), quoted=True)
-    within.append(exp.not_(exp.Is(this=guard, expression=exp.null())))
-    return exp.paren(exp.or_(*within))
+    within.append(exp.not_(exp.Is(this=guard, expression=exp.null()), copy=False))
+    # Every part is built here for this condition alone: combined without
+    # copies (copying a listed change's keys was most of a MERGE's Python).
+    return exp.paren(exp.or_(*within, copy=False), copy=False)
 
 
 def describe_keys(staged: str, columns: Sequence[str]) -> str:

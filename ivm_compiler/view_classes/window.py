@@ -49,7 +49,14 @@ from ivm_compiler.plan import OutputColumn, PartitionColumn, ViewClass, ViewPlan
 from ivm_compiler.reads import VersionRange
 from ivm_compiler.rules import aggregates, counting
 from ivm_compiler.rules.semi_joins import subquery_predicates
-from ivm_compiler.sql import DIALECT, TableName, conjuncts, from_tables, joined_literals
+from ivm_compiler.sql import (
+    DIALECT,
+    TableName,
+    conjuncts,
+    from_tables,
+    joined_literals,
+    parsed_type,
+)
 from ivm_compiler.view_classes.flattening import (
     distinct_expressions,
     flattened_rows,
@@ -507,12 +514,12 @@ def literal(value: str, data_type: str) -> exp.Expr:
     >>> literal("2024-01-02", "date").sql(dialect="spark")
     "CAST('2024-01-02' AS DATE)"
     """
-    built = exp.DataType.build(data_type, dialect=DIALECT)
+    built = parsed_type(data_type)
     if built.is_type(*exp.DataType.TEXT_TYPES):
         return exp.Literal.string(value)
     if built.is_type(*exp.DataType.INTEGER_TYPES, exp.DataType.Type.DECIMAL):
         return exp.Literal.number(value)
-    return exp.cast(exp.Literal.string(value), built)
+    return exp.cast(exp.Literal.string(value), built, copy=False)
 
 
 def partition_predicate(
@@ -544,7 +551,8 @@ def partition_predicate(
             )
         if any(key[0] is None for key in keys):
             parts.append(exp.Is(this=column.copy(), expression=exp.Null()))
-        return exp.or_(*parts)
+        return exp.or_(*parts, copy=False)
+    # Built here for this predicate alone: combined without copies.
     return exp.or_(
         *[
             exp.and_(
@@ -553,8 +561,10 @@ def partition_predicate(
                     if value is None
                     else exp.EQ(this=column.copy(), expression=literal(value, data_type))
                     for column, data_type, value in zip(columns, types, key)
-                ]
+                ],
+                copy=False,
             )
             for key in sorted(keys, key=lambda k: [(v is None, v or "") for v in k])
-        ]
+        ],
+        copy=False,
     )
