@@ -37,6 +37,7 @@ are a reads.VersionRange.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 
@@ -514,12 +515,24 @@ def literal(value: str, data_type: str) -> exp.Expr:
     >>> literal("2024-01-02", "date").sql(dialect="spark")
     "CAST('2024-01-02' AS DATE)"
     """
+    kind = _literal_kind(data_type)
+    if kind == "string":
+        return exp.Literal.string(value)
+    if kind == "number":
+        return exp.Literal.number(value)
+    return exp.cast(exp.Literal.string(value), parsed_type(data_type), copy=False)
+
+
+@functools.lru_cache(maxsize=256)
+def _literal_kind(data_type: str) -> str:
+    """How `literal` writes a value of `data_type`: once per type, not per value (a
+    recomputed window lists thousands of partitions, and each type test builds types)."""
     built = parsed_type(data_type)
     if built.is_type(*exp.DataType.TEXT_TYPES):
-        return exp.Literal.string(value)
+        return "string"
     if built.is_type(*exp.DataType.INTEGER_TYPES, exp.DataType.Type.DECIMAL):
-        return exp.Literal.number(value)
-    return exp.cast(exp.Literal.string(value), built, copy=False)
+        return "number"
+    return "cast"
 
 
 def partition_predicate(
