@@ -160,11 +160,12 @@ def test_a_reused_session_has_no_temporary_view_of_the_connection_before(table):
 def test_each_connections_jobs_share_the_cores_in_a_pool_of_their_own(spark):
     """The runtime's fair scheduler, a pool per session (sessions.SCHEDULER_POOL).
 
-    One connection runs a job of eight one-second tasks on the two cores;
+    One connection runs a job of twelve one-second tasks on the two cores;
     another submits a one-task job meanwhile. Under Spark's FIFO scheduler
-    that task would wait until the eight had all started; in a pool of its
-    own it takes the next free core, so the long job still has tasks that
-    have not started when the short one is done.
+    that task would wait until the twelve had all started (five seconds in,
+    room for a loaded machine); in a pool of its own it takes the next free
+    core, so the long job still has tasks that have not started when the
+    short one is done.
     """
     assert spark.sparkContext._jsc.sc().getSchedulingMode().toString() == "FAIR"
     long_running, short = connect(), connect()
@@ -172,21 +173,21 @@ def test_each_connections_jobs_share_the_cores_in_a_pool_of_their_own(spark):
     sleep = "reflect('java.lang.Thread', 'sleep', CAST(1000 AS BIGINT))"
     tracker = spark.sparkContext.statusTracker()
 
-    def eight_tasks_stage():
+    def long_stage():
         stages = (tracker.getStageInfo(i) for i in tracker.getActiveStageIds())
-        return next((s for s in stages if s is not None and s.numTasks == 8), None)
+        return next((s for s in stages if s is not None and s.numTasks == 12), None)
 
     try:
         with ThreadPoolExecutor(max_workers=1) as pool:
-            done = pool.submit(run, long_running, f"SELECT id, {sleep} FROM range(0, 8, 1, 8)")
-            while eight_tasks_stage() is None:
+            done = pool.submit(run, long_running, f"SELECT id, {sleep} FROM range(0, 12, 1, 12)")
+            while long_stage() is None:
                 assert not done.done(), done.result()
             assert run(short, "SELECT COUNT(*) AS n FROM range(0, 10, 1, 1)")[0]["n"] == 10
-            stage = eight_tasks_stage()
+            stage = long_stage()
             assert stage is not None and not done.done()
             started = stage.numActiveTasks + stage.numCompletedTasks
             assert started < stage.numTasks, "the short job waited for every task of the long one"
-            assert len(done.result()) == 8
+            assert len(done.result()) == 12
         context = spark.sparkContext._jsc.sc()
         for connection in (long_running, short):
             assert context.getPoolForName(connection.pool).isDefined()
