@@ -202,7 +202,7 @@ def target_bounds(bounds: TargetBounds, target: str) -> exp.Expr:
     if bounds.ranges:
         keys.append(key_bounds.ranges_predicate(column, bounds.ranges, bounds.data_type))
     if bounds.listed:
-        keys.append(key_bounds.listed_predicate(column.copy(), bounds.listed, bounds.data_type))
+        keys.append(key_bounds.listed_predicate(column, bounds.listed, bounds.data_type))
     if keys:
         within.append(exp.and_(*keys, copy=False))
     within.append(exp.Is(this=column.copy(), expression=exp.null()))
