@@ -54,14 +54,14 @@ class TestStrategy(OneSourceProject):
     ):
         schema = project.test_schema
         run_dbt(["run"])
-        assert [r["way"] for r in _history(spark, schema, "grouped")] == ["recompute"]
+        assert [r["way"] for r in _history(spark, schema, "grouped")] == ["build"]
 
         spark.sql(f"INSERT INTO {source_table} VALUES (2, 'b', 5, NULL), (1, 'a', 1, 1.50)")
         spark.sql(f"UPDATE {source_table} SET v = 7 WHERE k = 2")
         actions = _actions(run_dbt(["run"]))
         assert actions == {"grouped": "INCREMENTAL", "always_recomputed": "RECOMPUTE"}
         history = _history(spark, schema, "grouped")
-        assert [r["way"] for r in history] == ["recompute", "incremental"]
+        assert [r["way"] for r in history] == ["build", "incremental"]
         # Two inserted rows and one update (a pre- and a post-image).
         assert history[-1]["changed_rows"] == 4
         assert all(r["seconds"] > 0 and r["source_bytes"] > 0 for r in history)

@@ -10,9 +10,11 @@ from dbt.adapters.spark_ivm.delta.history import CommitRows, commit_rows
 from dbt.adapters.spark_ivm.delta.tables import SourceSnapshot
 from dbt.adapters.spark_ivm.refresh.strategy import (
     AUTO,
+    BUILD,
     DEFAULT_ROW_COST_FACTOR,
     FLOOR_MARGIN,
     FLOOR_WEIGHED_BYTES,
+    HANDOFF_FACTOR,
     HISTORY_LENGTH,
     INCREMENTAL,
     MIN_RECOMPUTE_ROWS,
@@ -156,10 +158,16 @@ def test_refreshes_of_about_the_same_size_make_no_slope():
     change = ChangeSize(rows=11_993, source_bytes=250 * 10**6)
     found = estimate(history, change)
     assert found is not None
-    assert found.basis == "history for recompute; default cost per changed row"
-    default_per_row = 6.7 / (250 * 10**6) * 40 * DEFAULT_ROW_COST_FACTOR
-    assert found.incremental_seconds == pytest.approx(2.4 + default_per_row * 11_993)
+    # A refresh of a larger change took 2.4 s: this one is taken to cost as much.
+    assert found.basis == "history of as large a change"
+    assert found.incremental_seconds == pytest.approx(2.4)
     assert choose(AUTO, history, change).way == INCREMENTAL
+    # Past the largest change seen: its refresh plus the default for each row beyond it.
+    default_per_row = 6.7 / (250 * 10**6) * 40 * DEFAULT_ROW_COST_FACTOR
+    larger = estimate(history, ChangeSize(rows=20_000, source_bytes=250 * 10**6))
+    assert larger is not None
+    assert larger.basis == "history; default cost per row past the largest change seen"
+    assert larger.incremental_seconds == pytest.approx(3.6 + default_per_row * (20_000 - 14_993))
     # Once a change twice the size of another was seen, the line is used.
     wider = [*history, *_records((INCREMENTAL, 30_000, 250 * 10**6, 4.0))]
     assert estimate(wider, change).basis == "history"  # type: ignore[union-attr]
@@ -228,3 +236,36 @@ def test_a_small_change_is_recomputed_where_the_models_floor_is_dearer():
     small = FLOOR_WEIGHED_BYTES
     tiny = [RefreshRecord(r.way, r.changed_rows, small, r.seconds) for r in history]
     assert choose(AUTO, tiny, ChangeSize(rows=5_000, source_bytes=small)).way == INCREMENTAL
+
+
+def test_a_day_like_the_last_is_estimated_at_the_last_days_seconds():
+    # The warehouse at scale 6000 (2026-12-07, 3f5e202): fct_order_regions was
+    # built in 49.4 s and refreshed a day's batch in 29.9 s. The next day's
+    # change, about as large, was estimated at the floor plus the default per
+    # row for every row (134.3 s, its own rows counted twice), recomputed in
+    # 68.8 s. Estimated from the day before, it is applied.
+    size = 900 * 10**6
+    history = _records((BUILD, 0, size, 49.4), (INCREMENTAL, 52_000, size, 29.9))
+    change = ChangeSize(rows=51_000, source_bytes=size)
+    found = estimate(history, change)
+    assert found is not None and found.incremental_seconds == pytest.approx(29.9)
+    assert choose(AUTO, history, change, read_by_ivm_models=True).way == INCREMENTAL
+
+
+def test_a_state_ivm_models_read_is_estimated_to_recompute_at_a_multiple_of_its_builds():
+    # fct_payments on the warehouse: built in 11.5 s, refreshed in 30.0 s; a
+    # recompute estimated from the build (11.3 s) took 59.0 s, handing its
+    # change to its readers.
+    size = 300 * 10**6
+    history = _records((BUILD, 0, size, 11.5), (INCREMENTAL, 30_000, size, 30.0))
+    change = ChangeSize(rows=30_000, source_bytes=size)
+    alone = estimate(history, change)
+    read = estimate(history, change, read_by_ivm_models=True)
+    assert alone is not None and read is not None
+    assert read.recompute_seconds == pytest.approx(HANDOFF_FACTOR * alone.recompute_seconds)
+    assert choose(AUTO, history, change).way == RECOMPUTE
+    assert choose(AUTO, history, change, read_by_ivm_models=True).way == INCREMENTAL
+    # Once it has recomputed, its own recomputes' seconds are the estimate.
+    recomputed = [*history, *_records((RECOMPUTE, 30_000, size, 59.0))]
+    again = estimate(recomputed, change, read_by_ivm_models=True)
+    assert again is not None and again.recompute_seconds == pytest.approx(59.0)

@@ -83,8 +83,12 @@ def write_seconds(history: Sequence[strategy.RefreshRecord], source_bytes: int) 
 
     >>> write_seconds([strategy.RefreshRecord("recompute", 0, 1000, 2.0)], 3000)
     6.0
+    >>> write_seconds([strategy.RefreshRecord("build", 0, 1000, 2.0)], 3000)
+    6.0
     """
-    recomputes = [r for r in history if r.way == strategy.RECOMPUTE and r.source_bytes > 0]
+    # The state computed whole, as a build computes it too: what an overwrite costs.
+    whole = (strategy.RECOMPUTE, strategy.BUILD)
+    recomputes = [r for r in history if r.way in whole and r.source_bytes > 0]
     if not recomputes or source_bytes <= 0:
         return None
     return statistics.median(r.seconds / r.source_bytes for r in recomputes) * source_bytes

@@ -1063,10 +1063,13 @@ class Refresh:
         found: Decision,
     ) -> str | None:
         """The history property the published view carries after this refresh."""
+        way: str
         if result.action is Action.INCREMENTAL:
             way = strategy.INCREMENTAL
-        elif result.action in (Action.BUILD, Action.REBUILD, Action.RECOMPUTE):
+        elif result.action is Action.RECOMPUTE:
             way = strategy.RECOMPUTE
+        elif result.action in (Action.BUILD, Action.REBUILD):
+            way = strategy.BUILD
         else:  # nothing ran that says what a refresh costs
             return strategy.history_with(history, None) if history else None
         record = strategy.RefreshRecord(

@@ -5,12 +5,15 @@ an amount that grows with the change; recomputing costs about the same per
 source byte every time. So for each refresh with changes, `auto` estimates
 both from the model's own history of refreshes:
 
-- recompute: seconds per source byte of its past builds and recomputes,
-  times the sources' size now;
+- recompute: seconds per source byte of its past recomputes, times the
+  sources' size now; before any, of its builds, times HANDOFF_FACTOR where
+  ivm models read it (a recompute also hands them its change; a build does
+  not);
 - incremental: a line through its past incremental refreshes' (changed rows,
   seconds); while their sizes lie within a factor of two of each other (too
-  close for a slope), the cheapest one seen plus a default cost per changed
-  row (below).
+  close for a slope), the cheapest refresh of a change at least as large,
+  or past the largest seen, its seconds plus a default cost per row beyond
+  it (below).
 
 A change under MIN_RECOMPUTE_ROWS is applied (its estimates are noise),
 unless the model's cheapest incremental refresh seen took FLOOR_MARGIN
@@ -35,6 +38,9 @@ from dbt.adapters.spark_ivm.delta.confs import SMALL_SOURCE_BYTES
 from dbt.adapters.spark_ivm.settings import Strategy
 
 AUTO, INCREMENTAL, RECOMPUTE = Strategy.AUTO, Strategy.INCREMENTAL, Strategy.RECOMPUTE
+# A refresh history's way for a first build or a rebuild: the state computed
+# whole, as a recompute computes it, but with no change to hand on.
+BUILD = "build"
 STRATEGIES = tuple(Strategy)
 
 HISTORY_PROPERTY = "spark_ivm.refresh_history"
@@ -87,13 +93,26 @@ DEFAULT_BYTES_PER_ROW = 40.0
 # a history's seconds per byte, taken from such floors, says nothing of the
 # next write (refresh/handoff.py, decision.weigh_replaced).
 MIN_WEIGHED_BYTES = MIN_RECOMPUTE_ROWS * int(DEFAULT_BYTES_PER_ROW)
+# A recompute of a state ivm models read costs this many times its build
+# before the model has recomputed once: it computes the state whole, as the
+# build did, then reads the old and new states to find the rows that differ
+# and writes them (refresh/handoff.py), and its readers apply them. On the
+# warehouse at scale 6000 (2026-12-07, 3f5e202, a second day's batch, four
+# threads) such recomputes took 1.4, 2.4 and 5.1 times their models' first
+# builds (fct_order_regions 68.8 s, fct_order_status_segments 66.5 s,
+# fct_payments 59.0 s) and 2.0-2.3 times the incremental refreshes of the
+# day before; with the builds as their estimate all three had been chosen.
+# Once the model has recomputed, its recomputes' own seconds are the estimate.
+HANDOFF_FACTOR = 3.0
 
 
 @dataclass(frozen=True)
 class RefreshRecord:
     """One past refresh of the model, as the history keeps it."""
 
-    way: str  # INCREMENTAL or RECOMPUTE (a first build counts as a recompute)
+    # INCREMENTAL, RECOMPUTE or BUILD (histories written before BUILD count
+    # their builds as recomputes)
+    way: str
     changed_rows: int
     source_bytes: int
     seconds: float
@@ -144,27 +163,34 @@ def history_with(history: Sequence[RefreshRecord], record: RefreshRecord | None)
     return json.dumps([asdict(r) for r in kept], separators=(",", ":"))
 
 
-def estimate(history: Sequence[RefreshRecord], change: ChangeSize) -> Estimate | None:
-    """Seconds to apply `change` and to recompute; None without any recompute to scale from.
+def estimate(
+    history: Sequence[RefreshRecord], change: ChangeSize, read_by_ivm_models: bool = False
+) -> Estimate | None:
+    """Seconds to apply `change` and to recompute; None without any recompute or build to scale from.
 
     A recompute costs its past seconds per source byte (fixed costs included:
     on small tables that overstates it, and the default per-row cost below,
-    scaled from the same rate, overstates an incremental refresh as much). An
-    incremental refresh costs the floor seen plus a cost per changed row.
+    scaled from the same rate, overstates an incremental refresh as much);
+    `read_by_ivm_models`: other ivm models read the state, so a recompute
+    estimated from builds costs HANDOFF_FACTOR times theirs. An incremental
+    refresh costs what the line through the history says, or without one
+    what a refresh of as large a change cost (_seen_seconds).
     """
-    recomputes = [r for r in history if r.way == RECOMPUTE and r.source_bytes > 0]
-    if not recomputes:
+    rate = recompute_rate(history, read_by_ivm_models)
+    if rate is None:
         return None
     incrementals = [r for r in history if r.way == INCREMENTAL]
-    cheapest = _cheapest_incremental(history)
-    floor = 0.0 if cheapest is None else cheapest
-    seconds_per_byte = statistics.median(r.seconds / r.source_bytes for r in recomputes)
     bytes_per_row = change.bytes_per_row or DEFAULT_BYTES_PER_ROW
-    default_per_row = seconds_per_byte * bytes_per_row * DEFAULT_ROW_COST_FACTOR
+    default_per_row = rate * bytes_per_row * DEFAULT_ROW_COST_FACTOR
     line = _line(incrementals)
     if line is None:
-        per_row = default_per_row
-        basis = "history for recompute; default cost per changed row"
+        seconds = _seen_seconds(incrementals, change.rows, default_per_row)
+        if not incrementals:
+            basis = "history for recompute; default cost per changed row"
+        elif any(r.changed_rows >= change.rows for r in incrementals):
+            basis = "history of as large a change"
+        else:
+            basis = "history; default cost per row past the largest change seen"
     else:
         floor, per_row = line
         basis = "history"
@@ -175,11 +201,61 @@ def estimate(history: Sequence[RefreshRecord], change: ChangeSize) -> Estimate |
             # less than the default.
             per_row = max(per_row, default_per_row)
             basis = "history, extrapolated"
+        seconds = floor + per_row * change.rows
     return Estimate(
-        incremental_seconds=floor + per_row * change.rows,
-        recompute_seconds=seconds_per_byte * change.source_bytes,
+        incremental_seconds=seconds,
+        recompute_seconds=rate * change.source_bytes,
         basis=basis,
     )
+
+
+def recompute_rate(
+    history: Sequence[RefreshRecord], read_by_ivm_models: bool = False
+) -> float | None:
+    """Seconds per source byte of a recompute: its own recomputes', else its builds' (scaled).
+
+    >>> built = [RefreshRecord(BUILD, 0, 1000, 2.0)]
+    >>> recompute_rate(built), recompute_rate(built, read_by_ivm_models=True)
+    (0.002, 0.006)
+    >>> recompute_rate([*built, RefreshRecord(RECOMPUTE, 50_000, 1000, 5.0)], True)
+    0.005
+    """
+    recomputes = [r for r in history if r.way == RECOMPUTE and r.source_bytes > 0]
+    if recomputes:
+        return statistics.median(r.seconds / r.source_bytes for r in recomputes)
+    builds = [r for r in history if r.way == BUILD and r.source_bytes > 0]
+    if not builds:
+        return None
+    factor = HANDOFF_FACTOR if read_by_ivm_models else 1.0
+    return factor * statistics.median(r.seconds / r.source_bytes for r in builds)
+
+
+def _seen_seconds(
+    incrementals: Sequence[RefreshRecord], rows: int, default_per_row: float
+) -> float:
+    """An incremental refresh of `rows` from refreshes too alike in size for a line.
+
+    A refresh costs at least as much for a larger change, so the cheapest one
+    of a change at least as large bounds it; past the largest change seen,
+    that refresh's seconds plus the default per row beyond it. (Its seconds
+    already hold the cost of its own rows: the floor plus a default for
+    every row counted them twice, and on the warehouse put a second day's
+    fct_order_regions at 134 s where the first day's took 30 s.) Without any
+    refresh seen: the default per row.
+
+    >>> seen = [RefreshRecord(INCREMENTAL, 15_000, 10**9, 3.6), RefreshRecord(INCREMENTAL, 14_000, 10**9, 2.4)]
+    >>> _seen_seconds(seen, 12_000, 0.001), _seen_seconds(seen, 14_500, 0.001)
+    (2.4, 3.6)
+    >>> _seen_seconds(seen, 16_000, 0.001), _seen_seconds([], 1_000, 0.001)
+    (4.6, 1.0)
+    """
+    covering = [r.seconds for r in incrementals if r.changed_rows >= rows]
+    if covering:
+        return min(covering)
+    if not incrementals:
+        return default_per_row * rows
+    largest = min(incrementals, key=lambda r: (-r.changed_rows, r.seconds))
+    return largest.seconds + default_per_row * (rows - largest.changed_rows)
 
 
 def choose(
@@ -197,7 +273,7 @@ def choose(
         return Choice(
             INCREMENTAL, None, "the change's size is unknown (a commit without row metrics)"
         )
-    found = estimate(history, change)
+    found = estimate(history, change, read_by_ivm_models)
     if found is None:
         return Choice(INCREMENTAL, None, "no recompute in the model's history to compare with")
     cheaper = found.incremental_seconds > found.recompute_seconds
