@@ -265,6 +265,13 @@ def test_a_state_ivm_models_read_is_estimated_to_recompute_at_a_multiple_of_its_
     assert read.recompute_seconds == pytest.approx(HANDOFF_FACTOR * alone.recompute_seconds)
     assert choose(AUTO, history, change).way == RECOMPUTE
     assert choose(AUTO, history, change, read_by_ivm_models=True).way == INCREMENTAL
+    # Without an incremental refresh seen, a changed row costs what computing
+    # ten rows' worth of source does, read or not: read, a change of a fifth of
+    # the sources' rows is applied; alone, recomputed.
+    fifth = ChangeSize(rows=size // 40 // 5, source_bytes=size)
+    built = history[:1]
+    assert choose(AUTO, built, fifth).way == RECOMPUTE
+    assert choose(AUTO, built, fifth, read_by_ivm_models=True).way == INCREMENTAL
     # Once it has recomputed, its own recomputes' seconds are the estimate.
     recomputed = [*history, *_records((RECOMPUTE, 30_000, size, 59.0))]
     again = estimate(recomputed, change, read_by_ivm_models=True)

@@ -176,12 +176,15 @@ def estimate(
     refresh costs what the line through the history says, or without one
     what a refresh of as large a change cost (_seen_seconds).
     """
-    rate = recompute_rate(history, read_by_ivm_models)
-    if rate is None:
+    computing = recompute_rate(history)
+    if computing is None:
         return None
+    # Seconds per byte of a recompute as this model pays it; a changed row's
+    # default cost is the state's computation alone, whoever reads it.
+    recomputing = recompute_rate(history, read_by_ivm_models) or computing
     incrementals = [r for r in history if r.way == INCREMENTAL]
     bytes_per_row = change.bytes_per_row or DEFAULT_BYTES_PER_ROW
-    default_per_row = rate * bytes_per_row * DEFAULT_ROW_COST_FACTOR
+    default_per_row = computing * bytes_per_row * DEFAULT_ROW_COST_FACTOR
     line = _line(incrementals)
     if line is None:
         seconds = _seen_seconds(incrementals, change.rows, default_per_row)
@@ -204,7 +207,7 @@ def estimate(
         seconds = floor + per_row * change.rows
     return Estimate(
         incremental_seconds=seconds,
-        recompute_seconds=rate * change.source_bytes,
+        recompute_seconds=recomputing * change.source_bytes,
         basis=basis,
     )
 
