@@ -276,3 +276,8 @@ def test_a_state_ivm_models_read_is_estimated_to_recompute_at_a_multiple_of_its_
     recomputed = [*history, *_records((RECOMPUTE, 30_000, size, 59.0))]
     again = estimate(recomputed, change, read_by_ivm_models=True)
     assert again is not None and again.recompute_seconds == pytest.approx(59.0)
+    # A changed row's default cost stays the build's computation, not the hand-off's.
+    past = ChangeSize(rows=60_000, source_bytes=size)
+    before, after = estimate(history, past), estimate(recomputed, past, read_by_ivm_models=True)
+    assert before is not None and after is not None
+    assert after.incremental_seconds == pytest.approx(before.incremental_seconds)

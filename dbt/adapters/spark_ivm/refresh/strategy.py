@@ -101,8 +101,9 @@ MIN_WEIGHED_BYTES = MIN_RECOMPUTE_ROWS * int(DEFAULT_BYTES_PER_ROW)
 # threads) such recomputes took 1.4, 2.4 and 5.1 times their models' first
 # builds (fct_order_regions 68.8 s, fct_order_status_segments 66.5 s,
 # fct_payments 59.0 s) and 2.0-2.3 times the incremental refreshes of the
-# day before; with the builds as their estimate all three had been chosen.
-# Once the model has recomputed, its recomputes' own seconds are the estimate.
+# day before, which `auto` had taken for dearer with the builds as the
+# recompute's estimate. Once the model has recomputed, its recomputes' own
+# seconds are the estimate. One run's three models, not tuned.
 HANDOFF_FACTOR = 3.0
 
 
@@ -168,20 +169,19 @@ def estimate(
 ) -> Estimate | None:
     """Seconds to apply `change` and to recompute; None without any recompute or build to scale from.
 
-    A recompute costs its past seconds per source byte (fixed costs included:
-    on small tables that overstates it, and the default per-row cost below,
-    scaled from the same rate, overstates an incremental refresh as much);
-    `read_by_ivm_models`: other ivm models read the state, so a recompute
-    estimated from builds costs HANDOFF_FACTOR times theirs. An incremental
-    refresh costs what the line through the history says, or without one
-    what a refresh of as large a change cost (_seen_seconds).
+    A recompute costs its past seconds per source byte (recompute_rate;
+    fixed costs included: on small tables that overstates it, and the
+    default per-row cost, scaled from the builds' rate, overstates an
+    incremental refresh as much); `read_by_ivm_models`: other ivm models
+    read the state, so a recompute estimated from builds costs
+    HANDOFF_FACTOR times theirs. An incremental refresh costs what the line
+    through the history says, or without one what a refresh of as large a
+    change cost (_seen_seconds).
     """
-    computing = recompute_rate(history)
-    if computing is None:
+    computing = _computation_rate(history)
+    recomputing = recompute_rate(history, read_by_ivm_models)
+    if computing is None or recomputing is None:
         return None
-    # Seconds per byte of a recompute as this model pays it; a changed row's
-    # default cost is the state's computation alone, whoever reads it.
-    recomputing = recompute_rate(history, read_by_ivm_models) or computing
     incrementals = [r for r in history if r.way == INCREMENTAL]
     bytes_per_row = change.bytes_per_row or DEFAULT_BYTES_PER_ROW
     default_per_row = computing * bytes_per_row * DEFAULT_ROW_COST_FACTOR
@@ -223,14 +223,30 @@ def recompute_rate(
     >>> recompute_rate([*built, RefreshRecord(RECOMPUTE, 50_000, 1000, 5.0)], True)
     0.005
     """
-    recomputes = [r for r in history if r.way == RECOMPUTE and r.source_bytes > 0]
-    if recomputes:
-        return statistics.median(r.seconds / r.source_bytes for r in recomputes)
-    builds = [r for r in history if r.way == BUILD and r.source_bytes > 0]
-    if not builds:
+    recomputes = _rate(history, RECOMPUTE)
+    if recomputes is not None:
+        return recomputes
+    builds = _rate(history, BUILD)
+    if builds is None:
         return None
-    factor = HANDOFF_FACTOR if read_by_ivm_models else 1.0
-    return factor * statistics.median(r.seconds / r.source_bytes for r in builds)
+    return builds * (HANDOFF_FACTOR if read_by_ivm_models else 1.0)
+
+
+def _computation_rate(history: Sequence[RefreshRecord]) -> float | None:
+    """Seconds per source byte of computing the state alone: its builds', else its recomputes'.
+
+    A changed row's default cost (DEFAULT_ROW_COST_FACTOR) is scaled from
+    it: applying a change computes rows, and hands on nothing a recompute
+    would.
+    """
+    builds = _rate(history, BUILD)
+    return builds if builds is not None else _rate(history, RECOMPUTE)
+
+
+def _rate(history: Sequence[RefreshRecord], way: str) -> float | None:
+    """The median seconds per source byte of the history's records of `way` (None: none)."""
+    rates = [r.seconds / r.source_bytes for r in history if r.way == way and r.source_bytes > 0]
+    return statistics.median(rates) if rates else None
 
 
 def _seen_seconds(
