@@ -95,15 +95,15 @@ DEFAULT_BYTES_PER_ROW = 40.0
 MIN_WEIGHED_BYTES = MIN_RECOMPUTE_ROWS * int(DEFAULT_BYTES_PER_ROW)
 # A recompute of a state ivm models read costs this many times its build
 # before the model has recomputed once: it computes the state whole, as the
-# build did, then reads the old and new states to find the rows that differ
-# and writes them (refresh/handoff.py), and its readers apply them. On the
-# warehouse at scale 6000 (2026-12-07, 3f5e202, a second day's batch, four
-# threads) such recomputes took 1.4, 2.4 and 5.1 times their models' first
-# builds (fct_order_regions 68.8 s, fct_order_status_segments 66.5 s,
-# fct_payments 59.0 s) and 2.0-2.3 times the incremental refreshes of the
-# day before, which `auto` had taken for dearer with the builds as the
-# recompute's estimate. Once the model has recomputed, its recomputes' own
-# seconds are the estimate. One run's three models, not tuned.
+# build did, then hands its change on (refresh/handoff.py: the old and new
+# states read to find the rows that differ, merged in; or an overwrite its
+# readers sum). On the warehouse at scale 1500 (2026-12-05, f647a6e) four
+# silver models with readers, recomputed on their builds' estimates of
+# 3.8-16.0 s, took 23.7-39.0 s (slv_orders 39.0 against 16.0, slv_customers
+# 23.7 against 5.6); at scale 6000 (2026-12-07, 3f5e202, a batch run under
+# a compilation recording) fct_payments took 59.0 s against 11.3. Once the
+# model has recomputed, its recomputes' own seconds are the estimate. Not
+# tuned.
 HANDOFF_FACTOR = 3.0
 
 
