@@ -26,7 +26,6 @@ result. Pure: every branch is unit-tested without Spark.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -87,11 +86,10 @@ def write_seconds(history: Sequence[strategy.RefreshRecord], source_bytes: int) 
     6.0
     """
     # The state computed whole, as a build computes it too: what an overwrite costs.
-    whole = (strategy.RECOMPUTE, strategy.BUILD)
-    recomputes = [r for r in history if r.way in whole and r.source_bytes > 0]
-    if not recomputes or source_bytes <= 0:
+    seconds_per_byte = strategy.rate(history, strategy.RECOMPUTE, strategy.BUILD)
+    if seconds_per_byte is None or source_bytes <= 0:
         return None
-    return statistics.median(r.seconds / r.source_bytes for r in recomputes) * source_bytes
+    return seconds_per_byte * source_bytes
 
 
 def reader_saving(reader: Reader, change_rows: int | None, sum_seconds: float) -> tuple[float, str]:

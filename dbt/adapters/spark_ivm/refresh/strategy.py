@@ -223,10 +223,10 @@ def recompute_rate(
     >>> recompute_rate([*built, RefreshRecord(RECOMPUTE, 50_000, 1000, 5.0)], True)
     0.005
     """
-    recomputes = _rate(history, RECOMPUTE)
+    recomputes = rate(history, RECOMPUTE)
     if recomputes is not None:
         return recomputes
-    builds = _rate(history, BUILD)
+    builds = rate(history, BUILD)
     if builds is None:
         return None
     return builds * (HANDOFF_FACTOR if read_by_ivm_models else 1.0)
@@ -239,13 +239,13 @@ def _computation_rate(history: Sequence[RefreshRecord]) -> float | None:
     it: applying a change computes rows, and hands on nothing a recompute
     would.
     """
-    builds = _rate(history, BUILD)
-    return builds if builds is not None else _rate(history, RECOMPUTE)
+    builds = rate(history, BUILD)
+    return builds if builds is not None else rate(history, RECOMPUTE)
 
 
-def _rate(history: Sequence[RefreshRecord], way: str) -> float | None:
-    """The median seconds per source byte of the history's records of `way` (None: none)."""
-    rates = [r.seconds / r.source_bytes for r in history if r.way == way and r.source_bytes > 0]
+def rate(history: Sequence[RefreshRecord], *ways: str) -> float | None:
+    """The median seconds per source byte of the history's records of `ways` (None: none)."""
+    rates = [r.seconds / r.source_bytes for r in history if r.way in ways and r.source_bytes > 0]
     return statistics.median(rates) if rates else None
 
 
