@@ -95,14 +95,6 @@ def session_configs(runtime_dir: str | os.PathLike[str]) -> dict[str, str]:
         # of the test suite's time went there (measured: 2 partitions took the
         # window and strategy tests from 242 s to 200 s).
         "spark.databricks.delta.snapshotPartitions": "2",
-        # Spark keeps the classes it generates for a query's operators in a
-        # cache of 100 by default, and compiles again whatever fell out of it.
-        # A refresh runs many statements of many shapes: the worked example's
-        # first refresh compiled 1,443 classes with 100 entries and 674 with
-        # 4,000, and its second day's refresh 1,296 and 141 (2026-12-07; the
-        # `table` rebuild of day 1 137 and 43). A class costs about 5 ms to
-        # compile, and the JIT's time after it.
-        "spark.sql.codegen.cache.maxEntries": "4000",
         # The embedded runtime serves nobody else: keep its driver on loopback.
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
