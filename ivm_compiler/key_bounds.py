@@ -63,11 +63,8 @@ grouping it spares: the worked example's `customers_to_chase` (22.7 MB of
 sources, 4,943 customer keys listed into each term) refreshed in 12.0 s
 where 7.0 s, while the warehouse's `slv_payments` (288 MB at scale 6000)
 took 4.5 executor CPU s where 33.4. The refresh reads key relations within
-a list over sources past delta.confs.KEY_RELATION_LIST_BYTES
-(ChangeKeys.key_relations), and over smaller ones within a list of at
-most delta.confs.SHORT_KEY_LIST keys (short_lists_for_key_relations): a
-customer or two that change segment are a few literals, against grouping
-every order line to find their lines.
+a list only over sources past delta.confs.KEY_RELATION_LIST_BYTES
+(ChangeKeys.key_relations).
 
 Ranges skip files; they filter few rows when a change's keys are spread
 over the whole key space (a day's status updates touch orders of every
@@ -456,30 +453,6 @@ def with_change_reads(
             read = exp.select(exp.column(key.column, table=alias.copy(), quoted=True)).from_(values)
             found[place] = replace(probed, read=read)
     return found
-
-
-def short_lists_for_key_relations(bounds: Bounds, most_listed: int) -> Bounds:
-    """`bounds`, key relations read within a key's list only where it holds at most `most_listed`.
-
-    For sources too small to pay for every list (the refresh decides): a
-    list of a few keys costs a few literals, and still keeps every other
-    key's rows out of the key relation's grouping.
-
-    >>> key = (TableName("raw", "t"), "k")
-    >>> short = short_lists_for_key_relations({key: ChangeKeys((("1", "9"),), ("1", "9"))}, 2)
-    >>> short[key].key_relations
-    True
-    >>> short_lists_for_key_relations({key: ChangeKeys((("1", "9"),), ("1", "5", "9"))}, 2)[key].key_relations
-    False
-    >>> short_lists_for_key_relations({key: ChangeKeys((("1", "9"),))}, 2)[key].key_relations
-    False
-    """
-    return {
-        key: replace(
-            found, key_relations=found.listed is not None and len(found.listed) <= most_listed
-        )
-        for key, found in bounds.items()
-    }
 
 
 def listed_predicate(column: exp.Expr, listed: Sequence[str], data_type: str) -> exp.Expr:

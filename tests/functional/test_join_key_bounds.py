@@ -15,7 +15,6 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.spark_ivm.delta import confs
-from dbt.adapters.spark_ivm.refresh import writes
 from ivm_compiler import key_bounds
 from tests.functional.ivm_checks import (
     ScanLog,
@@ -216,12 +215,19 @@ def sources_by_key(project, dim_row: Callable[[int], str | None]) -> dict[str, s
     return {"src": src, "dim": dim}
 
 
-class SemiJoinBounds:
+class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
     """Both sides of a semi join bounded: the subquery's keys by the outer change, and back.
 
     Both sources are written one key per INSERT, so no file holds two keys.
-    A subclass says how large the sources count (its `data_skipping`).
     """
+
+    @pytest.fixture(scope="class", autouse=True)
+    def data_skipping(self):
+        """Every source large: data skipping on, keys listed, key relations read within them."""
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+            patch.setattr(confs, "KEY_RELATION_LIST_BYTES", 0)
+            yield
 
     @pytest.fixture(scope="class")
     def models(self):
@@ -263,16 +269,6 @@ class SemiJoinBounds:
         assert dim_scans and max(s.files_read for s in dim_scans) <= dim_touched, dim_scans
         self._check(spark, project.test_schema)
 
-
-class TestSemiJoinReadsKeysWithinTheChangesKeys(SemiJoinBounds, IvmProject):
-    @pytest.fixture(scope="class", autouse=True)
-    def data_skipping(self):
-        """Every source large: data skipping on, keys listed, key relations read within them."""
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
-            patch.setattr(confs, "KEY_RELATION_LIST_BYTES", 0)
-            yield
-
     def test_keys_past_the_list_are_read_from_the_change_by_a_broadcast_semi_join(
         self, project, spark, sources, monkeypatch
     ):
@@ -289,32 +285,6 @@ class TestSemiJoinReadsKeysWithinTheChangesKeys(SemiJoinBounds, IvmProject):
         # grouping of its keys. (Only `src` changed: no other semi join reads `dim`.)
         plans = scans.plans_since(mark)
         assert sum(semi_joins_on_read(plan, sources["dim"]) for plan in plans) >= 1, plans
-        self._check(spark, project.test_schema)
-
-
-class TestSemiJoinShortListsUnderTheListSize(SemiJoinBounds, IvmProject):
-    """Sources past the small size but under KEY_RELATION_LIST_BYTES: key relations are
-    read within a change's list only where it is short (delta.confs.SHORT_KEY_LIST)."""
-
-    @pytest.fixture(scope="class", autouse=True)
-    def data_skipping(self):
-        """Every source large enough for lists, none for every list into key relations."""
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
-            yield
-
-    def test_a_list_past_the_short_size_leaves_the_subquerys_keys_whole(
-        self, project, spark, sources, monkeypatch
-    ):
-        # The same one-key change as above, its list now counted long: the
-        # subquery's keys are grouped from every file of their table.
-        monkeypatch.setattr(writes, "SHORT_KEY_LIST", 0)
-        every = files_holding(spark, sources["dim"])
-        assert files_holding(spark, sources["dim"], "k = 4") < every
-        change = f"INSERT INTO {sources['src']} VALUES (4, 'x', 5, 1.00)"
-        dim_scans = refresh_scans(spark, change, sources["dim"])[sources["dim"]]
-        assert dim_scans, "the refresh never read the subquery's table"
-        assert max(s.files_read for s in dim_scans) == every, (dim_scans, every)
         self._check(spark, project.test_schema)
 
 

@@ -226,9 +226,8 @@ class Staging:
     # Whether the state is written sorted by its key (ivm_compiler/layout.py):
     # sources of SORTED_STATE_BYTES or more, or of unknown size.
     sorted_states: bool = False
-    # Whether key relations are read within the change's every list, not
-    # only its short ones (SHORT_KEY_LIST): sources of
-    # KEY_RELATION_LIST_BYTES or more, or of unknown size.
+    # Whether key relations are read within the change's listed keys:
+    # sources of KEY_RELATION_LIST_BYTES or more, or of unknown size.
     key_relation_lists: bool = False
     # Whether every state MERGE reads the change query's rows staged and is
     # bounded by their listed keys (writes.StateWrites._target_bounds):
@@ -282,13 +281,6 @@ SORTED_STATE_BYTES = PARTITION_BYTES
 # refreshed in 12.0 s with it where 7.0 s; the warehouse's slv_payments at
 # scale 6000 (288 MB) took 4.5 executor CPU s where 33.4 (2026-12-06).
 KEY_RELATION_LIST_BYTES = 64 * 1024 * 1024
-# Under KEY_RELATION_LIST_BYTES, a key relation is still read within a list
-# of at most this many keys: their literals cost next to nothing, and the
-# grouping of the relation's input then holds their rows alone. Where a
-# list this short is all the change has, no grouping of the whole input is
-# needed at all (the worked example's two customers moved to another
-# segment, whose key relations otherwise summed every order line).
-SHORT_KEY_LIST = 100
 # Sources from which every state MERGE stages its change query's rows and
 # lists their keys in ON (writes.StateWrites._target_bounds): two statements
 # more per refresh, for a MERGE that joins only the listed keys' state rows

@@ -117,7 +117,9 @@ def _applying_statements(
     staging: confs.Staging,
 ) -> dict[str, str]:
     """The probe and the write of a change: an INSERT into a log state, else a MERGE."""
-    probe = emit.probe_join_keys(plan, shown, list_keys=staging.large)
+    probe = emit.probe_join_keys(
+        plan, shown, list_keys=staging.large, key_relations=staging.key_relation_lists
+    )
     # The probe only reads the change feed: with pending commits run it, so
     # that the write shown is the one the next refresh runs; without, it is
     # shown unbounded (each term then gains `BETWEEN` bounds).

@@ -17,14 +17,13 @@ import contextlib
 import functools
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dbt.adapters.spark_ivm.consistency.publish import Log, Runner
 from dbt.adapters.spark_ivm.delta.confs import (
     LAST_COMMIT_CONF,
     NOTHING_STAGED,
-    SHORT_KEY_LIST,
     STAGE_SETTINGS,
     Staging,
     committing,
@@ -526,6 +525,7 @@ class StateWrites:
             f"{names.STAGED_PREFIX}{refresh_id}",
             self.staging.partitions,
             list_keys=self.staging.large,
+            key_relations=self.staging.key_relation_lists,
         )
         with self._staged(stages, "change feeds"):
             yield reading
@@ -623,9 +623,9 @@ class StateWrites:
         past key_bounds.MAX_LISTED_KEYS they are read from the change instead.
         """
         relations = self.staging.key_relation_lists
-        # Every key is probed, those that bound only key relations too: over
-        # sources under the lists' size, a short list still bounds them.
-        probe = emit.probe_join_keys(plan, ranges, list_keys=self.staging.large)
+        probe = emit.probe_join_keys(
+            plan, ranges, list_keys=self.staging.large, key_relations=relations
+        )
         if probe is None:
             return {}
         sql, keys = probe
@@ -635,9 +635,8 @@ class StateWrites:
             # Only where some key is past the list: its read rebuilds the probe's change rows.
             bounds = emit.keys_past_list(plan, ranges, bounds, key_relations=relations)
         if not relations:
-            # A key listed for a partner is read into the key relations only
-            # where its list is short.
-            bounds = key_bounds.short_lists_for_key_relations(bounds, SHORT_KEY_LIST)
+            # A key listed for a partner is not read into the key relations.
+            bounds = {key: replace(found, key_relations=False) for key, found in bounds.items()}
         self.log.debug(f"{self.model}: join partners read within " + _described(bounds))
         return bounds
 
