@@ -46,6 +46,7 @@ SLOW_CACHE = (
 
 
 def main(mode: str) -> None:
+    WORK.mkdir(parents=True, exist_ok=True)  # the thread dump is written there
     runtime = WORK / "uncache_wait_runtime"
     shutil.rmtree(runtime, ignore_errors=True)
     spark, _ = start_session(runtime)

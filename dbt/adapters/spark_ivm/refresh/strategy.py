@@ -187,13 +187,7 @@ def estimate(
     default_per_row = computing * bytes_per_row * DEFAULT_ROW_COST_FACTOR
     line = _line(incrementals)
     if line is None:
-        seconds = _seen_seconds(incrementals, change.rows, default_per_row)
-        if not incrementals:
-            basis = "history for recompute; default cost per changed row"
-        elif any(r.changed_rows >= change.rows for r in incrementals):
-            basis = "history of as large a change"
-        else:
-            basis = "history; default cost per row past the largest change seen"
+        seconds, basis = _seen_seconds(incrementals, change.rows, default_per_row)
     else:
         floor, per_row = line
         basis = "history"
@@ -251,8 +245,8 @@ def rate(history: Sequence[RefreshRecord], *ways: str) -> float | None:
 
 def _seen_seconds(
     incrementals: Sequence[RefreshRecord], rows: int, default_per_row: float
-) -> float:
-    """An incremental refresh of `rows` from refreshes too alike in size for a line.
+) -> tuple[float, str]:
+    """An incremental refresh of `rows` from refreshes too alike in size for a line, and its basis.
 
     A refresh costs at least as much for a larger change, so the cheapest one
     of a change at least as large bounds it; past the largest change seen,
@@ -263,18 +257,21 @@ def _seen_seconds(
     refresh seen: the default per row.
 
     >>> seen = [RefreshRecord(INCREMENTAL, 15_000, 10**9, 3.6), RefreshRecord(INCREMENTAL, 14_000, 10**9, 2.4)]
-    >>> _seen_seconds(seen, 12_000, 0.001), _seen_seconds(seen, 14_500, 0.001)
+    >>> _seen_seconds(seen, 12_000, 0.001)[0], _seen_seconds(seen, 14_500, 0.001)[0]
     (2.4, 3.6)
-    >>> _seen_seconds(seen, 16_000, 0.001), _seen_seconds([], 1_000, 0.001)
+    >>> _seen_seconds(seen, 16_000, 0.001)[0], _seen_seconds([], 1_000, 0.001)[0]
     (4.6, 1.0)
     """
     covering = [r.seconds for r in incrementals if r.changed_rows >= rows]
     if covering:
-        return min(covering)
+        return min(covering), "history of as large a change"
     if not incrementals:
-        return default_per_row * rows
+        return default_per_row * rows, "history for recompute; default cost per changed row"
     largest = min(incrementals, key=lambda r: (-r.changed_rows, r.seconds))
-    return largest.seconds + default_per_row * (rows - largest.changed_rows)
+    return (
+        largest.seconds + default_per_row * (rows - largest.changed_rows),
+        "history; default cost per row past the largest change seen",
+    )
 
 
 def choose(
