@@ -13,6 +13,7 @@ from dbt.adapters.spark_ivm.delta.confs import (
     USER_METADATA_CONF,
     reset_commit_metadata,
     set_commit_metadata,
+    under,
 )
 from dbt.adapters.spark_ivm.delta.errors import is_change_history_unavailable, is_concurrent_refresh
 from dbt.adapters.spark_ivm.delta.history import (
@@ -266,6 +267,47 @@ def test_other_errors_are_not_concurrent_refreshes(message: str) -> None:
 )
 def test_statements(statement: str, expected: str) -> None:
     assert statement == expected
+
+
+# -- under -----------------------------------------------------------------------
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.executed: list[str] = []
+
+    def execute(self, sql: str) -> None:
+        self.executed.append(sql)
+
+
+def test_a_block_nested_in_another_gives_back_the_enclosing_value() -> None:
+    runner = Recording()
+    with under(runner, {"a": "1", "b": "2"}):
+        with under(runner, {"a": "1", "b": "3", "c": "4"}):
+            runner.execute("inner")
+        runner.execute("outer")
+    # "a" is already 1: neither set nor given back by the inner block.
+    assert runner.executed == [
+        "SET a=1",
+        "SET b=2",
+        "SET b=3",
+        "SET c=4",
+        "inner",
+        "SET b=2",
+        "RESET c",
+        "outer",
+        "RESET a",
+        "RESET b",
+    ]
+
+
+def test_a_failed_block_gives_its_confs_back_and_leaves_no_block_open() -> None:
+    runner = Recording()
+    with pytest.raises(RuntimeError, match="failed"), under(runner, {"a": "1"}):
+        raise RuntimeError("failed")
+    with under(runner, {"a": "1"}):
+        pass
+    assert runner.executed == ["SET a=1", "RESET a", "SET a=1", "RESET a"]
 
 
 # -- is_change_history_unavailable ------------------------------------------------

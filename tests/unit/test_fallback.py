@@ -69,11 +69,15 @@ def test_the_difference_is_staged_counted_merged_and_freed():
     runner = ScriptedRunner()
     written = write(runner)
     assert isinstance(written, Written) and (written.inserted, written.deleted) == (1, 1)
-    kept, staged, reset, merged, *freed = runner.executed
+    kept, static, staged, reset, reset_static, merged, *freed = runner.executed
     # Staged with its analyzed plan kept: views re-pointed meanwhile must not
     # make its reads miss the cache and compute it again.
     assert kept == "SET spark.sql.legacy.storeAnalyzedPlanForView=true"
     assert reset == "RESET spark.sql.legacy.storeAnalyzedPlanForView"
+    # And planned statically: an adaptive CACHE TABLE holds its cache entry's
+    # lock while it runs, and every other thread's UNCACHE waits on it.
+    assert static == "SET spark.sql.adaptive.enabled=false"
+    assert reset_static == "RESET spark.sql.adaptive.enabled"
     assert staged.startswith("CACHE TABLE `__ivm_staged_") and "NTILE(2)" in staged
     assert merged.startswith("MERGE INTO `analytics`.`ranked`")
     assert freed[0].startswith("UNCACHE TABLE IF EXISTS") and freed[1].startswith("DROP VIEW")
@@ -86,7 +90,7 @@ def test_a_difference_of_many_rows_overwrites_the_table_instead_of_merging_it():
     runner = ScriptedRunner(counted=(7_000, 6_000, 6_000))
     written = write(runner)
     assert isinstance(written, Written) and not written.chosen.merges
-    _, staged, _, metadata, overwritten, reset, *_ = runner.executed
+    _, _, staged, _, _, metadata, overwritten, reset, *_ = runner.executed
     assert staged.startswith("CACHE TABLE `__ivm_staged_")
     assert overwritten.startswith("INSERT OVERWRITE TABLE `analytics`.`ranked`")
     # Its commit says how many rows its readers change, so they need not sum it.
@@ -104,7 +108,7 @@ def test_a_large_table_gets_deletion_vectors_and_its_large_difference_is_merged(
     runner = ScriptedRunner(counted=(7_000, 6_000, 6_000), size=8 * 1024 * 1024)
     written = write(runner)
     assert isinstance(written, Written) and written.chosen.merges
-    _, staged, _, vectors, merged, *_ = runner.executed
+    _, _, staged, _, _, vectors, merged, *_ = runner.executed
     assert vectors == (
         "ALTER TABLE `analytics`.`ranked` SET TBLPROPERTIES ('delta.enableDeletionVectors'='true')"
     )
@@ -134,7 +138,8 @@ def test_an_upstream_not_yet_published_is_read_at_its_staged_state():
     )
     assert table(runner).build_sql() is None  # nothing staged: dbt's own SQL
     fallback.write_in_place(["a.reader"], lambda: [Reader("a.reader")])
-    assert "VERSION AS OF 4" in runner.executed[1]  # the difference reads it too
+    staged_difference = next(s for s in runner.executed if s.startswith("CACHE TABLE"))
+    assert "VERSION AS OF 4" in staged_difference  # the difference reads it too
 
 
 def test_no_row_differing_writes_nothing():
@@ -152,7 +157,7 @@ def test_its_change_feed_and_query_are_set_first_where_missing():
     write(runner)
     assert "delta.enableChangeDataFeed" in runner.executed[0]
     assert "'spark_ivm.query'" in runner.executed[1] and "ntile(2)" in runner.executed[1]
-    assert runner.executed[3].startswith("CACHE TABLE")
+    assert runner.executed[4].startswith("CACHE TABLE")
 
 
 @pytest.mark.parametrize(

@@ -208,11 +208,28 @@ def test_a_join_stages_both_feeds_reads_them_and_drops_them_after_the_write():
 def test_stages_are_made_keeping_their_analyzed_plan_and_the_write_runs_without_it():
     runner = StagingRunner()
     _log_join_append(runner)
-    ((key, value),) = confs.STAGE_SETTINGS.items()
     stages = [i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE")]
     write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
-    assert runner.statements.index(confs.set_conf(key, value)) < min(stages)
-    assert max(stages) < runner.statements.index(confs.reset_conf(key)) < write
+    for key, value in confs.STAGE_SETTINGS.items():
+        assert runner.statements.index(confs.set_conf(key, value)) < min(stages)
+        assert max(stages) < runner.statements.index(confs.reset_conf(key)) < write
+
+
+def test_stages_within_a_change_give_its_confs_back_not_the_session_defaults():
+    # The change runs without adaptive execution, as its stages do: the stage
+    # block leaves it off for the write, where a RESET had turned it back on.
+    runner = StagingRunner()
+    writes, _ = _writes(runner, own_session=True)
+    writes.staging = confs.Staging(settings=confs.CHANGE_SETTINGS)
+    writes.append_change(
+        log_state.with_log(_join_plan()), dict(BOTH_CHANGED), "r-read", 3, compacting=False
+    )
+    adaptive_off = confs.set_conf(confs.ADAPTIVE_CONF, "false")
+    adaptive_reset = confs.reset_conf(confs.ADAPTIVE_CONF)
+    write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
+    assert runner.statements.count(adaptive_off) == 1
+    assert runner.statements.count(adaptive_reset) == 1
+    assert runner.statements.index(adaptive_off) < write < runner.statements.index(adaptive_reset)
 
 
 def test_a_failed_write_drops_the_stages_and_raises_its_own_error():

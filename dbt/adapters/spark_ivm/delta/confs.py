@@ -90,16 +90,52 @@ class _Executes(Protocol):
     def execute(self, sql: str) -> Any: ...
 
 
+# The confs each thread's open `under` blocks set, outermost first. A block
+# nested in another gives a conf back the enclosing block's value, not the
+# session's default: a stage's block inside a change's block that RESET
+# adaptive execution turned it back on for the rest of the change. Kept per
+# thread, as dbt runs each model's statements on one thread's connection.
+_OPEN = threading.local()
+
+
+def _enclosing() -> list[Mapping[str, str]]:
+    if not hasattr(_OPEN, "blocks"):
+        _OPEN.blocks = []
+    blocks: list[Mapping[str, str]] = _OPEN.blocks
+    return blocks
+
+
+def enclosing_value(key: str) -> str | None:
+    """The value the innermost open `under` block of this thread set `key` to; None outside them.
+
+    >>> enclosing_value("spark.sql.adaptive.enabled") is None
+    True
+    """
+    for block in reversed(_enclosing()):
+        if key in block:
+            return block[key]
+    return None
+
+
 @contextmanager
 def under(runner: _Executes, settings: Mapping[str, str]) -> Iterator[None]:
-    """Session confs set for the statements of the block, reset after it, whatever happened."""
-    for key, value in settings.items():
+    """Session confs set for the statements of the block, whatever happened given back after it:
+    the enclosing block's value (on this thread) where one set it, else the session's default.
+
+    A conf the enclosing block already set to the same value is neither set nor given back.
+    """
+    changed = {key: value for key, value in settings.items() if enclosing_value(key) != value}
+    blocks = _enclosing()
+    for key, value in changed.items():
         runner.execute(set_conf(key, value))
+    blocks.append(changed)
     try:
         yield
     finally:
-        for key in settings:
-            runner.execute(reset_conf(key))
+        blocks.pop()
+        for key in changed:
+            outer = enclosing_value(key)
+            runner.execute(reset_conf(key) if outer is None else set_conf(key, outer))
 
 
 @contextmanager
@@ -173,7 +209,19 @@ ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
 # analysis, 0.27-0.6 s with the analyzed plan kept (warm, 2026-11-30). A stage
 # holds what pinned versions fix, so its analyzed plan is what every
 # reference must read; the data comes from the cache either way.
-STAGE_SETTINGS = {"spark.sql.legacy.storeAnalyzedPlanForView": "true"}
+#
+# And planned statically, as every change statement is (CHANGE_SETTINGS): an
+# adaptive CACHE TABLE runs its shuffle stages while it builds its cached
+# plan, holding that cache entry's lock, and every UNCACHE of any thread
+# (a stage dropped) waits on each entry's lock while it re-checks them. On
+# the warehouse at scale 6000 six drops of other models waited 77.9 s on the
+# NTILE fallback's adaptive difference (bench/micro/uncache_wait.py: an
+# UNCACHE waited 22.6-28.5 s on an adaptive CACHE TABLE, 0.1 s on a static
+# one, 2026-12-07).
+STAGE_SETTINGS = {
+    "spark.sql.legacy.storeAnalyzedPlanForView": "true",
+    ADAPTIVE_CONF: "false",
+}
 
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 

@@ -538,11 +538,12 @@ class StateWrites:
 
         emit.stage_net_changes: the count sizes the change for ivm_strategy
         (decision.change_size); the ranges yielded have every read of it
-        read the stage. The sum runs as a rebuild would, not under the
-        small-change settings (one partition, no generated code): it reads
-        the relation's every row twice. At 200 times the warehouse's data,
-        fct_order_lines' 1.2 M overwrite rows summed in 6.4-10.3 s in one
-        interpreted task.
+        read the stage. The sum runs with the session's partitions and
+        generated code, not under the small-change settings (one partition,
+        no generated code): it reads the relation's every row twice. At 200
+        times the warehouse's data, fct_order_lines' 1.2 M overwrite rows
+        summed in 6.4-10.3 s in one interpreted task. Like every stage it is
+        planned statically (delta.confs.STAGE_SETTINGS).
         """
         stages, reading = emit.stage_net_changes(
             plan, ranges, f"{names.STAGED_PREFIX}{uuid.uuid4().hex}_net"
