@@ -217,7 +217,7 @@ def test_stages_are_made_keeping_their_analyzed_plan_and_the_write_runs_without_
 
 def test_stages_within_a_change_give_its_confs_back_not_the_session_defaults():
     # The change runs without adaptive execution, as its stages do: the stage
-    # block leaves it off for the write, where a RESET had turned it back on.
+    # block leaves it off for the write, where a RESET would turn it back on.
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
     writes.staging = confs.Staging(settings=confs.CHANGE_SETTINGS)

@@ -93,7 +93,7 @@ class _Executes(Protocol):
 # The confs each thread's open `under` blocks set, outermost first. A block
 # nested in another gives a conf back the enclosing block's value, not the
 # session's default: a stage's block inside a change's block that RESET
-# adaptive execution turned it back on for the rest of the change. Kept per
+# adaptive execution would turn it back on for the rest of the change. Kept per
 # thread, as dbt runs each model's statements on one thread's connection.
 _OPEN = threading.local()
 
