@@ -301,6 +301,15 @@ def test_a_block_nested_in_another_gives_back_the_enclosing_value() -> None:
     ]
 
 
+def test_a_block_on_another_runner_sets_its_own_confs() -> None:
+    # Another runner may be another session: the enclosing block set nothing there.
+    outer, other = Recording(), Recording()
+    with under(outer, {"a": "1"}), under(other, {"a": "1"}):
+        pass
+    assert outer.executed == ["SET a=1", "RESET a"]
+    assert other.executed == ["SET a=1", "RESET a"]
+
+
 def test_a_failed_block_gives_its_confs_back_and_leaves_no_block_open() -> None:
     runner = Recording()
     with pytest.raises(RuntimeError, match="failed"), under(runner, {"a": "1"}):

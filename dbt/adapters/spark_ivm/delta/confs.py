@@ -90,28 +90,31 @@ class _Executes(Protocol):
     def execute(self, sql: str) -> Any: ...
 
 
-# The confs each thread's open `under` blocks set, outermost first. A block
+# The confs the open `under` blocks of each runner set, outermost first, per
+# thread (a runner runs one model's statements, on one thread). A block
 # nested in another gives a conf back the enclosing block's value, not the
 # session's default: a stage's block inside a change's block that RESET
-# adaptive execution would turn it back on for the rest of the change. Kept per
-# thread, as dbt runs each model's statements on one thread's connection.
+# adaptive execution would turn it back on for the rest of the change.
+# Keyed by the runner, not the thread alone: a block on another runner may
+# be another session, whose confs the enclosing block never set. An entry
+# lives only while a block holds its runner, so its id is not reused.
 _OPEN = threading.local()
 
 
-def _enclosing() -> list[Mapping[str, str]]:
-    if not hasattr(_OPEN, "blocks"):
-        _OPEN.blocks = []
-    blocks: list[Mapping[str, str]] = _OPEN.blocks
-    return blocks
+def _blocks(runner: _Executes) -> list[Mapping[str, str]]:
+    if not hasattr(_OPEN, "by_runner"):
+        _OPEN.by_runner = {}
+    by_runner: dict[int, list[Mapping[str, str]]] = _OPEN.by_runner
+    return by_runner.setdefault(id(runner), [])
 
 
-def enclosing_value(key: str) -> str | None:
-    """The value the innermost open `under` block of this thread set `key` to; None outside them.
+def _enclosing_value(blocks: list[Mapping[str, str]], key: str) -> str | None:
+    """The value the innermost of `blocks` that sets `key` sets it to; None where none does.
 
-    >>> enclosing_value("spark.sql.adaptive.enabled") is None
-    True
+    >>> _enclosing_value([{"a": "1"}, {"a": "2", "b": "3"}], "a"), _enclosing_value([], "a")
+    ('2', None)
     """
-    for block in reversed(_enclosing()):
+    for block in reversed(blocks):
         if key in block:
             return block[key]
     return None
@@ -120,12 +123,12 @@ def enclosing_value(key: str) -> str | None:
 @contextmanager
 def under(runner: _Executes, settings: Mapping[str, str]) -> Iterator[None]:
     """Session confs set for the statements of the block, whatever happened given back after it:
-    the enclosing block's value (on this thread) where one set it, else the session's default.
+    the value an enclosing block on the same runner set, else the session's default.
 
     A conf the enclosing block already set to the same value is neither set nor given back.
     """
-    changed = {key: value for key, value in settings.items() if enclosing_value(key) != value}
-    blocks = _enclosing()
+    blocks = _blocks(runner)
+    changed = {k: v for k, v in settings.items() if _enclosing_value(blocks, k) != v}
     for key, value in changed.items():
         runner.execute(set_conf(key, value))
     blocks.append(changed)
@@ -133,8 +136,10 @@ def under(runner: _Executes, settings: Mapping[str, str]) -> Iterator[None]:
         yield
     finally:
         blocks.pop()
+        if not blocks:
+            del _OPEN.by_runner[id(runner)]
         for key in changed:
-            outer = enclosing_value(key)
+            outer = _enclosing_value(blocks, key)
             runner.execute(reset_conf(key) if outer is None else set_conf(key, outer))
 
 
