@@ -38,7 +38,7 @@ from ivm_compiler import (
 )
 from ivm_compiler.compile import view_class_rule
 from ivm_compiler.plan import MergeRule, StateColumn, ViewClass, ViewPlan
-from ivm_compiler.rules import extremes, floating
+from ivm_compiler.rules import extremes, floating, top_k_buffer
 from ivm_compiler.sql import (
     DIALECT,
     TableName,
@@ -302,7 +302,11 @@ def _build_query(
     versions: Mapping[TableName, int],
     rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
-    return view_class_rule(plan.view_class).build_query(plan, versions, rows_filter)
+    """The state's rows at pinned versions; a top-k state's best ones (rules/top_k_buffer.py)."""
+    rows = view_class_rule(plan.view_class).build_query(plan, versions, rows_filter)
+    if top_k_buffer.keeps_best_rows(plan) and rows_filter is None:
+        return top_k_buffer.best_rows(plan, rows)
+    return rows
 
 
 # The state's change data feed, kept only for a state that ivm models read
@@ -471,13 +475,16 @@ def _change_source(
     """The view class's change query, reading the staged signed rows when there are.
 
     `refill`: the pre-aggregations' change query refilling bounded MIN/MAX
-    values at those versions (merge_changes).
+    values at those versions (merge_changes). A plan marked
+    `within_top_k_edge` keeps only the change rows its state keeps.
     """
     if refill is not None:
         source = extremes.change_query(plan, ranges, state, bounds, join_reads, refill)
     else:
         rule = view_class_rule(plan.view_class)
         source = rule.change_query(plan, ranges, state, bounds, join_reads)
+    if plan.within_top_k_edge:
+        source = top_k_buffer.changes_within_edge(plan, source, state)
     return _reading_staged(source, staged) if staged is not None else source
 
 

@@ -285,9 +285,13 @@ class ViewPlan:
     # refresh logs each every time it runs, unless the model sets
     # ivm_window_order_unique (the user vouches for a unique order).
     tie_warnings: tuple[str, ...] = ()
-    # ORDER BY ... LIMIT k of the model: the state keeps every row, the view the
-    # top k (view_classes/top_k.py).
+    # ORDER BY ... LIMIT k of the model: the view shows the top k of the state's
+    # rows, which are every row or the best ones (view_classes/top_k.py).
     top_k: TopK | None = None
+    # Set for one refresh of a top-k state kept to its best rows while its view
+    # shows k rows or more: the change rows past the state's worst row are
+    # left out (rules/top_k_buffer.py).
+    within_top_k_edge: bool = False
     # Source -> {column: type} of the source columns the model reads
     # (lineage.py): a refresh records them, and a later refresh that finds one
     # of them renamed, dropped or retyped rebuilds or stops instead of patching.

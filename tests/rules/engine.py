@@ -66,8 +66,8 @@ Where DuckDB's answer differs from Spark's, and what this module does about it:
   variance being DuckDB's own VAR_POP (exactly 0 for equal values). (DuckDB
   also refuses a NaN or an infinity in CORR; the models here have none.)
 - NULL ordering: Spark sorts NULLs first ascending and last descending;
-  sqlglot writes that explicitly, and the session's default_null_order says
-  the same.
+  sqlglot writes each ORDER BY against DuckDB's default (last, either way),
+  so the session keeps that default.
 - `<=>` becomes IS NOT DISTINCT FROM, LEFT SEMI/ANTI JOIN become SEMI/ANTI
   JOIN, LATERAL VIEW explode(sequence(1, n)) becomes CROSS JOIN
   UNNEST(generate_series(1, n)) (both inclusive; the view only repeats rows
@@ -342,9 +342,14 @@ _CATALOGS = itertools.count()
 
 @functools.lru_cache(maxsize=1)
 def _database() -> duckdb.DuckDBPyConnection:
-    """The process's DuckDB instance, with Spark's NULL order and spark_divide, for every engine."""
+    """The process's DuckDB instance, with spark_divide, for every engine.
+
+    DuckDB keeps its own NULL order (last, either way): sqlglot writes Spark's
+    order against it, NULLS FIRST where Spark's ascending default differs and
+    nothing where they agree, so an explicit ascending NULLS LAST (a top-k
+    state's edge, rules/top_k_buffer.py) comes out as a plain ASC.
+    """
     database = duckdb.connect(":memory:")
-    database.execute("SET GLOBAL default_null_order = 'nulls_first_on_asc_last_on_desc'")
     database.create_function(
         "spark_divide",
         spark_divide,

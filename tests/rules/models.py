@@ -169,6 +169,8 @@ EXTRA_QUERIES = {
     "global_having": "select count(*) as n, sum(v) as sv from {src} having count(*) > 2",
     # Top-k over rows, ordered by every column (equal rows are one bag either way).
     "top_rows": "select k, g, v from {src} where v is not null order by v desc, k, g limit 3",
+    # Top-k over distinct rows, NULLs of its first ordering first.
+    "top_distinct": "select distinct g, v from {src} order by v desc nulls first, g limit 2",
     # DISTINCT over a join; UNION ALL of two joins.
     "distinct_join": "select distinct s.g, d.w from {src} s join {dim} d on s.k = d.k",
     "union_all_joins": (

@@ -78,6 +78,7 @@ from ivm_compiler.key_bounds import parse_probe
 from ivm_compiler.nodes import split_nodes
 from ivm_compiler.plan import MergeRule, PreAggregation, UpstreamModel
 from ivm_compiler.reads import VersionRange, model_query
+from ivm_compiler.rules import top_k_buffer
 from ivm_compiler.view_classes import window as window_rules
 from tests.rules.engine import (
     SPARK,
@@ -577,6 +578,12 @@ class Refreshes:
         # The refreshes whose MERGE found a group's bounded MIN/MAX values run
         # out (emit.EXHAUSTED) and ran again refilling them, as refresh/writes.py does.
         self.refilled: list[str] = []
+        # The refreshes whose change left a top-k state kept to its best rows
+        # fewer than k, recomputed as recipe.Refresh._refill_top_k does.
+        self.refilled_top_k: list[str] = []
+        # The rows whose worst is the edge a top-k state kept to its best rows
+        # must hold every row up to (None: it holds every row), for _check_state.
+        self.top_k_edge: list[dict] | None = None
         # After each refresh: per bounded pre-aggregation slot, its most values in one group.
         self.most_kept: list[dict[int, int]] = []
 
@@ -680,7 +687,13 @@ class Refreshes:
             self._check_log()
             self.check_view()
             return
+        if top_k_buffer.keeps_best_rows(self.plan):
+            # As writes.StateWrites._within_top_k_edge.
+            assert self.plan.top_k is not None
+            within = self._top_k_shown() >= self.plan.top_k.limit
+            self.plan = dataclasses.replace(self.plan, within_top_k_edge=within)
         before = self._state()
+        self.top_k_edge = before if self.plan.within_top_k_edge else None
         if self.plan.view_class is ViewClass.WINDOW:
             applied = self._refresh_partitions(windows, pinned, guard, before)
         else:
@@ -707,7 +720,23 @@ class Refreshes:
                 applied = self._merge_recomputing(windows, pinned, guard, before)
         self.versions = pinned
         self._check_state(applied)
+        assert self.plan.top_k is not None or not self.plan.within_top_k_edge
+        if self.plan.within_top_k_edge and self._top_k_shown() < self.plan.top_k.limit:
+            # As recipe.Refresh._refill_top_k: the state's best rows recomputed.
+            self.refilled_top_k.append(self.history[-1])
+            self.engine.execute(emit.overwrite_state(self.plan, self.state, pinned, self.guard))
+            columns, rebuilt = self._rebuilt()
+            ranked = sorted(
+                (dict(zip(columns, row)) for row in rebuilt),
+                key=functools.cmp_to_key(self._in_top_k_order),
+            )
+            self.top_k_edge = ranked[: top_k_buffer.rows_kept(self.plan.top_k)]
+            self._check_state(self._state())
         self.check_view()
+
+    def _top_k_shown(self) -> int:
+        _, rows = self.engine.query(top_k_buffer.shown_rows(self.plan, self.state))
+        return int(rows[0][0])
 
     def recompute(self) -> None:
         """As writes.StateWrites.recompute for a state ivm models read: the state's
@@ -963,7 +992,10 @@ class Refreshes:
             return state_rows(self.plan, columns, [[r[c] for c in columns] for r in rows])
 
         expected_columns, rebuilt = self._rebuilt()
-        rebuilt_rows = as_rows([dict(zip(expected_columns, row)) for row in rebuilt])
+        expected = [dict(zip(expected_columns, row)) for row in rebuilt]
+        if self.top_k_edge is not None:
+            expected = self._up_to_edge(expected, self.top_k_edge)
+        rebuilt_rows = as_rows(expected)
         if bounded:
             self._check_kept(merged, bounded)
             self.most_kept.append(
@@ -1006,6 +1038,33 @@ class Refreshes:
                         f"in {', '.join(history)}: {diff}"
                     )
                 )
+
+    def _up_to_edge(self, rebuilt: list[dict], edge_rows: list[dict]) -> list[dict]:
+        """The rebuilt rows at or before the worst of `edge_rows` in the model's order.
+
+        What a top-k state kept to its best rows must hold (rules/top_k_buffer.py):
+        after a refresh that kept the change rows up to the state's edge, the
+        model's rows up to that edge; after a build or refill, up to its
+        rows_kept-th best.
+        """
+        if not edge_rows:
+            return []
+        edge = max(edge_rows, key=functools.cmp_to_key(self._in_top_k_order))
+        return [row for row in rebuilt if self._in_top_k_order(row, edge) <= 0]
+
+    def _in_top_k_order(self, a: dict, b: dict) -> int:
+        """-1, 0 or 1 as state row `a` comes before, with or after `b` in the model's ORDER BY."""
+        top = self.plan.top_k
+        assert top is not None
+        columns = {o.name: o.expression.name for o in self.plan.outputs}
+        for o in top.order:
+            x, y = a[columns[o.output]], b[columns[o.output]]
+            if (x is None and y is None) or x == y:
+                continue
+            if x is None or y is None:
+                return (-1 if x is None else 1) * (1 if o.nulls_first else -1)
+            return (-1 if x < y else 1) * (-1 if o.descending else 1)
+        return 0
 
     def _check_kept(self, merged: list[dict], bounded: Mapping[int, PreAggregation]) -> None:
         """Each bounded pre-aggregation keeps, per group, a prefix of its best values.

@@ -20,7 +20,9 @@ IVM_RULES_RANDOM=1 draws new ones each run; IVM_RULES_SHRINK=0 skips shrinking.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import unittest.mock
 from decimal import Decimal
 
 import pytest
@@ -30,6 +32,7 @@ from sqlglot import exp
 
 from ivm_compiler import TableName, reads
 from ivm_compiler import changes as change_terms
+from ivm_compiler.rules import top_k_buffer
 from tests.rules.engine import Change, ChangeRow, Delete, Insert, Supersede, Update
 from tests.rules.models import DIM, MODELS, SRC, TAG, Model, Source
 from tests.rules.oracle import Mismatch, Refreshes, Scenario, run
@@ -245,6 +248,48 @@ def test_values_past_the_kept_edge_are_left_out_and_a_new_group_is_cut_back() ->
     )
     assert refreshes.refilled == []
     assert refreshes.most_kept == [{1: 1, 2: 1}] * 3
+
+
+# -- a top-k state kept to its best rows (rules/top_k_buffer.py) ---------------------------
+
+
+@pytest.mark.parametrize("name", ["top_rows", "top_distinct"])
+@RULES_SETTINGS
+@given(data=st.data())
+def test_a_top_k_state_kept_to_k_rows_stays_its_query(name: str, data: st.DataObject) -> None:
+    """Kept to exactly k best rows, so changes past the edge and refills happen on a few rows."""
+    model = MODEL_BY_NAME[name]
+    scenario = data.draw(scenarios(model), label="scenario")
+    with unittest.mock.patch.multiple(top_k_buffer, MIN_ROWS=0, ROWS_PER_K=1):
+        run(model, scenario)
+
+
+def test_a_top_k_state_leaves_out_rows_past_its_edge_and_refills_when_short() -> None:
+    """top_rows (v DESC, k, g; k = 3) kept to 3 rows over 5: a row past the edge is left
+    out; deleting two of the three leaves one, and the best three come from the query."""
+    rows = tuple((k, "a", v, None) for k, v in ((1, 2), (2, 1), (3, 0), (4, -1), (5, -2)))
+
+    def kept() -> list[int]:
+        return sorted(row["__ivm_g0"] for row in refreshes._state())
+
+    with (
+        unittest.mock.patch.multiple(top_k_buffer, MIN_ROWS=0, ROWS_PER_K=1),
+        contextlib.closing(Refreshes(MODEL_BY_NAME["top_rows"])) as refreshes,
+    ):
+        refreshes.commit(SRC.name, Insert(rows))
+        refreshes.build()
+        assert kept() == [1, 2, 3]
+        # Past the edge (v 0): left out.
+        refreshes.commit(SRC.name, Insert(((6, "a", -2, None),)))
+        refreshes.refresh()
+        assert kept() == [1, 2, 3] and refreshes.refilled_top_k == []
+        # One row left of three: the query's best three of what is left, k 3, 4 and 5
+        # (6 ties with 5 on v and comes after it on k).
+        refreshes.commit(SRC.name, Delete("v", 2))
+        refreshes.commit(SRC.name, Delete("v", 1))
+        refreshes.refresh()
+        assert refreshes.refilled_top_k == [refreshes.history[-1]]
+        assert kept() == [3, 4, 5]
 
 
 # -- change feeds staged once (writes.StateWrites.staged_feeds) ------------------------

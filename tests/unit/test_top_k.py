@@ -1,13 +1,15 @@
-"""Top-k models: the state keeps every row, the view orders and limits."""
+"""Top-k models: the state keeps every row or the best ones, the view orders and limits."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 
-from ivm_compiler import NotMaintainable, TableName, compile_model, emit
+from ivm_compiler import NotMaintainable, TableName, compile_model, emit, reads
 from ivm_compiler.plan import UpstreamModel
+from ivm_compiler.rules import top_k_buffer
 from ivm_compiler.view_classes.top_k import Ordering, TopK
 from tests.unit.golden import FakeCatalog
 
@@ -77,3 +79,69 @@ def test_a_model_over_a_top_k_model_is_refused() -> None:
     }
     with pytest.raises(NotMaintainable, match="whose view shows only its top rows"):
         _compile("SELECT a FROM shop.t", describe=[("a", "int")], upstreams=upstreams)
+
+
+# -- a state kept to its best rows (rules/top_k_buffer.py) ------------------------------------
+
+ROWS = "SELECT a, s FROM shop.t WHERE b > 0"
+ROWS_TYPES = [("a", "int"), ("s", "string")]
+STATE = TableName("shop", "top__ivm_state")
+VERSIONS = {TableName("shop", "t"): 5}
+RANGES = {TableName("shop", "t"): reads.VersionRange(recorded=4, pinned=5)}
+GUARD = emit.Guard(read="g1", write="g2")
+
+
+def test_a_projections_build_keeps_its_best_rows_up_to_an_edge() -> None:
+    plan = _compile(f"{ROWS} ORDER BY a DESC, s LIMIT 3", describe=ROWS_TYPES)
+    assert top_k_buffer.keeps_best_rows(plan)
+    create = emit.create_state(plan, STATE, VERSIONS, "g1")
+    # The 10,000th best row is the edge; the rows at or before it are kept.
+    assert "ORDER BY `__ivm_edge0` DESC, `__ivm_edge1` ASC LIMIT 10000" in create
+    assert "ORDER BY `__ivm_edge0` ASC, `__ivm_edge1` DESC LIMIT 1" in create
+    assert "CROSS JOIN" in create
+    # The view still orders the state and keeps k.
+    assert emit.view_query(plan, STATE).sql(dialect="spark").endswith("LIMIT 3")
+
+
+def test_an_aggregates_top_k_keeps_every_group() -> None:
+    """A group's values change with any change: one past the edge may move before it."""
+    plan = _compile(f"{GROUPED} ORDER BY n DESC, s LIMIT 3")
+    assert not top_k_buffer.keeps_best_rows(plan)
+    assert "__ivm_edge" not in emit.create_state(plan, STATE, VERSIONS, "g1")
+    marked = dataclasses.replace(plan, within_top_k_edge=False)
+    assert "__ivm_edge" not in emit.merge_changes(marked, STATE, RANGES, GUARD)
+
+
+def test_a_change_is_kept_to_the_states_edge_only_when_the_refresh_says_so() -> None:
+    plan = _compile(f"{ROWS} ORDER BY a DESC, s LIMIT 3", describe=ROWS_TYPES)
+    # A state showing fewer than k rows holds every row: its change is kept whole.
+    assert "__ivm_edge" not in emit.merge_changes(plan, STATE, RANGES, GUARD)
+    marked = dataclasses.replace(plan, within_top_k_edge=True)
+    merge = emit.merge_changes(marked, STATE, RANGES, GUARD)
+    # The edge is the state's worst row, read from the state the MERGE writes.
+    edge = (
+        "SELECT `__ivm_g0` AS `__ivm_edge0`, `__ivm_g1` AS `__ivm_edge1` FROM `shop`.`top__ivm_state` "
+        "WHERE `__ivm_guard` IS NULL AND `__ivm_count` > 0) AS `__ivm_edge` "
+        "ORDER BY `__ivm_edge0` ASC, `__ivm_edge1` DESC LIMIT 1"
+    )
+    assert edge in merge, merge
+    # And the staged change rows (emit.stage_change_rows) are kept to it likewise.
+    staged = emit.stage_change_rows(marked, STATE, RANGES, "__ivm_staged_x_rows")
+    assert edge in staged
+
+
+@pytest.mark.parametrize(
+    ("sql", "shown"),
+    [
+        (f"{ROWS} ORDER BY a LIMIT 3", "COALESCE(SUM(`__ivm_count`), 0)"),
+        ("SELECT DISTINCT a, s FROM shop.t ORDER BY a LIMIT 3", "COUNT(*)"),
+    ],
+)
+def test_the_rows_a_state_shows_count_a_projections_copies_and_distinct_rows_once(
+    sql: str, shown: str
+) -> None:
+    plan = _compile(sql, describe=ROWS_TYPES)
+    assert top_k_buffer.shown_rows(plan, STATE) == (
+        f"SELECT {shown} FROM `shop`.`top__ivm_state` "
+        "WHERE `__ivm_guard` IS NULL AND `__ivm_count` > 0"
+    )

@@ -58,6 +58,7 @@ from ivm_compiler import (
 )
 from ivm_compiler.errors import IvmError, first_line
 from ivm_compiler.reads import VersionRange
+from ivm_compiler.rules import top_k_buffer
 from ivm_compiler.view_classes import window as windows_rules
 
 
@@ -124,6 +125,9 @@ class Written:
     refilled_extremes: bool = False
     # A log state's write (log_state.py): "appended", or "rewritten" when compacted.
     log_write: str | None = None
+    # Set when the change left a top-k state kept to its best rows fewer rows
+    # than its view shows (rules/top_k_buffer.py): the refresh recomputes it.
+    top_k_short: bool = False
 
 
 @dataclass(frozen=True)
@@ -344,9 +348,15 @@ class StateWrites:
         kept_states: join_states.JoinStates,
         pinned: dict[TableName, SourceSnapshot],
     ) -> Written:
-        """The change over `ranges` applied to the state with one guarded MERGE."""
+        """The change over `ranges` applied to the state with one guarded MERGE.
+
+        A top-k state kept to its best rows (rules/top_k_buffer.py) takes
+        only the change rows up to its edge while its view shows k rows or
+        more; `Written.top_k_short` says when the change left it fewer.
+        """
         refresh_id = uuid.uuid4().hex
         guard = emit.Guard(read=guard_read, write=refresh_id)
+        plan = self._within_top_k_edge(plan)
         with (
             under(self.runner, self.staging.settings),
             self.staged_feeds(plan, ranges, refresh_id) as reading,
@@ -364,7 +374,26 @@ class StateWrites:
                     _MergeInputs(plan, reading, guard, bounds, join_reads), pinned
                 )
         kept_states.drop_unkept(plan, kept)
+        if plan.within_top_k_edge:
+            assert plan.top_k is not None
+            written.top_k_short = self._top_k_shown(plan) < plan.top_k.limit
         return written
+
+    def _within_top_k_edge(self, plan: ViewPlan) -> ViewPlan:
+        """The plan marked to keep only the change rows up to the state's edge, where it may.
+
+        Only while the state's view shows k rows or more: one showing fewer
+        holds every row of the model, and keeps every change row.
+        """
+        if not top_k_buffer.keeps_best_rows(plan):
+            return plan
+        assert plan.top_k is not None
+        return replace(plan, within_top_k_edge=self._top_k_shown(plan) >= plan.top_k.limit)
+
+    def _top_k_shown(self, plan: ViewPlan) -> int:
+        """How many rows the state shows before the view's LIMIT."""
+        _, rows = self.runner.query(top_k_buffer.shown_rows(plan, self.state))
+        return int(rows[0][0])
 
     def _merge_change(
         self, inputs: _MergeInputs, pinned: dict[TableName, SourceSnapshot]
