@@ -415,6 +415,8 @@ def merge_changes(
     whens = _change_clauses(plan, state, guard, layered)
     if refill is None and any(p.kept is not None for p in plan.preaggregations):
         whens.insert(1, _refuse_exhausted(state))
+    if top_k_buffer.keeps_best_rows(plan):
+        whens.insert(1, top_k_buffer.refuse_short(state))
     return _merge_into(plan, state, source, guard, whens, target)
 
 
@@ -475,15 +477,15 @@ def _change_source(
     """The view class's change query, reading the staged signed rows when there are.
 
     `refill`: the pre-aggregations' change query refilling bounded MIN/MAX
-    values at those versions (merge_changes). A plan marked
-    `within_top_k_edge` keeps only the change rows its state keeps.
+    values at those versions (merge_changes). A top-k state kept to its
+    best rows takes only the change rows up to its edge (rules/top_k_buffer.py).
     """
     if refill is not None:
         source = extremes.change_query(plan, ranges, state, bounds, join_reads, refill)
     else:
         rule = view_class_rule(plan.view_class)
         source = rule.change_query(plan, ranges, state, bounds, join_reads)
-    if plan.within_top_k_edge:
+    if top_k_buffer.keeps_best_rows(plan) and refill is None:
         source = top_k_buffer.changes_within_edge(plan, source, state)
     return _reading_staged(source, staged) if staged is not None else source
 

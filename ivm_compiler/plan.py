@@ -288,10 +288,6 @@ class ViewPlan:
     # ORDER BY ... LIMIT k of the model: the view shows the top k of the state's
     # rows, which are every row or the best ones (view_classes/top_k.py).
     top_k: TopK | None = None
-    # Set for one refresh of a top-k state kept to its best rows while its view
-    # shows k rows or more: the change rows past the state's worst row are
-    # left out (rules/top_k_buffer.py).
-    within_top_k_edge: bool = False
     # Source -> {column: type} of the source columns the model reads
     # (lineage.py): a refresh records them, and a later refresh that finds one
     # of them renamed, dropped or retyped rebuilds or stops instead of patching.

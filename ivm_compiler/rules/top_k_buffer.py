@@ -9,19 +9,24 @@ the model's own order, not all of them:
   with it included), so every row past the edge is strictly after every
   kept row;
 - a refresh keeps the change rows at or before the state's worst row, its
-  edge now, and merges them as any change; those past it are left out.
+  edge now, and merges them as any change; those past it are left out. A
+  state that shows fewer than k rows keeps every change row.
 
 Invariant: the state holds exactly the model's rows at or before its worst
-row, with their counts. A row at or before it that the change adds is kept,
-one it removes was kept and is removed, and one past it was never kept and
-stays out; the worst row after the change is at or before the one before, so
-the invariant holds again. While the state shows at least k rows, those are
-the top k: every row it lacks comes after all of its rows. A change that
-leaves it fewer than k, where it had k or more, makes the refresh
-recompute the state from the query (refresh/recipe.py). A state showing
-fewer than k rows holds every row of the model (by induction: built
-whole, or recomputed, or kept whole by refreshes that filter nothing), so
-its refreshes keep every change row.
+row, with their counts, or, while it shows fewer than k rows, every row of
+the model. A row at or before the edge that the change adds is kept, one it
+removes was kept and is removed, and one past it was never kept and stays
+out; the worst row after the change is at or before the one before, so the
+invariant holds again. While the state shows at least k rows, those are the
+top k: every row it lacks comes after all of its rows.
+
+A change that could leave a state of k rows or more fewer than k (its
+removals counted against what the state shows: a projection's copies, a
+DISTINCT's rows) fails the MERGE with SHORT, having written nothing, and
+the refresh recomputes the best rows from the query (refresh/recipe.py).
+The decisions are the statement's own: the edge and what the state shows
+are read from the state the MERGE writes, so a refresh runs no statement
+more than for any projection.
 
 An aggregate's group rows change their values with any change, so a group
 past the edge may move before it: those states keep every group (and the
@@ -39,7 +44,7 @@ from sqlglot import exp
 
 from ivm_compiler import names
 from ivm_compiler.plan import ViewClass, ViewPlan
-from ivm_compiler.sql import DIALECT, TableName, ident
+from ivm_compiler.sql import TableName, ident
 from ivm_compiler.view_classes.top_k import Ordering, TopK
 
 # The state keeps at least this many rows (and ROWS_PER_K times k): the
@@ -54,6 +59,14 @@ CLASSES = (ViewClass.PROJECTION, ViewClass.DISTINCT)
 
 EDGE_ALIAS = f"{names.RESERVED_PREFIX}edge"
 KEPT_ALIAS = f"{names.RESERVED_PREFIX}kept"
+SHOWN_ALIAS = f"{names.RESERVED_PREFIX}shown"
+WORST_ALIAS = f"{names.RESERVED_PREFIX}worst"
+# How many rows the state's view shows before its LIMIT.
+SHOWN = f"{names.RESERVED_PREFIX}shown"
+# Set on a change row when the change may leave the state fewer than k rows.
+SHORT_COLUMN = f"{names.RESERVED_PREFIX}short"
+# The MERGE's error then (refuse_short).
+SHORT = "ivm top-k short"
 
 
 def keeps_best_rows(plan: ViewPlan) -> bool:
@@ -85,35 +98,90 @@ def best_rows(plan: ViewPlan, rows: exp.Query) -> exp.Select:
 
 
 def changes_within_edge(plan: ViewPlan, changes: exp.Query, state: TableName) -> exp.Select:
-    """The change rows at or before the state's worst row: those the state keeps.
+    """The change rows the state keeps, each marked SHORT_COLUMN if the change may leave
+    the state fewer than k rows where it showed k or more.
 
-    Run only while the state shows k rows or more, so it has a worst row.
+    Every row while the state shows fewer than k; else those at or before its worst.
     """
-    kept = (
-        exp.select(*_ordering_values(plan, None))
-        .from_(state.to_table())
-        .where(exp.and_(exp.column(names.GUARD, quoted=True).is_(exp.null()), _shown()))
+    assert plan.top_k is not None
+    kept_rows = exp.and_(exp.column(names.GUARD, quoted=True).is_(exp.null()), _shown())
+    worst = _last(
+        plan,
+        exp.select(*_ordering_values(plan, None)).from_(state.to_table()).where(kept_rows),
     )
-    return _within_edge(plan, changes.subquery(ident(KEPT_ALIAS)), _last(plan, kept))
-
-
-def shown_rows(plan: ViewPlan, state: TableName) -> str:
-    """A query for the rows the state's view shows before its LIMIT: the count k is held to.
-
-    A projection shows a row as many times as its count, a DISTINCT once.
-    """
-    count = exp.column(names.COUNT, quoted=True)
-    total = (
-        exp.func("COALESCE", exp.func("SUM", count), exp.Literal.number(0))
+    shown = exp.select(exp.alias_(_shown_count(plan), SHOWN, quoted=True)).from_(state.to_table())
+    # One row whatever the state holds: what it shows, and its worst row (NULLs if none).
+    edge = (
+        exp.select(exp.Star())
+        .from_(shown.where(kept_rows.copy()).subquery(ident(SHOWN_ALIAS)))
+        .join(worst.subquery(ident(WORST_ALIAS)), on=exp.true(), join_type="LEFT")
+    )
+    limit = exp.Literal.number(plan.top_k.limit)
+    shows = exp.column(SHOWN, table=ident(EDGE_ALIAS), quoted=True)
+    count = exp.column(names.COUNT, table=ident(KEPT_ALIAS), quoted=True)
+    removed = exp.If(
+        this=exp.LT(this=count, expression=exp.Literal.number(0)),
+        true=exp.Neg(this=count.copy())
         if plan.view_class is ViewClass.PROJECTION
-        else exp.func("COUNT", exp.Star())
+        else exp.Literal.number(1),
+        false=exp.Literal.number(0),
     )
-    return (
-        exp.select(total)
-        .from_(state.to_table())
-        .where(exp.and_(exp.column(names.GUARD, quoted=True).is_(exp.null()), _shown()))
-        .sql(dialect=DIALECT)
+    short = exp.and_(
+        exp.GTE(this=shows.copy(), expression=limit.copy()),
+        exp.LT(
+            this=exp.Sub(this=shows.copy(), expression=exp.Window(this=exp.func("SUM", removed))),
+            expression=limit.copy(),
+        ),
     )
+    within = _within_edge(plan, changes.subquery(ident(KEPT_ALIAS)), edge)
+    within.set(
+        "where",
+        exp.Where(
+            this=exp.or_(
+                exp.LT(this=shows.copy(), expression=limit.copy()), within.args["where"].this
+            )
+        ),
+    )
+    return within.select(exp.alias_(short, SHORT_COLUMN, quoted=True))
+
+
+def refuse_short(state: TableName) -> exp.When:
+    """A MERGE clause that fails the MERGE where SHORT_COLUMN holds (changes_within_edge).
+
+    A change that removes shown rows removes rows the state keeps, so a
+    change row marked SHORT matches a state row.
+    """
+    error = exp.Anonymous(
+        this="RAISE_ERROR",
+        expressions=[
+            exp.Literal.string(
+                f"{SHORT}: the change may leave {state} fewer rows than its view shows; "
+                "the best rows are recomputed from the query"
+            )
+        ],
+    )
+    return exp.When(
+        matched=True,
+        source=False,
+        condition=exp.column(SHORT_COLUMN, table=ident(names.CHANGE_ALIAS), quoted=True),
+        then=exp.Update(
+            expressions=[
+                exp.EQ(
+                    this=exp.column(names.GUARD, table=ident(names.TARGET_ALIAS), quoted=True),
+                    expression=error,
+                )
+            ]
+        ),
+    )
+
+
+def _shown_count(plan: ViewPlan) -> exp.Expr:
+    """The rows the view shows before its LIMIT: a projection's copies, a DISTINCT's rows."""
+    if plan.view_class is ViewClass.PROJECTION:
+        return exp.func(
+            "COALESCE", exp.func("SUM", exp.column(names.COUNT, quoted=True)), exp.Literal.number(0)
+        )
+    return exp.func("COUNT", exp.Star())
 
 
 def _shown() -> exp.Expr:

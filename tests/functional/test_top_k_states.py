@@ -4,11 +4,13 @@ The state of a projection or DISTINCT top-k keeps its rows up to an edge,
 not every candidate: here k rows (the fixture sets the kept rows to k),
 so rows past the edge, refreshes that leave them out and refills from the
 query all happen on a few rows. After random changes each model equals
-its query at the version it records; a change that leaves fewer than k
-rows recomputes the state, and says so.
+its query at the version it records; a change that may leave fewer than
+k rows recomputes the state, and says so.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
@@ -77,15 +79,23 @@ class TestTopKStatesOfKRows(IvmProject):
         spark.sql(f"INSERT INTO {source_table} VALUES (5, 'a', 1, NULL)")
         log = self._refresh_and_check(project, spark, source_table)
         assert _state_rows(spark, schema, "top_rows") == 3
-        assert "its best rows were recomputed" not in log
+        assert "recomputing instead of applying" not in log
         # Two of the three kept rows go: one left, so the best three come from the query.
         spark.sql(f"DELETE FROM {source_table} WHERE v >= 4")
         log = self._refresh_and_check(project, spark, source_table)
-        assert "the change left the state fewer than the 3 rows its view shows" in log, log
+        assert "the change may leave the state fewer rows than its view shows" in log, log
         assert _state_rows(spark, schema, "top_rows") == 3
         assert sorted(
             row[0] for row in spark.sql(f"SELECT k FROM {schema}.top_rows").collect()
         ) == [3, 4, 5]
+
+    def test_explain_shows_what_the_state_keeps(self, project, source_table):
+        _, log = run_dbt_and_capture(
+            ["run-operation", "ivm_explain", "--args", "{model: top_rows}"]
+        )
+        assert "top-k: the state keeps the 3 best rows" in log, log
+        written = Path(project.project_root, "target", "ivm_explain", "top_rows")
+        assert "__ivm_edge" in (written / "merge_changes.sql").read_text()
 
     @random_change_settings(default_examples=2)
     @given(steps=test_random_changes.steps)

@@ -578,8 +578,8 @@ class Refreshes:
         # The refreshes whose MERGE found a group's bounded MIN/MAX values run
         # out (emit.EXHAUSTED) and ran again refilling them, as refresh/writes.py does.
         self.refilled: list[str] = []
-        # The refreshes whose change left a top-k state kept to its best rows
-        # fewer than k, recomputed as recipe.Refresh._refill_top_k does.
+        # The refreshes whose change may have left a top-k state kept to its
+        # best rows fewer than k (top_k_buffer.SHORT), recomputed as recipe.py does.
         self.refilled_top_k: list[str] = []
         # The rows whose worst is the edge a top-k state kept to its best rows
         # must hold every row up to (None: it holds every row), for _check_state.
@@ -687,13 +687,9 @@ class Refreshes:
             self._check_log()
             self.check_view()
             return
-        if top_k_buffer.keeps_best_rows(self.plan):
-            # As writes.StateWrites._within_top_k_edge.
-            assert self.plan.top_k is not None
-            within = self._top_k_shown() >= self.plan.top_k.limit
-            self.plan = dataclasses.replace(self.plan, within_top_k_edge=within)
         before = self._state()
-        self.top_k_edge = before if self.plan.within_top_k_edge else None
+        # A top-k state showing k rows or more keeps the change up to its edge.
+        self.top_k_edge = before if self._shows_k(before) else None
         if self.plan.view_class is ViewClass.WINDOW:
             applied = self._refresh_partitions(windows, pinned, guard, before)
         else:
@@ -709,6 +705,13 @@ class Refreshes:
                         self.refilled.append(self.history[-1])
                         applied = self._merge_changes(staged, guard, before, refill=pinned)
             except duckdb.Error as error:
+                if top_k_buffer.SHORT in str(error):
+                    # As recipe.Refresh._apply: the MERGE wrote nothing; the
+                    # state's best rows recomputed (at the newest versions: the pinned ones).
+                    self.refilled_top_k.append(self.history[-1])
+                    self._build()
+                    self._check_best_rows()
+                    return
                 if emit.CANCELLED not in str(error):
                     raise
                 # As writes.StateWrites.apply_change: the cancelled groups
@@ -720,23 +723,32 @@ class Refreshes:
                 applied = self._merge_recomputing(windows, pinned, guard, before)
         self.versions = pinned
         self._check_state(applied)
-        assert self.plan.top_k is not None or not self.plan.within_top_k_edge
-        if self.plan.within_top_k_edge and self._top_k_shown() < self.plan.top_k.limit:
-            # As recipe.Refresh._refill_top_k: the state's best rows recomputed.
-            self.refilled_top_k.append(self.history[-1])
-            self.engine.execute(emit.overwrite_state(self.plan, self.state, pinned, self.guard))
-            columns, rebuilt = self._rebuilt()
-            ranked = sorted(
-                (dict(zip(columns, row)) for row in rebuilt),
-                key=functools.cmp_to_key(self._in_top_k_order),
-            )
-            self.top_k_edge = ranked[: top_k_buffer.rows_kept(self.plan.top_k)]
-            self._check_state(self._state())
+        if self.top_k_edge is not None and not self._shows_k(self._state()):
+            raise Mismatch(self._where("the MERGE left a top-k state fewer than k rows"))
         self.check_view()
 
-    def _top_k_shown(self) -> int:
-        _, rows = self.engine.query(top_k_buffer.shown_rows(self.plan, self.state))
-        return int(rows[0][0])
+    def _shows_k(self, rows: list[dict]) -> bool:
+        """Whether a top-k state kept to its best rows shows k rows or more (False: not one)."""
+        if not top_k_buffer.keeps_best_rows(self.plan):
+            return False
+        assert self.plan.top_k is not None
+        shown = (
+            sum(row[names.COUNT] for row in rows)
+            if self.plan.view_class is ViewClass.PROJECTION
+            else len(rows)
+        )
+        return shown >= self.plan.top_k.limit
+
+    def _check_best_rows(self) -> None:
+        """A recomputed top-k state holds the query's rows up to its rows_kept-th best."""
+        assert self.plan.top_k is not None
+        columns, rebuilt = self._rebuilt()
+        ranked = sorted(
+            (dict(zip(columns, row)) for row in rebuilt),
+            key=functools.cmp_to_key(self._in_top_k_order),
+        )
+        self.top_k_edge = ranked[: top_k_buffer.rows_kept(self.plan.top_k)]
+        self._check_state(self._state())
 
     def recompute(self) -> None:
         """As writes.StateWrites.recompute for a state ivm models read: the state's

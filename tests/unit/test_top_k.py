@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
@@ -108,40 +107,44 @@ def test_an_aggregates_top_k_keeps_every_group() -> None:
     plan = _compile(f"{GROUPED} ORDER BY n DESC, s LIMIT 3")
     assert not top_k_buffer.keeps_best_rows(plan)
     assert "__ivm_edge" not in emit.create_state(plan, STATE, VERSIONS, "g1")
-    marked = dataclasses.replace(plan, within_top_k_edge=False)
-    assert "__ivm_edge" not in emit.merge_changes(marked, STATE, RANGES, GUARD)
-
-
-def test_a_change_is_kept_to_the_states_edge_only_when_the_refresh_says_so() -> None:
-    plan = _compile(f"{ROWS} ORDER BY a DESC, s LIMIT 3", describe=ROWS_TYPES)
-    # A state showing fewer than k rows holds every row: its change is kept whole.
     assert "__ivm_edge" not in emit.merge_changes(plan, STATE, RANGES, GUARD)
-    marked = dataclasses.replace(plan, within_top_k_edge=True)
-    merge = emit.merge_changes(marked, STATE, RANGES, GUARD)
-    # The edge is the state's worst row, read from the state the MERGE writes.
-    edge = (
+
+
+def test_a_change_is_kept_to_the_states_edge_unless_it_shows_fewer_than_k() -> None:
+    plan = _compile(f"{ROWS} ORDER BY a DESC, s LIMIT 3", describe=ROWS_TYPES)
+    merge = emit.merge_changes(plan, STATE, RANGES, GUARD)
+    # The edge is the state's worst row, and what it shows, read from the state the MERGE writes.
+    worst = (
         "SELECT `__ivm_g0` AS `__ivm_edge0`, `__ivm_g1` AS `__ivm_edge1` FROM `shop`.`top__ivm_state` "
         "WHERE `__ivm_guard` IS NULL AND `__ivm_count` > 0) AS `__ivm_edge` "
         "ORDER BY `__ivm_edge0` ASC, `__ivm_edge1` DESC LIMIT 1"
     )
-    assert edge in merge, merge
-    # And the staged change rows (emit.stage_change_rows) are kept to it likewise.
-    staged = emit.stage_change_rows(marked, STATE, RANGES, "__ivm_staged_x_rows")
-    assert edge in staged
+    assert worst in merge, merge
+    assert "WHERE `__ivm_edge`.`__ivm_shown` < 3 OR " in merge
+    # A change that may leave fewer than 3 rows fails the MERGE, which wrote nothing.
+    short = "WHEN MATCHED AND `__ivm_d`.`__ivm_short` THEN UPDATE SET `__ivm_t`.`__ivm_guard` = RAISE_ERROR('ivm top-k short"
+    assert short in merge
+    # The staged change rows (emit.stage_change_rows) are kept to it likewise.
+    assert worst in emit.stage_change_rows(plan, STATE, RANGES, "__ivm_staged_x_rows")
 
 
 @pytest.mark.parametrize(
-    ("sql", "shown"),
+    ("sql", "removed"),
     [
-        (f"{ROWS} ORDER BY a LIMIT 3", "COALESCE(SUM(`__ivm_count`), 0)"),
-        ("SELECT DISTINCT a, s FROM shop.t ORDER BY a LIMIT 3", "COUNT(*)"),
+        (
+            f"{ROWS} ORDER BY a LIMIT 3",
+            "SUM(IF(`__ivm_kept`.`__ivm_count` < 0, -`__ivm_kept`.`__ivm_count`, 0))",
+        ),
+        (
+            "SELECT DISTINCT a, s FROM shop.t ORDER BY a LIMIT 3",
+            "SUM(IF(`__ivm_kept`.`__ivm_count` < 0, 1, 0))",
+        ),
     ],
 )
-def test_the_rows_a_state_shows_count_a_projections_copies_and_distinct_rows_once(
-    sql: str, shown: str
+def test_a_change_may_leave_too_few_by_a_projections_copies_or_distinct_rows(
+    sql: str, removed: str
 ) -> None:
-    plan = _compile(sql, describe=ROWS_TYPES)
-    assert top_k_buffer.shown_rows(plan, STATE) == (
-        f"SELECT {shown} FROM `shop`.`top__ivm_state` "
-        "WHERE `__ivm_guard` IS NULL AND `__ivm_count` > 0"
-    )
+    """Counted against what the view shows: every copy a projection loses, a DISTINCT row per
+    change row that lowers its count (which may not empty it: an over-count, never an under-count)."""
+    merge = emit.merge_changes(_compile(sql, describe=ROWS_TYPES), STATE, RANGES, GUARD)
+    assert f"`__ivm_edge`.`__ivm_shown` - {removed} OVER () < 3 AS `__ivm_short`" in merge, merge

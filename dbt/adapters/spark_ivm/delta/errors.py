@@ -14,6 +14,7 @@ import re
 
 from ivm_compiler.emit import CANCELLED, EXHAUSTED, GUARD_FAILED
 from ivm_compiler.errors import first_line
+from ivm_compiler.rules.top_k_buffer import SHORT
 
 # Messages of Spark/Delta errors that mean "the change feed for that window is
 # gone": the only safe answer is a full rebuild at the pinned version.
@@ -104,6 +105,15 @@ def is_exhausted(error: BaseException) -> bool:
     False
     """
     return _raised(error, EXHAUSTED)
+
+
+def is_top_k_short(error: BaseException) -> bool:
+    """Whether a state MERGE refused a change that may leave a top-k state fewer than k rows.
+
+    >>> is_top_k_short(Exception("[USER_RAISED_EXCEPTION] ivm top-k short: the change ..."))
+    True
+    """
+    return _raised(error, SHORT)
 
 
 def is_change_history_unavailable(error: BaseException) -> bool:

@@ -30,6 +30,7 @@ from ivm_compiler import (
     names,
 )
 from ivm_compiler.reads import VersionRange
+from ivm_compiler.rules import top_k_buffer
 from ivm_compiler.sql import DIALECT
 
 # What a reader of the model's view can rely on (the consistency-levels paper):
@@ -382,6 +383,14 @@ def _source_lines(
 def _delta_rule_lines(plan: ViewPlan) -> list[str]:
     """How the change is derived: set operands, join terms, outer/semi joins' key relations."""
     lines = []
+    if top_k_buffer.keeps_best_rows(plan):
+        assert plan.top_k is not None
+        lines.append(
+            f"  top-k: the state keeps the {top_k_buffer.rows_kept(plan.top_k):,} best rows "
+            "(and any tied with the last); a change keeps its rows up to the state's worst "
+            f"row while the view shows {plan.top_k.limit} or more, and one that may leave "
+            "fewer recomputes the best rows from the query"
+        )
     operands = changes.branches(plan)
     if len(operands) > 1:
         lines.append(f"  set operation: {len(operands)} operands; the change is the sum of theirs")

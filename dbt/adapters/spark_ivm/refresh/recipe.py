@@ -63,6 +63,7 @@ from dbt.adapters.spark_ivm.refresh.writes import (
     CancellingRemoval,
     ConcurrentRefresh,
     StateWrites,
+    TopKShort,
     Written,
 )
 from dbt.adapters.spark_ivm.settings import (
@@ -873,6 +874,13 @@ class Refresh:
             self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
             result.action, result.reason = Action.RECOMPUTE, reason
             return self._build(plan, pinned, result, shown_version, facts, found)
+        except TopKShort:
+            # The MERGE wrote nothing: the rows past the state's edge were never
+            # kept, so the next best ones come from the query.
+            reason = TopKShort.REASON
+            self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
+            result.action, result.reason = Action.RECOMPUTE, reason
+            return self._build(plan, pinned, result, shown_version, facts, found)
         except Exception as error:
             if not is_change_history_unavailable(error):
                 raise
@@ -886,28 +894,7 @@ class Refresh:
             result.action, result.reason = Action.REBUILD, broken
             return self._build(plan, pinned, result, shown_version, facts, found)
         self._report_written(result, written)
-        if written.top_k_short:
-            self._refill_top_k(plan, pinned, result)
         return None
-
-    def _refill_top_k(
-        self, plan: ViewPlan, pinned: dict[TableName, SourceSnapshot], result: RefreshResult
-    ) -> None:
-        """The best rows of a top-k state recomputed: its change left it fewer than k.
-
-        rules/top_k_buffer.py: the rows past the state's edge were never
-        kept, so the next best ones come from the query. The change is
-        committed already; the recompute overwrites it at the same pinned
-        versions (a top-k model has no ivm readers to hand a change to).
-        """
-        assert plan.top_k is not None
-        reason = (
-            f"the change left the state fewer than the {plan.top_k.limit} rows its view "
-            "shows, so its best rows were recomputed from the query"
-        )
-        self.log.info(f"{self.model}: {reason}")
-        self.writes(plan, pinned).recompute(plan, versions_of(pinned))
-        result.action, result.reason = Action.RECOMPUTE, reason
 
     def _report_written(self, result: RefreshResult, written: Written) -> None:
         """The incremental result's row counts, and a log line for each group-level fix-up."""

@@ -36,6 +36,7 @@ from dbt.adapters.spark_ivm.delta.errors import (
     is_cancelling_removal,
     is_concurrent_refresh,
     is_exhausted,
+    is_top_k_short,
 )
 from dbt.adapters.spark_ivm.delta.history import (
     ESTIMATED_ROWS_KEY,
@@ -58,7 +59,6 @@ from ivm_compiler import (
 )
 from ivm_compiler.errors import IvmError, first_line
 from ivm_compiler.reads import VersionRange
-from ivm_compiler.rules import top_k_buffer
 from ivm_compiler.view_classes import window as windows_rules
 
 
@@ -89,6 +89,19 @@ class CancellingRemoval(Exception):
 
     def __init__(self, error: BaseException) -> None:
         super().__init__(f"{self.REASON} ({first_line(error, limit=300)})")
+
+
+class TopKShort(Exception):
+    """The MERGE refused a change that may leave a top-k state fewer than k rows.
+
+    It wrote nothing: the refresh recomputes the state's best rows
+    (ivm_compiler/rules/top_k_buffer.py).
+    """
+
+    REASON = (
+        "the change may leave the state fewer rows than its view shows (it keeps "
+        "only the best ones), so its best rows are recomputed from the query"
+    )
 
 
 class ExhaustedExtremes(Exception):
@@ -125,9 +138,6 @@ class Written:
     refilled_extremes: bool = False
     # A log state's write (log_state.py): "appended", or "rewritten" when compacted.
     log_write: str | None = None
-    # Set when the change left a top-k state kept to its best rows fewer rows
-    # than its view shows (rules/top_k_buffer.py): the refresh recomputes it.
-    top_k_short: bool = False
 
 
 @dataclass(frozen=True)
@@ -348,15 +358,9 @@ class StateWrites:
         kept_states: join_states.JoinStates,
         pinned: dict[TableName, SourceSnapshot],
     ) -> Written:
-        """The change over `ranges` applied to the state with one guarded MERGE.
-
-        A top-k state kept to its best rows (rules/top_k_buffer.py) takes
-        only the change rows up to its edge while its view shows k rows or
-        more; `Written.top_k_short` says when the change left it fewer.
-        """
+        """The change over `ranges` applied to the state with one guarded MERGE."""
         refresh_id = uuid.uuid4().hex
         guard = emit.Guard(read=guard_read, write=refresh_id)
-        plan = self._within_top_k_edge(plan)
         with (
             under(self.runner, self.staging.settings),
             self.staged_feeds(plan, ranges, refresh_id) as reading,
@@ -374,26 +378,7 @@ class StateWrites:
                     _MergeInputs(plan, reading, guard, bounds, join_reads), pinned
                 )
         kept_states.drop_unkept(plan, kept)
-        if plan.within_top_k_edge:
-            assert plan.top_k is not None
-            written.top_k_short = self._top_k_shown(plan) < plan.top_k.limit
         return written
-
-    def _within_top_k_edge(self, plan: ViewPlan) -> ViewPlan:
-        """The plan marked to keep only the change rows up to the state's edge, where it may.
-
-        Only while the state's view shows k rows or more: one showing fewer
-        holds every row of the model, and keeps every change row.
-        """
-        if not top_k_buffer.keeps_best_rows(plan):
-            return plan
-        assert plan.top_k is not None
-        return replace(plan, within_top_k_edge=self._top_k_shown(plan) >= plan.top_k.limit)
-
-    def _top_k_shown(self, plan: ViewPlan) -> int:
-        """How many rows the state shows before the view's LIMIT."""
-        _, rows = self.runner.query(top_k_buffer.shown_rows(plan, self.state))
-        return int(rows[0][0])
 
     def _merge_change(
         self, inputs: _MergeInputs, pinned: dict[TableName, SourceSnapshot]
@@ -762,6 +747,8 @@ class StateWrites:
                 raise CancellingRemoval(error) from error
             if is_exhausted(error):
                 raise ExhaustedExtremes(first_line(error, limit=300)) from error
+            if is_top_k_short(error):
+                raise TopKShort(first_line(error, limit=300)) from error
             raise
         # Delta's MERGE answers with one row of counts (num_affected_rows, ...);
         # the guard row's move is one of the updated rows, not a model row.
