@@ -303,10 +303,9 @@ def _build_query(
     rows_filter: exp.Expr | None = None,
 ) -> exp.Query:
     """The state's rows at pinned versions; a top-k state's best ones (rules/top_k_buffer.py)."""
-    rows = view_class_rule(plan.view_class).build_query(plan, versions, rows_filter)
-    if top_k_buffer.keeps_best_rows(plan) and rows_filter is None:
-        return top_k_buffer.best_rows(plan, rows)
-    return rows
+    if top_k_buffer.keeps_best_rows(plan):
+        return top_k_buffer.best_rows(plan, versions, rows_filter)
+    return view_class_rule(plan.view_class).build_query(plan, versions, rows_filter)
 
 
 # The state's change data feed, kept only for a state that ivm models read

@@ -38,18 +38,18 @@ build and a day's refresh 9.7-19.9 s against 3 s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
-from ivm_compiler import names
+from ivm_compiler import names, state_rows
 from ivm_compiler.plan import ViewClass, ViewPlan
 from ivm_compiler.sql import TableName, ident
 from ivm_compiler.view_classes.top_k import Ordering, TopK
 
 # The state keeps at least this many rows (and ROWS_PER_K times k): the
-# refresh recomputes when a change leaves it fewer than k, so the margin is
-# the rows a change can remove before that. 10,000 rows are a few hundred
+# refresh recomputes when a change may leave it fewer than k, so the margin
+# is the rows a change can remove before that. 10,000 rows are a few hundred
 # kilobytes, read and merged in well under a second.
 MIN_ROWS = 10_000
 ROWS_PER_K = 10
@@ -59,7 +59,8 @@ CLASSES = (ViewClass.PROJECTION, ViewClass.DISTINCT)
 
 EDGE_ALIAS = f"{names.RESERVED_PREFIX}edge"
 KEPT_ALIAS = f"{names.RESERVED_PREFIX}kept"
-SHOWN_ALIAS = f"{names.RESERVED_PREFIX}shown"
+BEST_CTE = f"{names.RESERVED_PREFIX}best"
+SHOWN_ALIAS = f"{names.RESERVED_PREFIX}shown_rows"
 WORST_ALIAS = f"{names.RESERVED_PREFIX}worst"
 # How many rows the state's view shows before its LIMIT.
 SHOWN = f"{names.RESERVED_PREFIX}shown"
@@ -83,25 +84,41 @@ def rows_kept(top: TopK) -> int:
     return max(MIN_ROWS, ROWS_PER_K * top.limit)
 
 
-def best_rows(plan: ViewPlan, rows: exp.Query) -> exp.Select:
-    """The state `rows` at or before the `rows_kept`-th best of them: a build's state."""
+def best_rows(
+    plan: ViewPlan, versions: Mapping[TableName, int], rows_filter: exp.Expr | None = None
+) -> exp.Query:
+    """The state's rows at or before the `rows_kept`-th best: a build's or a recompute's state.
+
+    The edge is found among the flattened rows, before they are grouped:
+    the `rows_kept`-th best row for a projection (its state then shows at
+    least that many copies), the `rows_kept`-th best distinct ordering for a
+    DISTINCT (at least that many distinct rows). Only the rows at or before
+    it are grouped, so the build shuffles a few thousand rows where grouping
+    every row shuffled the whole input (the warehouse's 1.8 M customers, twice).
+    """
     assert plan.top_k is not None
-    # The rows once, as a CTE both the edge and the rows kept read.
-    best = (
-        exp.select(*_ordering_values(plan, None))
-        .from_(exp.to_table(KEPT_ALIAS, quoted=True))
-        .order_by(*_orderings(plan, None))
-        .limit(rows_kept(plan.top_k))
+    flat = exp.to_table(names.ROWS_ALIAS, quoted=True)
+    best = exp.select(*_ordering_values(plan, None)).from_(flat.copy())
+    if plan.view_class is ViewClass.DISTINCT:
+        best = best.distinct()
+    best = best.order_by(*_orderings(plan, None)).limit(rows_kept(plan.top_k))
+    kept = _within_edge(plan, flat.copy().as_(KEPT_ALIAS, quoted=True), _last(plan, best))
+    return (
+        state_rows.group_select(plan, BEST_CTE, from_changes=False)
+        .with_(names.ROWS_ALIAS, as_=state_rows.rows_to_build(plan, versions, rows_filter))
+        .with_(BEST_CTE, as_=kept)
     )
-    kept = _within_edge(plan, exp.to_table(KEPT_ALIAS, quoted=True), _last(plan, best))
-    return kept.with_(KEPT_ALIAS, as_=rows)
 
 
 def changes_within_edge(plan: ViewPlan, changes: exp.Query, state: TableName) -> exp.Select:
     """The change rows the state keeps, each marked SHORT_COLUMN if the change may leave
     the state fewer than k rows where it showed k or more.
 
-    Every row while the state shows fewer than k; else those at or before its worst.
+    Every row while the state shows fewer than k; else those at or before its
+    worst. What the change may remove is counted against what the state
+    shows: a projection's copies exactly, a DISTINCT's rows as one per change
+    row that lowers a row's count (which need not empty it), so a DISTINCT
+    may be recomputed where it would still show k, never the other way.
     """
     assert plan.top_k is not None
     kept_rows = exp.and_(exp.column(names.GUARD, quoted=True).is_(exp.null()), _shown())
@@ -133,16 +150,13 @@ def changes_within_edge(plan: ViewPlan, changes: exp.Query, state: TableName) ->
             expression=limit.copy(),
         ),
     )
-    within = _within_edge(plan, changes.subquery(ident(KEPT_ALIAS)), edge)
-    within.set(
-        "where",
-        exp.Where(
-            this=exp.or_(
-                exp.LT(this=shows.copy(), expression=limit.copy()), within.args["where"].this
-            )
-        ),
+    kept = _within_edge(
+        plan,
+        changes.subquery(ident(KEPT_ALIAS)),
+        edge,
+        unless=exp.LT(this=shows.copy(), expression=limit.copy()),
     )
-    return within.select(exp.alias_(short, SHORT_COLUMN, quoted=True))
+    return kept.select(exp.alias_(short, SHORT_COLUMN, quoted=True))
 
 
 def refuse_short(state: TableName) -> exp.When:
@@ -242,20 +256,23 @@ def _last(plan: ViewPlan, values: exp.Select) -> exp.Select:
     )
 
 
-def _within_edge(plan: ViewPlan, rows: exp.Expr, edge: exp.Select) -> exp.Select:
+def _within_edge(
+    plan: ViewPlan, rows: exp.Expr, edge: exp.Select, unless: exp.Expr | None = None
+) -> exp.Select:
     """`rows` (a relation named KEPT_ALIAS) at or before the one-row `edge` in the model's
-    order; none if it has no row."""
+    order (all of them where `unless` holds); none if `edge` has no row."""
     assert plan.top_k is not None
     values = [_qualified(_output(plan, o), KEPT_ALIAS) for o in plan.top_k.order]
     edges = [
         exp.column(_edge_column(i), table=ident(EDGE_ALIAS), quoted=True)
         for i in range(len(plan.top_k.order))
     ]
+    within = at_or_before(values, edges, plan.top_k.order)
     return (
         exp.select(exp.Column(this=exp.Star(), table=ident(KEPT_ALIAS)))
         .from_(rows)
         .join(edge.subquery(ident(EDGE_ALIAS)), join_type="CROSS")
-        .where(at_or_before(values, edges, plan.top_k.order))
+        .where(exp.or_(unless, within) if unless is not None else within)
     )
 
 

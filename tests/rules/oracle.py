@@ -654,6 +654,8 @@ class Refreshes:
             raise Mismatch(
                 f"{self.model.name}: the view's columns {view} are not the query's {query}"
             )
+        if top_k_buffer.keeps_best_rows(self.plan):
+            self._check_best_rows()
         self.check_view()
 
     def refresh(self) -> None:
@@ -710,7 +712,6 @@ class Refreshes:
                     # state's best rows recomputed (at the newest versions: the pinned ones).
                     self.refilled_top_k.append(self.history[-1])
                     self._build()
-                    self._check_best_rows()
                     return
                 if emit.CANCELLED not in str(error):
                     raise
@@ -740,14 +741,21 @@ class Refreshes:
         return shown >= self.plan.top_k.limit
 
     def _check_best_rows(self) -> None:
-        """A recomputed top-k state holds the query's rows up to its rows_kept-th best."""
+        """A built or recomputed top-k state holds the query's rows up to its rows_kept-th
+        best: row (a projection's copies counted), or distinct ordering (a DISTINCT's)."""
         assert self.plan.top_k is not None
         columns, rebuilt = self._rebuilt()
         ranked = sorted(
             (dict(zip(columns, row)) for row in rebuilt),
             key=functools.cmp_to_key(self._in_top_k_order),
         )
-        self.top_k_edge = ranked[: top_k_buffer.rows_kept(self.plan.top_k)]
+        best: list[dict] = []
+        for row in ranked:
+            if self.plan.view_class is ViewClass.PROJECTION:
+                best += [row] * row[names.COUNT]
+            elif not best or self._in_top_k_order(best[-1], row) != 0:
+                best.append(row)
+        self.top_k_edge = best[: top_k_buffer.rows_kept(self.plan.top_k)]
         self._check_state(self._state())
 
     def recompute(self) -> None:
@@ -767,10 +775,14 @@ class Refreshes:
         )
         self.versions = pinned
         self._published()
-        columns, rows = self.engine.query(
-            view_class_rule(self.plan.view_class).build_query(self.plan, pinned)
-        )
-        self._check_state([dict(zip(columns, row)) for row in rows])
+        if top_k_buffer.keeps_best_rows(self.plan):
+            # Its best rows, as a build keeps them.
+            self._check_best_rows()
+        else:
+            columns, rows = self.engine.query(
+                view_class_rule(self.plan.view_class).build_query(self.plan, pinned)
+            )
+            self._check_state([dict(zip(columns, row)) for row in rows])
         self.check_view()
 
     @contextlib.contextmanager

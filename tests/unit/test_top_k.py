@@ -98,6 +98,9 @@ def test_a_projections_build_keeps_its_best_rows_up_to_an_edge() -> None:
     assert "ORDER BY `__ivm_edge0` DESC, `__ivm_edge1` ASC LIMIT 10000" in create
     assert "ORDER BY `__ivm_edge0` ASC, `__ivm_edge1` DESC LIMIT 1" in create
     assert "CROSS JOIN" in create
+    # The edge is found among the flattened rows; only those up to it are grouped.
+    assert "FROM __ivm_rows ORDER BY `__ivm_edge0` DESC" in create
+    assert "FROM __ivm_best GROUP BY `__ivm_g0`, `__ivm_g1`" in create
     # The view still orders the state and keeps k.
     assert emit.view_query(plan, STATE).sql(dialect="spark").endswith("LIMIT 3")
 
