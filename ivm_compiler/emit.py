@@ -484,9 +484,12 @@ def _change_source(
     else:
         rule = view_class_rule(plan.view_class)
         source = rule.change_query(plan, ranges, state, bounds, join_reads)
+    if staged is not None:
+        source = _reading_staged(source, staged)
     if top_k_buffer.keeps_best_rows(plan) and refill is None:
+        # Around the query, after its CTE of signed rows is the stage's.
         source = top_k_buffer.changes_within_edge(plan, source, state)
-    return _reading_staged(source, staged) if staged is not None else source
+    return source
 
 
 def _merge_into(

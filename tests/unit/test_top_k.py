@@ -129,6 +129,10 @@ def test_a_change_is_kept_to_the_states_edge_unless_it_shows_fewer_than_k() -> N
     assert short in merge
     # The staged change rows (emit.stage_change_rows) are kept to it likewise.
     assert worst in emit.stage_change_rows(plan, STATE, RANGES, "__ivm_staged_x_rows")
+    # Over staged signed rows (emit.stage_changes), the edge wraps the query reading them.
+    staged = emit.merge_changes(plan, STATE, RANGES, GUARD, staged="__ivm_staged_x")
+    assert worst in staged and "FROM `__ivm_staged_x` GROUP BY" in staged
+    assert "__ivm_changes" not in staged
 
 
 @pytest.mark.parametrize(
