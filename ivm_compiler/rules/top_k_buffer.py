@@ -44,6 +44,7 @@ from sqlglot import exp
 
 from ivm_compiler import names, state_rows
 from ivm_compiler.plan import ViewClass, ViewPlan
+from ivm_compiler.rules import counting
 from ivm_compiler.sql import TableName, ident
 from ivm_compiler.view_classes.top_k import Ordering, TopK
 
@@ -121,7 +122,7 @@ def changes_within_edge(plan: ViewPlan, changes: exp.Query, state: TableName) ->
     may be recomputed where it would still show k, never the other way.
     """
     assert plan.top_k is not None
-    kept_rows = exp.and_(exp.column(names.GUARD, quoted=True).is_(exp.null()), _shown())
+    kept_rows = exp.and_(exp.column(names.GUARD, quoted=True).is_(exp.null()), counting.populated())
     worst = _last(
         plan,
         exp.select(*_ordering_values(plan, None)).from_(state.to_table()).where(kept_rows),
@@ -196,10 +197,6 @@ def _shown_count(plan: ViewPlan) -> exp.Expr:
             "COALESCE", exp.func("SUM", exp.column(names.COUNT, quoted=True)), exp.Literal.number(0)
         )
     return exp.func("COUNT", exp.Star())
-
-
-def _shown() -> exp.Expr:
-    return exp.GT(this=exp.column(names.COUNT, quoted=True), expression=exp.Literal.number(0))
 
 
 def _output(plan: ViewPlan, ordering: Ordering) -> exp.Expr:

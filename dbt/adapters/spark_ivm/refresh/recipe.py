@@ -867,17 +867,11 @@ class Refresh:
                 )
         except ConcurrentRefresh:
             raise
-        except CancellingRemoval:
+        except (CancellingRemoval, TopKShort) as refused:
             # The MERGE wrote nothing: a recomputation at the pinned versions
-            # gives the remaining values' sums and moments to the last bits.
-            reason = CancellingRemoval.REASON
-            self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
-            result.action, result.reason = Action.RECOMPUTE, reason
-            return self._build(plan, pinned, result, shown_version, facts, found)
-        except TopKShort:
-            # The MERGE wrote nothing: the rows past the state's edge were never
-            # kept, so the next best ones come from the query.
-            reason = TopKShort.REASON
+            # gives the remaining values' sums and moments to the last bits, or
+            # a top-k state the rows past its edge, which it never kept.
+            reason = refused.REASON
             self.log.info(f"{self.model}: recomputing instead of applying: {reason}")
             result.action, result.reason = Action.RECOMPUTE, reason
             return self._build(plan, pinned, result, shown_version, facts, found)
