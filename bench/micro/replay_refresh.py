@@ -16,7 +16,8 @@ asks for one (`cdf=true`), as a state no ivm model reads.
     PYTHONPATH=. ../.venv/bin/python micro/replay_refresh.py work/dbt/logs/dbt.log FIRST LAST \\
         p2=spark.sql.shuffle.partitions:2 p17=spark.sql.shuffle.partitions:17
 
-A variant is `name=key:value;key:value`; every variant runs with adaptive
+`--runtime DIR` first replays against another runtime's tables (the worked
+example's integration_tests/.spark_ivm). A variant is `name=key:value;key:value`; every variant runs with adaptive
 execution off, as a change over large sources does (delta.confs.CHANGE_SETTINGS).
 
 Measured 2026-12-02, SF 5's MIN/MAX refresh (1.1 GB of sources; a change
@@ -150,4 +151,9 @@ def main(log: Path, first: int, last: int, variants: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])
+    arguments = sys.argv[1:]
+    if arguments[:1] == ["--runtime"]:
+        # Another runtime's tables (the worked example's, the warehouse's).
+        RUNTIME = Path(arguments[1]).resolve()
+        arguments = arguments[2:]
+    main(Path(arguments[0]), int(arguments[1]), int(arguments[2]), arguments[3:])

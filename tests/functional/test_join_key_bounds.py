@@ -86,6 +86,7 @@ def every_source_large():
     sources, and the probes of large sources run (delta.confs.staging)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+        patch.setattr(confs, "UNSKIPPED_SOURCE_BYTES", 0)
         yield
 
 
@@ -226,6 +227,7 @@ class TestSemiJoinReadsKeysWithinTheChangesKeys(IvmProject):
         """Every source large: data skipping on, keys listed, key relations read within them."""
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+            patch.setattr(confs, "UNSKIPPED_SOURCE_BYTES", 0)
             patch.setattr(confs, "KEY_RELATION_LIST_BYTES", 0)
             yield
 

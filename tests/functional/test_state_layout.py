@@ -61,6 +61,7 @@ def large_sorted_states():
     hold ROWS_PER_FILE rows at most."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+        patch.setattr(confs, "UNSKIPPED_SOURCE_BYTES", 0)
         patch.setattr(confs, "SORTED_STATE_BYTES", 0)
         patch.setattr(layout, "ROWS_PER_FILE", ROWS_PER_FILE)
         patch.setattr(layout, "DELETION_VECTOR_STATE_BYTES", 0)
@@ -170,6 +171,19 @@ class TestLargeStateLayout(IvmProject):
         assert confs.set_conf(confs.DATA_SKIPPING_CONF, "false") not in log
         self._check(project, spark)
 
+    def test_states_with_vectors_keep_data_skipping_under_the_unskipped_size(
+        self, project, spark, source, monkeypatch
+    ):
+        # Large sources, but under UNSKIPPED_SOURCE_BYTES in all: a change
+        # there would read them without data skipping.
+        monkeypatch.setattr(confs, "UNSKIPPED_SOURCE_BYTES", 64 * 1024 * 1024)
+        spark.sql(f"UPDATE {source} SET v = v + 4 WHERE k IN (3, 15)")
+        _, log = run_dbt_and_capture(["--debug", "run"])
+        assert "model.test.by_key: IVM incremental" in log
+        assert confs.set_conf(confs.SHUFFLE_PARTITIONS_CONF, "1") not in log
+        assert confs.set_conf(confs.DATA_SKIPPING_CONF, "false") not in log
+        self._check(project, spark)
+
 
 class TestSourceWithDeletionVectors(IvmProject):
     """A small source whose deletes and updates leave deletion vectors in its files."""
@@ -223,6 +237,7 @@ def large_unsorted_states():
     delta.confs.SORTED_STATE_BYTES)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(confs, "SMALL_SOURCE_BYTES", 0)
+        patch.setattr(confs, "UNSKIPPED_SOURCE_BYTES", 0)
         patch.setattr(confs, "MERGE_LIST_BYTES", 0)
         patch.setattr(layout, "DELETION_VECTOR_STATE_BYTES", 0)
         yield

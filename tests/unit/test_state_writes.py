@@ -301,7 +301,7 @@ def test_over_small_sources_every_stage_is_coalesced_and_without_them_none():
 def test_over_a_large_source_a_change_runs_without_adaptive_execution_and_keeps_data_skipping():
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
-    writes.staging = confs.staging(_sized(NOT_IN_CHANGED, confs.SMALL_SOURCE_BYTES + 1))
+    writes.staging = confs.staging(_sized(NOT_IN_CHANGED, confs.UNSKIPPED_SOURCE_BYTES))
     writes.append_change(
         log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
     )
@@ -312,6 +312,26 @@ def test_over_a_large_source_a_change_runs_without_adaptive_execution_and_keeps_
     assert set_at < first_stage < write < reset_at
     # Its partners' key-bounded reads need Delta's data skipping.
     assert not any(confs.DATA_SKIPPING_CONF in s for s in runner.statements)
+
+
+def test_under_the_unskipped_size_a_change_reads_its_large_sources_without_data_skipping():
+    runner = StagingRunner()
+    writes, _ = _writes(runner, own_session=True)
+    writes.staging = confs.staging(_sized(NOT_IN_CHANGED, confs.SMALL_SOURCE_BYTES + 1))
+    writes.append_change(
+        log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
+    )
+    set_at = runner.statements.index(confs.set_conf(confs.DATA_SKIPPING_CONF, "false"))
+    reset_at = runner.statements.index(confs.reset_conf(confs.DATA_SKIPPING_CONF))
+    first_stage = next(i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE"))
+    write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
+    assert set_at < first_stage < write < reset_at
+    # Large sources all the same: their snapshots are not staged, nor coalesced,
+    # and their code generated.
+    stages = [s for s in runner.statements if s.startswith("CACHE TABLE")]
+    assert len(stages) == 2
+    assert not any("COALESCE(1)" in s for s in stages)
+    assert not any("codegen" in s for s in runner.statements)
 
 
 def _sized(ranges, size_bytes: int) -> dict[TableName, tables.SourceSnapshot]:

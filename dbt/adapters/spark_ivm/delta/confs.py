@@ -341,6 +341,20 @@ KEY_RELATION_LIST_BYTES = 64 * 1024 * 1024
 # The key relations' threshold, for the same trade, not tuned.
 MERGE_LIST_BYTES = KEY_RELATION_LIST_BYTES
 
+# Sources under this many bytes in all are read by a change without Delta's
+# data skipping, as small sources are (SMALL_SCAN_SETTINGS), though with
+# generated code and as many partitions as the cores. Skipping plans each
+# scan with a Spark job of its own over the files' statistics. Below
+# KEY_RELATION_LIST_BYTES a change's reads are bounded by key ranges at most,
+# which prune files only where the change's keys cluster, and the files they
+# could spare cost about what planning them does. The worked example (22.7 MB
+# of sources, a change spread over its customers, 2026-12-07,
+# bench/results/issue54/unskipped-sources-example.txt): revenue_by_segment's
+# refresh statements replayed warm took 4.0-4.5 s without skipping against
+# 5.1-5.7 s with it (its MERGE 1.70-1.74 s against 2.39-2.74 s), and
+# customer_activity's change query planned in 0.25-0.38 s against 1.13-1.43 s.
+UNSKIPPED_SOURCE_BYTES = KEY_RELATION_LIST_BYTES
+
 # The confs of a change over small sources: CHANGE_SETTINGS, no data
 # skipping (a large source's key-bounded reads, key_bounds.py, are what it
 # makes cheap), SMALL_PARTITIONS shuffle partitions and no generated code.
@@ -365,7 +379,8 @@ def staging(
     where a source or the state may have deletion vectors,
     `state_deletion_vectors`: Delta refuses to scan them without it,
     tables.may_have_deletion_vectors), every snapshot
-    stageable, each stage in SMALL_PARTITIONS; elsewhere CHANGE_SETTINGS,
+    stageable, each stage in SMALL_PARTITIONS; elsewhere CHANGE_SETTINGS
+    (without data skipping under UNSKIPPED_SOURCE_BYTES, vectors aside),
     with a shuffle partition per PARTITION_BYTES of sources where every
     size is known, and at least `parallelism` (the engine's cores: a
     change over a few hundred MB in one partition left a core idle in
@@ -402,6 +417,8 @@ def staging(
     Staging(snapshots=frozenset(), partitions=None, settings={'spark.sql.adaptive.enabled': 'false'},
             change_rows=True, large=True, sorted_states=True, key_relation_lists=True,
             merge_lists=True)
+    >>> staging({mid_large.table: mid_large}).settings[DATA_SKIPPING_CONF]
+    'false'
     >>> staging({mid_large.table: mid_large}).key_relation_lists
     False
     >>> staging({mid_large.table: mid_large}).merge_lists
@@ -415,6 +432,8 @@ def staging(
             del settings[DATA_SKIPPING_CONF]
         return Staging(snapshot_sources(pinned), SMALL_PARTITIONS, settings)
     settings = dict(CHANGE_SETTINGS)
+    if skips_without_statistics(pinned, state_deletion_vectors):
+        settings[DATA_SKIPPING_CONF] = "false"
     sized = bool(pinned) and all(s.size_bytes is not None for s in pinned.values())
     total = total_size(pinned.values()) if sized else None
     if total is not None:
@@ -434,13 +453,30 @@ def staging(
 def skips_without_statistics(
     pinned: Mapping[TableName, SourceSnapshot], state_deletion_vectors: bool = False
 ) -> bool:
-    """Whether a change over `pinned` turns data skipping off (SMALL_SCAN_SETTINGS).
+    """Whether a change over `pinned` turns data skipping off: small sources, or under UNSKIPPED_SOURCE_BYTES.
 
     Not where a source or the state may have deletion vectors: Delta 3.3 and
     4.0.1 refuse to scan those without it (tables.may_have_deletion_vectors).
+
+    >>> mid = SourceSnapshot(TableName("s", "m"), None, 3, size_bytes=SMALL_SOURCE_BYTES + 1)
+    >>> skips_without_statistics({mid.table: mid})
+    True
+    >>> skips_without_statistics({mid.table: mid}, state_deletion_vectors=True)
+    False
+    >>> large = SourceSnapshot(TableName("s", "l"), None, 3, size_bytes=UNSKIPPED_SOURCE_BYTES)
+    >>> skips_without_statistics({mid.table: mid, large.table: large})
+    False
+    >>> unknown = SourceSnapshot(TableName("s", "u"), None, 3)
+    >>> skips_without_statistics({mid.table: mid, unknown.table: unknown})
+    False
     """
     vectors = state_deletion_vectors or any(s.deletion_vectors for s in pinned.values())
-    return _all_small(pinned) and not vectors
+    if vectors or not pinned:
+        return False
+    if _all_small(pinned):
+        return True
+    sized = all(s.size_bytes is not None for s in pinned.values())
+    return sized and total_size(pinned.values()) < UNSKIPPED_SOURCE_BYTES
 
 
 def snapshot_sources(pinned: Mapping[TableName, SourceSnapshot]) -> frozenset[TableName]:
