@@ -16,9 +16,10 @@ asks for one (`cdf=true`), as a state no ivm model reads.
     PYTHONPATH=. ../.venv/bin/python micro/replay_refresh.py work/dbt/logs/dbt.log FIRST LAST \\
         p2=spark.sql.shuffle.partitions:2 p17=spark.sql.shuffle.partitions:17
 
-`--runtime DIR` first replays against another runtime's tables (the worked
-example's integration_tests/.spark_ivm). A variant is `name=key:value;key:value`; every variant runs with adaptive
-execution off, as a change over large sources does (delta.confs.CHANGE_SETTINGS).
+`--runtime DIR` first replays against another runtime's tables (the
+worked example's integration_tests/.spark_ivm). A variant is
+`name=key:value;key:value`; every variant runs with adaptive execution
+off, as a change over large sources does (delta.confs.CHANGE_SETTINGS).
 
 Measured 2026-12-02, SF 5's MIN/MAX refresh (1.1 GB of sources; a change
 of 92,545 state rows into 2.2 million; the logged refresh ran 17

@@ -298,34 +298,36 @@ def test_over_small_sources_every_stage_is_coalesced_and_without_them_none():
     assert not any("COALESCE(1)" in s for s in plain_stages)
 
 
-def test_over_a_large_source_a_change_runs_without_adaptive_execution_and_keeps_data_skipping():
+def _appended_over(size_bytes: int) -> StagingRunner:
+    """The statements of a log state's append of NOT_IN_CHANGED, each source of `size_bytes`."""
     runner = StagingRunner()
     writes, _ = _writes(runner, own_session=True)
-    writes.staging = confs.staging(_sized(NOT_IN_CHANGED, confs.UNSKIPPED_SOURCE_BYTES))
+    writes.staging = confs.staging(_sized(NOT_IN_CHANGED, size_bytes))
     writes.append_change(
         log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
     )
-    set_at = runner.statements.index(confs.set_conf(confs.ADAPTIVE_CONF, "false"))
-    reset_at = runner.statements.index(confs.reset_conf(confs.ADAPTIVE_CONF))
+    return runner
+
+
+def _set_from_first_stage_to_write(runner: StagingRunner, key: str, value: str) -> None:
+    """`key` is set to `value` before the change's first stage and reset after its write."""
+    set_at = runner.statements.index(confs.set_conf(key, value))
+    reset_at = runner.statements.index(confs.reset_conf(key))
     first_stage = next(i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE"))
     write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
     assert set_at < first_stage < write < reset_at
+
+
+def test_over_a_large_source_a_change_runs_without_adaptive_execution_and_keeps_data_skipping():
+    runner = _appended_over(confs.UNSKIPPED_SOURCE_BYTES)
+    _set_from_first_stage_to_write(runner, confs.ADAPTIVE_CONF, "false")
     # Its partners' key-bounded reads need Delta's data skipping.
     assert not any(confs.DATA_SKIPPING_CONF in s for s in runner.statements)
 
 
 def test_under_the_unskipped_size_a_change_reads_its_large_sources_without_data_skipping():
-    runner = StagingRunner()
-    writes, _ = _writes(runner, own_session=True)
-    writes.staging = confs.staging(_sized(NOT_IN_CHANGED, confs.SMALL_SOURCE_BYTES + 1))
-    writes.append_change(
-        log_state.with_log(_not_in_plan()), dict(NOT_IN_CHANGED), "r-read", 3, compacting=False
-    )
-    set_at = runner.statements.index(confs.set_conf(confs.DATA_SKIPPING_CONF, "false"))
-    reset_at = runner.statements.index(confs.reset_conf(confs.DATA_SKIPPING_CONF))
-    first_stage = next(i for i, s in enumerate(runner.statements) if s.startswith("CACHE TABLE"))
-    write = next(i for i, s in enumerate(runner.statements) if " INSERT INTO " in s)
-    assert set_at < first_stage < write < reset_at
+    runner = _appended_over(confs.SMALL_SOURCE_BYTES + 1)
+    _set_from_first_stage_to_write(runner, confs.DATA_SKIPPING_CONF, "false")
     # Large sources all the same: their snapshots are not staged, nor coalesced,
     # and their code generated.
     stages = [s for s in runner.statements if s.startswith("CACHE TABLE")]
