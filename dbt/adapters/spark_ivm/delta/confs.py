@@ -434,8 +434,7 @@ def staging(
     settings = dict(CHANGE_SETTINGS)
     if skips_without_statistics(pinned, state_deletion_vectors):
         settings[DATA_SKIPPING_CONF] = "false"
-    sized = bool(pinned) and all(s.size_bytes is not None for s in pinned.values())
-    total = total_size(pinned.values()) if sized else None
+    total = _known_total(pinned)
     if total is not None:
         partitions = -(-total // PARTITION_BYTES)
         settings[SHUFFLE_PARTITIONS_CONF] = str(max(parallelism, partitions))
@@ -475,8 +474,15 @@ def skips_without_statistics(
         return False
     if _all_small(pinned):
         return True
-    sized = all(s.size_bytes is not None for s in pinned.values())
-    return sized and total_size(pinned.values()) < UNSKIPPED_SOURCE_BYTES
+    total = _known_total(pinned)
+    return total is not None and total < UNSKIPPED_SOURCE_BYTES
+
+
+def _known_total(pinned: Mapping[TableName, SourceSnapshot]) -> int | None:
+    """The sources' bytes together; None where there is none or a size is unknown."""
+    if not pinned or any(s.size_bytes is None for s in pinned.values()):
+        return None
+    return total_size(pinned.values())
 
 
 def snapshot_sources(pinned: Mapping[TableName, SourceSnapshot]) -> frozenset[TableName]:
