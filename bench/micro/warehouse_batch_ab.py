@@ -47,6 +47,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from tpch_bench.spark_session import start_session
 from tpch_bench.thread_cpu import Sampler
 
 WAREHOUSE = Path(__file__).resolve().parents[2] / "integration_tests" / "warehouse"
@@ -65,23 +66,10 @@ from raw_data import RawData
 RUNTIME = WAREHOUSE / ".spark_ivm"
 
 
-def session(confs: dict[str, str]):  # type: ignore[no-untyped-def]
-    from pyspark.sql import SparkSession
-
-    from dbt.adapters.spark_ivm.runtime.embedded import session_configs
-
-    builder = SparkSession.builder.enableHiveSupport()
-    for key, value in {**session_configs(RUNTIME), **confs}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def prepare(args: argparse.Namespace) -> None:
     """Raw data and the first build (no tests), then the runtime copied to the snapshot."""
     shutil.rmtree(RUNTIME, ignore_errors=True)
-    spark = session(dict(args.conf))
+    spark, _ = start_session(RUNTIME, tuple(args.conf))
     dbt = DbtProject(threads=args.threads)
     raw = RawData(dbt.raw_schema, scale=args.scale, batch_scale=args.batch_scale)
     with tempfile.TemporaryDirectory(prefix="warehouse_raw_") as scratch:
@@ -111,7 +99,7 @@ def run(args: argparse.Namespace) -> None:
     confs = dict(kv.split(":", 1) for kv in listed.split(";") if kv)
     shutil.rmtree(RUNTIME, ignore_errors=True)
     subprocess.run(["cp", "-a", str(args.snapshot), str(RUNTIME)], check=True)
-    spark = session({**dict(args.conf), **confs})
+    spark, _ = start_session(RUNTIME, (*args.conf, *confs.items()))
     dbt = DbtProject(threads=args.threads)
     # Untimed: the `table` build warms the JVM, as the driver's --warm-up does
     # (unlike a whole run's, this JVM has not run the first build).
