@@ -87,19 +87,24 @@ MAX_TOUCHED_PARTITIONS = 2_000
 MAX_TOUCHED_PARTITIONS_LARGE = 20_000
 
 # The functions whose per-partition recomputation is tested; others are refused.
-RANKING = (exp.RowNumber, exp.Rank, exp.DenseRank)
-OFFSET = (exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
+# NTILE, PERCENT_RANK and CUME_DIST read their whole partition (its row count,
+# a row's position or peers in it), NTH_VALUE a row of its frame: each still
+# reads its own partition only, which is all the rule asks.
+RANKING = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Ntile)
+DISTRIBUTION = (exp.PercentRank, exp.CumeDist)
+OFFSET = (exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue, exp.NthValue)
 AGGREGATES = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg)
-SUPPORTED = (*RANKING, *OFFSET, *AGGREGATES)
+SUPPORTED = (*RANKING, *DISTRIBUTION, *OFFSET, *AGGREGATES)
 SUPPORTED_TEXT = (
-    "ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD, FIRST_VALUE, LAST_VALUE, "
-    "or SUM, COUNT, MIN, MAX, AVG OVER a window"
+    "ROW_NUMBER, RANK, DENSE_RANK, NTILE, PERCENT_RANK, CUME_DIST, LAG, LEAD, "
+    "FIRST_VALUE, LAST_VALUE, NTH_VALUE, or SUM, COUNT, MIN, MAX, AVG OVER a window"
 )
 
 # Functions whose value for a row depends on which of several rows tied on the
-# ORDER BY comes first (RANK and DENSE_RANK give ties one value; aggregates
+# ORDER BY comes first (RANK, DENSE_RANK, PERCENT_RANK and CUME_DIST give ties
+# one value; NTILE splits tied rows between buckets by position; aggregates
 # only with a ROWS frame, whose bounds count rows rather than ORDER BY values).
-ORDER_SENSITIVE = (exp.RowNumber, *OFFSET)
+ORDER_SENSITIVE = (exp.RowNumber, exp.Ntile, *OFFSET)
 
 # Partition values are sent back to Spark as literals cast from their text:
 # only atomic types survive that round trip.

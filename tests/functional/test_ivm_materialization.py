@@ -39,7 +39,7 @@ from {{ source('raw', 'src') }} a
 """
 models__ranked_with_fallback = """
 {{ config(ivm_fallback='full_refresh') }}
-select k, ntile(2) over (partition by g order by k) as quantile from {{ source('raw', 'src') }}
+select k, percentile(k, 0.5) over (partition by g) as quantile from {{ source('raw', 'src') }}
 """
 models__misspelled_config = """
 {{ config(ivm_fallbak='full_refresh') }}
@@ -250,7 +250,7 @@ class TestRefusalsAndFallbacks(IvmProject):
     def test_fallback_recomputes_with_a_warning(self, project, spark, source_table):
         _, log = run_dbt_and_capture(["run", "--select", "ranked"])
         assert "recomputing fully because ivm_fallback='full_refresh'" in log
-        assert "the window function NTILE" in log
+        assert "the window function PERCENTILE" in log
         rows = spark.sql(f"SELECT * FROM {project.test_schema}.ranked").count()
         assert rows == spark.table(source_table).count()
 
@@ -368,7 +368,7 @@ class TestFallbackChain(IvmProject):
         # Written from its unchanged rows and the difference's new copies, the
         # table equals its query (its readers' queries read the table itself).
         ranked = (
-            f"SELECT k, ntile(2) OVER (PARTITION BY g ORDER BY k) AS quantile FROM {source_table}"
+            f"SELECT k, percentile(k, 0.5) OVER (PARTITION BY g) AS quantile FROM {source_table}"
         )
         difference = bag_difference(spark, f"SELECT * FROM {schema}.ranked", ranked)
         assert difference.equal, f"ranked after its overwrite: {difference}"
@@ -438,7 +438,7 @@ class TestFallbackOverAnUnpublishedUpstream(IvmProject):
             ),
             "ranked_kept.sql": (
                 "{{ config(ivm_fallback='full_refresh', ivm_group='gold') }}\n"
-                "select k, ntile(2) over (partition by g order by k) as quantile "
+                "select k, percentile(k, 0.5) over (partition by g) as quantile "
                 "from {{ ref('kept') }}"
             ),
             "kept_peer.sql": (
@@ -461,8 +461,7 @@ class TestFallbackOverAnUnpublishedUpstream(IvmProject):
         schema = project.test_schema
         queries = {
             "ranked_kept": (
-                f"SELECT k, ntile(2) OVER (PARTITION BY g ORDER BY k) AS quantile "
-                f"FROM {schema}.kept"
+                f"SELECT k, percentile(k, 0.5) OVER (PARTITION BY g) AS quantile FROM {schema}.kept"
             ),
             "over_ranked_kept": (
                 f"SELECT quantile, count(*) AS n FROM {schema}.ranked_kept GROUP BY quantile"

@@ -3,7 +3,7 @@
 Issue 56, item 3. Five ways a model is computed whole rather than patched,
 each under random insert, update and delete sequences of its sources:
 
-- an ivm_fallback model (NTILE, refused), written in place as the
+- an ivm_fallback model (PERCENTILE over a window, refused), written in place as the
   difference of its rows and its query's (refresh/fallback.py), read by an
   aggregate, by a model whose aggregating CTE is a plan node, and by a
   model over that aggregate (three levels below the refused one);
@@ -62,22 +62,22 @@ steps = st.lists(
 
 # What each model reads, by the name a query template gives it; `{src}`, `{dim}`
 # and the upstream models are read at the versions the model records.
-FALLBACK = "select k, g, v, d, ntile(2) over (partition by g order by k, v, d) as half from {src}"
+FALLBACK = "select k, g, v, d, percentile(k, 0.5) over (partition by g) as median_k from {src}"
 FALLBACK_READERS = {
     # Level 1: an aggregate with MIN over the refused model.
     "fb_groups": (
-        "select half, g, count(*) as n, sum(v) as sv, min(k) as lowest from {fb} group by half, g"
+        "select median_k, g, count(*) as n, sum(v) as sv, min(k) as lowest from {fb} group by median_k, g"
     ),
     # Level 1: an aggregating CTE (a plan node of its own) joined back to it.
     "fb_node": (
         "with per_g as (select g, max(v) as top, count(*) as n from {fb} group by g) "
-        "select f.k, f.half, p.top, p.n from {fb} f join per_g p on f.g = p.g"
+        "select f.k, f.median_k, p.top, p.n from {fb} f join per_g p on f.g = p.g"
     ),
 }
 # Level 2 and 3, over the ivm models above (read through their views as published).
 FALLBACK_CHAIN = {
-    "fb_halves": "select half, count(*) as groups, sum(n) as n from {fb_groups} group by half",
-    "fb_total": "select count(*) as halves, sum(n) as n from {fb_halves}",
+    "fb_medians": "select median_k, count(*) as groups, sum(n) as n from {fb_groups} group by median_k",
+    "fb_total": "select count(*) as medians, sum(n) as n from {fb_medians}",
 }
 RECOMPUTED = "select g, count(*) as n, sum(v) as sv from {src} group by g"
 RECOMPUTE_READERS = {"rc_reader": "select g, sv from {rc} where n > 1"}
@@ -89,7 +89,7 @@ TABLE_READERS = {
 }
 SOURCE_OF = {name: f"{{{{ source('raw', '{name}') }}}}" for name in ("src", "dim")}
 REF_OF = {
-    name: f"{{{{ ref('{name}') }}}}" for name in ("fb", "fb_groups", "fb_halves", "rc", "tbl")
+    name: f"{{{{ ref('{name}') }}}}" for name in ("fb", "fb_groups", "fb_medians", "rc", "tbl")
 }
 
 
@@ -188,7 +188,7 @@ class TestRandomHandOn(RandomHandOn):
         }
         # Readers of ivm models: over their views as this run published them.
         for name, query in {**FALLBACK_CHAIN, **RECOMPUTE_READERS}.items():
-            upstreams = {u: f"{schema}.{u}" for u in ("fb_groups", "fb_halves", "rc")}
+            upstreams = {u: f"{schema}.{u}" for u in ("fb_groups", "fb_medians", "rc")}
             pairs[name] = (f"SELECT * FROM {schema}.{name}", query.format(**upstreams))
         differing = {m: d for m, d in bag_differences(spark, pairs).items() if not d.equal}
         assert not differing, differing

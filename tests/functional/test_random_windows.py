@@ -73,6 +73,15 @@ WINDOW_QUERIES = {
         "as total, avg(v) over (partition by k) as mean, max(ts) over (partition by k) "
         "as last_ts from {src}"
     ),
+    # Distributions over each whole partition (g is common to all): NTILE splits
+    # tied rows between buckets by position (id breaks ties), PERCENT_RANK and
+    # CUME_DIST give ties one value, NTH_VALUE reads a running frame.
+    "distribution": (
+        "select id, g, ntile(3) over (partition by g order by v, id) as tercile, "
+        "percent_rank() over (partition by g order by v) as pr, cume_dist() over "
+        "(partition by g, k order by ts) as cd, nth_value(v, 2) over (partition by g "
+        "order by ts, id) as second_v from {src}"
+    ),
     # Windows over inputs that are not one relation: each input is a plan node
     # (window_inputs.py). The SCD2 dimension built from a join (dim repeats k,
     # so one src row has several joined rows; d.name orders them).

@@ -247,6 +247,15 @@ EXTRA_QUERIES = {
         "sum(v) over (partition by k order by ts, id rows between unbounded preceding and "
         "current row) as running from {events}"
     ),
+    # ... distributions over each partition's whole rows: NTILE's buckets (id breaks
+    # ties on v, as the buckets split tied rows by position), PERCENT_RANK and
+    # CUME_DIST (ties share a value), NTH_VALUE of a running frame; g is common.
+    "window_distribution": (
+        "select id, g, ntile(3) over (partition by g order by v, id) as tercile, "
+        "percent_rank() over (partition by g order by v) as pr, cume_dist() over "
+        "(partition by g, k order by ts) as cd, nth_value(v, 2) over (partition by g "
+        "order by ts, id) as second_v from {events}"
+    ),
     # A filter over windows, folded into them as QUALIFY (window_filters.py): the
     # latest row per key, filtered before and after the ranking ...
     "window_latest": (
