@@ -7,7 +7,7 @@ dimension on its validity range, another looked up against one by a
 point-in-time LEFT JOIN), aggregates with MIN/MAX, COUNT(DISTINCT) and
 STDDEV, HAVING, a top-k, semi and anti joins (NOT EXISTS over a join), an
 aggregating CTE, INTERSECT, UNION ALL, running totals and ranks, and a model
-refused on purpose (NTILE, built by ivm_fallback) with three levels of ivm
+refused on purpose (PERCENTILE over a window, built by ivm_fallback) with three levels of ivm
 models below it; each model reads the one below through ref(). The
 driver's batches insert, update and delete on every source (new versions,
 GDPR erasure, corrections in place, reference data edits).
@@ -68,7 +68,7 @@ SLICE = (
     "+mart_top_quartile_value",
 )
 MODELS = 46 if FULL else 21
-# The model refused on purpose (NTILE, ivm_fallback), and the ivm models below it.
+# The model refused on purpose (PERCENTILE over a window, ivm_fallback), and the ivm models below it.
 REFUSED = "mart_customer_spend_quartiles"
 BELOW_REFUSED = ("mart_quartile_summary", "mart_quartile_shares", "mart_top_quartile_value")
 BATCHES = 3 if FULL else 1
