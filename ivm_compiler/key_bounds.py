@@ -92,7 +92,7 @@ Spark takes no subquery.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
@@ -633,20 +633,29 @@ def parse_probe(keys: Sequence[KeyColumn], rows: Sequence[Sequence[object]]) -> 
             continue
         start, end = found
         ranges = []
-        for before, after in sorted(gaps.get(position, []), key=lambda g: _order(g[0], key)):
+        order = _sort_value(key.data_type)
+        for before, after in sorted(gaps.get(position, []), key=lambda g: order(g[0])):
             ranges.append((start, before))
             start = after
         ranges.append((start, end))
         found_listed = listed.get(position)
         if found_listed is not None:
             # In key order, so a refresh's statements read the same for the same change.
-            found_listed = tuple(sorted(found_listed, key=lambda k: _order(k, key)))
+            found_listed = tuple(sorted(found_listed, key=order))
         bounds[(key.table, key.column.lower())] = ChangeKeys(tuple(ranges), found_listed)
     return bounds
 
 
-def _order(text: str, key: KeyColumn) -> str | Decimal:
-    """A probed key's sort value: numbers as numbers, dates as their ISO text."""
-    if _gap(key.data_type, exp.column("a"), exp.column("b")) is None or key.data_type == "date":
-        return text
-    return Decimal(text)
+def _sort_value(data_type: str) -> Callable[[str], str | Decimal]:
+    """How a probed key of a type sorts: numbers as numbers, dates (and the rest) as text.
+
+    Chosen once per key column: a probe lists up to tens of thousands of
+    keys, and deciding per key took 4.5 s of a day's batch at warehouse
+    scale 1500 (py-spy, 2026-12-08).
+
+    >>> sorted(["10", "9"], key=_sort_value("int")), sorted(["10", "9"], key=_sort_value("string"))
+    (['9', '10'], ['10', '9'])
+    """
+    if _gap(data_type, exp.column("a"), exp.column("b")) is None or data_type == "date":
+        return str
+    return Decimal

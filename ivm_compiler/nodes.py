@@ -189,4 +189,4 @@ def _reading_nodes(query: exp.Expr, relations: Mapping[str, TableName]) -> exp.E
         table.set("alias", exp.TableAlias(this=exp.to_identifier(node.alias_or_name, quoted=True)))
         return table
 
-    return query.copy().transform(replace)
+    return query.transform(replace)

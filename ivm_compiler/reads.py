@@ -73,7 +73,7 @@ def _upstream_reading(upstream: UpstreamModel, state_rows: exp.Expr) -> exp.Sele
             return state_rows.copy()
         return node
 
-    view = upstream.view.copy().transform(replace)
+    view = upstream.view.transform(replace)  # on a copy: the upstream's view stays as it is
     assert isinstance(view, exp.Select)
     return view
 
@@ -332,8 +332,10 @@ def signed_changes(
     )
     if upstream is None:
         return rows.subquery(ident(alias), copy=False)
-    consolidation = _log_consolidation(upstream.view.copy(), upstream.state)
-    if consolidation is not None:
+    if _log_consolidation(upstream.view, upstream.state) is not None:
+        # _log_changes rewrites the view around it: found again in a copy.
+        consolidation = _log_consolidation(upstream.view.copy(), upstream.state)
+        assert consolidation is not None
         view = _log_changes(upstream, consolidation, changes)
     else:
         view = _upstream_reading(upstream, rows.subquery(ident(names.UPSTREAM_CHANGES_ALIAS)))
@@ -876,4 +878,4 @@ def model_query(plan: ViewPlan, versions: Mapping[TableName, int]) -> str:
             table, versions[table], node.alias_or_name, plan.upstreams.get(table)
         )
 
-    return plan.query.copy().transform(replace).sql(dialect=DIALECT)
+    return plan.query.transform(replace).sql(dialect=DIALECT)

@@ -202,7 +202,7 @@ def _decorrelated(
             return exp.column(column, table=exp.to_identifier(name, quoted=True), quoted=True)
         return node
 
-    moved = [c.copy().transform(to_node) for c in correlated]
+    moved = [c.transform(to_node) for c in correlated]
     body = subquery.copy()
     rest = [c.copy() for c in conjuncts if not reads_outer(c)]
     body.set("where", exp.Where(this=conjunction(rest)) if rest else None)

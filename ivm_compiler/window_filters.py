@@ -196,7 +196,7 @@ def _merged(reader: exp.Select, alias: str, body: exp.Select) -> exp.Select | No
             value = output.this if isinstance(output, exp.Alias) else output
             return value.copy()
 
-        result = expression.copy().transform(replace)
+        result = expression.transform(replace)
         return None if missing else result
 
     projections = [inlined(p) for p in reader.expressions]

@@ -333,7 +333,7 @@ def _finalizer(
         return node
 
     def rewrite(expression: exp.Expr) -> exp.Expr:
-        final = expression.copy().transform(replace)
+        final = expression.transform(replace)
         for column in final.find_all(exp.Column):
             if not names.is_reserved(column.name):
                 raise NotMaintainable(

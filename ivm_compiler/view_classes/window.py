@@ -285,7 +285,7 @@ def unqualified_outside_windows(qualify: exp.Qualify) -> exp.Qualify:
             return exp.column(node.args["this"].copy())
         return node
 
-    plained = qualify.copy().transform(plain)
+    plained = qualify.transform(plain)
     assert isinstance(plained, exp.Qualify)  # only columns below it are replaced
     return plained
 
