@@ -199,6 +199,13 @@ class TestRandomJoinChanges(RandomJoinChanges):
             "WHERE __ivm_guard IS NULL AND __ivm_slot = 0"
         ).collect()
         assert (kept["lo"], kept["hi"]) == (1, 1), kept
+        # The next refresh refills at once, without a MERGE that fails first
+        # (strategy.refilled_last), and its models stay equal to their queries.
+        spark.sql(f"DELETE FROM {sources['src']} WHERE v = 3")
+        log = self._refresh_and_check(project, spark, sources, extremes)
+        assert "refilling at once" in log, log
+        row = spark.sql(f"SELECT * FROM {project.test_schema}.global_extremes").collect()[0]
+        assert (row["mn"], str(row["mx"]), row["n"]) == (4, "-2.25", 2), row
 
 
 class TestRandomNodeChanges(RandomJoinChanges):

@@ -373,13 +373,16 @@ class MergeRunner(SessionRunner):
         return super().query(sql)
 
 
-def _merge_extremes(runner: MergeRunner, staging: confs.Staging) -> Written:
+def _merge_extremes(
+    runner: MergeRunner, staging: confs.Staging, refill_first: bool = False
+) -> Written:
     plan, _ = compile_with(EXTREMES_SQL, EXTREMES_DESCRIBE, EXTREMES_PROBE)
     writes, _ = _writes(runner, own_session=True)
     writes.staging = staging
     ranges = {ORDERS_TABLE: VersionRange(recorded=4, pinned=6)}
     pinned = {ORDERS_TABLE: tables.SourceSnapshot(ORDERS_TABLE, None, 6)}
-    inputs = _MergeInputs(plan, ranges, emit.Guard(read="r-read", write="r-this"), {}, {})
+    guard = emit.Guard(read="r-read", write="r-this")
+    inputs = _MergeInputs(plan, ranges, guard, {}, {}, refill_first=refill_first)
     return writes._merge_change(inputs, pinned)
 
 
@@ -414,3 +417,13 @@ def test_a_merge_whose_kept_extremes_ran_out_runs_again_refilling_from_the_sourc
     # The refill reads the source at its pinned version, and refuses nothing.
     assert "`shop`.`orders` VERSION AS OF 6" in second and "ivm exhausted" not in second
     assert written.refilled_extremes
+
+
+def test_after_a_refresh_that_refilled_the_merge_refills_at_once():
+    runner = MergeRunner()
+    written = _merge_extremes(runner, confs.Staging(change_rows=True), refill_first=True)
+    (merge,) = _merges(runner)
+    # The refilling MERGE alone: it reads the source at its pinned version and refuses nothing.
+    assert "`shop`.`orders` VERSION AS OF 6" in merge and "ivm exhausted" not in merge
+    # It cannot tell whether a group ran out, so the next refresh tries the plain MERGE.
+    assert not written.refilled_extremes

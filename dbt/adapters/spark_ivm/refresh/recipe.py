@@ -110,6 +110,9 @@ class RefreshResult:
     # An incremental refresh that recomputed the groups whose removal would
     # have cancelled their sums or moments (writes.CancellingRemoval).
     recomputed_groups: bool = False
+    # An incremental refresh whose bounded MIN/MAX values ran out in a group,
+    # refilled from the sources (writes.ExhaustedExtremes).
+    refilled_extremes: bool = False
     # A log state's write: "appended", or "rewritten" (writes.Written.log_write).
     log_write: str | None = None
     # How a state (or fallback table) computed whole handed its change on to
@@ -863,7 +866,12 @@ class Refresh:
                 )
             else:
                 written = writes.apply_change(
-                    plan, ranges, facts.recorded.guard, self.join_states(pinned), pinned
+                    plan,
+                    ranges,
+                    facts.recorded.guard,
+                    self.join_states(pinned),
+                    pinned,
+                    refill_first=strategy.refilled_last(facts.history),
                 )
         except ConcurrentRefresh:
             raise
@@ -900,6 +908,7 @@ class Refresh:
         if written.nothing is not None:
             result.reason = written.nothing
         if written.refilled_extremes:
+            result.refilled_extremes = True
             self.log.info(
                 f"{self.model}: groups whose kept MIN/MAX values the change removed took their "
                 "next values from the sources (ivm_extreme_values)"
@@ -1079,6 +1088,7 @@ class Refresh:
             changed_rows=found.change.rows if found.change else 0,
             source_bytes=total_size(pinned.values()),
             seconds=round(time.monotonic() - self._started, 3),
+            refilled=result.refilled_extremes,
         )
         return strategy.history_with(history, record)
 

@@ -121,6 +121,9 @@ class _MergeInputs:
     guard: emit.Guard
     bounds: key_bounds.Bounds
     join_reads: changes.JoinReads
+    # Refill bounded MIN/MAX values without trying the plain MERGE first
+    # (strategy.refilled_last).
+    refill_first: bool = False
 
 
 @dataclass
@@ -357,8 +360,14 @@ class StateWrites:
         guard_read: str,
         kept_states: join_states.JoinStates,
         pinned: dict[TableName, SourceSnapshot],
+        refill_first: bool = False,
     ) -> Written:
-        """The change over `ranges` applied to the state with one guarded MERGE."""
+        """The change over `ranges` applied to the state with one guarded MERGE.
+
+        `refill_first`: the MERGE reads the groups' best MIN/MAX values from
+        the sources where their kept ones ran out, without a plain MERGE
+        that would fail first (strategy.refilled_last).
+        """
         refresh_id = uuid.uuid4().hex
         guard = emit.Guard(read=guard_read, write=refresh_id)
         with (
@@ -375,7 +384,7 @@ class StateWrites:
                 raise
             with self.staged_snapshots(plan, reading, refresh_id, bounds, join_reads) as reading:
                 written = self._merge_change(
-                    _MergeInputs(plan, reading, guard, bounds, join_reads), pinned
+                    _MergeInputs(plan, reading, guard, bounds, join_reads, refill_first), pinned
                 )
         kept_states.drop_unkept(plan, kept)
         return written
@@ -444,6 +453,12 @@ class StateWrites:
         merge_changes = functools.partial(
             emit.merge_changes, plan, self.state, reading, guard, bounds, join_reads, changes_stage
         )
+        if inputs.refill_first and any(p.kept is not None for p in plan.preaggregations):
+            self.log.info(
+                f"{self.model}: the last refresh refilled MIN/MAX values from the sources; "
+                "refilling at once (ivm_extreme_values)"
+            )
+            return self._merge(merge_changes(refill=versions), metadata, settings)
         target = self._target_bounds(plan, rows_stage) if rows_stage is not None else ()
         try:
             return self._merge(
