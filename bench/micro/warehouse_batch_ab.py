@@ -19,6 +19,10 @@ states and the same batch, so that variants can be alternated:
         --variant "nowscg=spark.sql.codegen.wholeStage:false" --out /tmp/ab.jsonl
     PYTHONPATH=. ../.venv/bin/python micro/warehouse_batch_ab.py summary /tmp/ab.jsonl
 
+`--day N` times day N's refresh instead, after days 1 to N-1 committed
+and refreshed untimed (what a refresh learns from earlier ones: `auto`'s
+estimates, a MIN/MAX refill, shows from the second day on).
+
 A variant is `name=key:value;key:value`, Spark confs of the session (the
 refresh's own SETs still apply to its statements and RESET to these). Each
 run appends one JSON line: the `dbt run`'s wall, the CPU seconds of the
@@ -110,7 +114,14 @@ def run(args: argparse.Namespace) -> None:
     for _ in raw.first_load():
         pass
     with tempfile.TemporaryDirectory(prefix="warehouse_raw_") as scratch:
-        for statement in raw.batch(1):
+        # Days before --day: committed and refreshed untimed, so the timed
+        # day's refreshes start from the history earlier days left (what
+        # `ivm_strategy: auto` and a MIN/MAX refill read).
+        for day in range(1, args.day):
+            for statement in raw.batch(day):
+                execute(spark, statement, Path(scratch))
+            build(dbt, f"batch {day}", test=False)
+        for statement in raw.batch(args.day):
             execute(spark, statement, Path(scratch))
     jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     sampler = Sampler(os.getpid())
@@ -127,7 +138,7 @@ def run(args: argparse.Namespace) -> None:
     watcher = threading.Thread(target=watch)
     watcher.start()
     started = time.monotonic()
-    step = build(dbt, "batch 1", test=False)
+    step = build(dbt, f"batch {args.day}", test=False)
     wall = time.monotonic() - started
     done.set()
     watcher.join()
@@ -140,6 +151,7 @@ def run(args: argparse.Namespace) -> None:
     )
     line = {
         "variant": name,
+        "day": args.day,
         "confs": confs,
         "wall": round(wall, 1),
         "cpu": cpu,
@@ -172,6 +184,9 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=1500)
     parser.add_argument("--batch-scale", type=int, default=60)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument(
+        "--day", type=int, default=1, help="run: the day timed (the ones before refreshed untimed)"
+    )
     parser.add_argument("--snapshot", type=Path, default=Path("/tmp/wh-snapshot"))
     parser.add_argument("--variant", default="base=")
     parser.add_argument("--out", type=Path, default=Path("/tmp/warehouse-batch-ab.jsonl"))
